@@ -1,0 +1,17 @@
+# Third-party dependencies, all from Debian packages (tools/install-deps.sh installs them).
+find_package(PkgConfig REQUIRED)
+pkg_check_modules(XXHASH REQUIRED IMPORTED_TARGET libxxhash)
+find_package(absl CONFIG REQUIRED)
+find_package(Threads REQUIRED)
+
+set(KVT_HAVE_CUDA OFF)
+if(KVT_CUDA STREQUAL "ON")
+  find_package(CUDAToolkit 12 REQUIRED)
+  set(KVT_HAVE_CUDA ON)
+elseif(KVT_CUDA STREQUAL "AUTO")
+  find_package(CUDAToolkit 12 QUIET)
+  set(KVT_HAVE_CUDA ${CUDAToolkit_FOUND})
+elseif(NOT KVT_CUDA STREQUAL "OFF")
+  message(FATAL_ERROR "KVT_CUDA must be AUTO, ON or OFF, not '${KVT_CUDA}'")
+endif()
+message(STATUS "kvtier: CUDA support ${KVT_HAVE_CUDA}")

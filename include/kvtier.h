@@ -1,0 +1,357 @@
+/*
+ * kvtier: a tiered KV-cache block manager behind a stable C ABI.
+ *
+ * Conventions (see docs/API.md for the long form):
+ * - Every fallible call returns kvt_status: 0 is KVT_OK, positive values are outcomes that
+ *   are not errors, negative values are errors. Results go through out-parameters, which
+ *   come first. On failure, out-parameters are left untouched and kvt_last_error() says why.
+ * - A failing call changes no state: calls over arrays are all-or-nothing.
+ * - Empty arrays (a count of 0) are valid everywhere except kvt_block_alloc, and the matching
+ *   pointer may then be NULL.
+ * - Every function of a manager may be called from any thread at the same time, unless its
+ *   comment says otherwise.
+ * - No C++ exception ever crosses this boundary.
+ * - Ownership: "borrowed" pointers stay owned by the caller and are only read during the
+ *   call; "owned by the library" results stay valid for the time stated.
+ */
+#ifndef KVTIER_H
+#define KVTIER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifndef KVT_API
+#define KVT_API __attribute__((visibility("default")))
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define KVT_VERSION_MAJOR 0
+#define KVT_VERSION_MINOR 1
+#define KVT_VERSION_PATCH 0
+
+/* ---------------------------------------------------------------------------------------
+ * Status codes. Numbers are stable; new codes are only ever added.
+ *   1..99     outcomes that are not errors
+ *  -1..-98    errors
+ *  -99        internal error (a bug in kvtier: please report it)
+ * ------------------------------------------------------------------------------------ */
+typedef int32_t kvt_status;
+
+#define KVT_OK                    0
+#define KVT_AGAIN                 1    /* nothing to do now; try again later */
+#define KVT_TIMEOUT               2    /* a wait ran out of time */
+#define KVT_ERR_INVALID_ARGUMENT (-1)
+#define KVT_ERR_INVALID_HANDLE   (-2)  /* unknown, foreign or stale handle */
+#define KVT_ERR_STATE            (-3)  /* the call does not fit the object's state */
+#define KVT_ERR_NO_SPACE         (-4)  /* a tier is full and nothing can be evicted */
+#define KVT_ERR_CANCELLED        (-5)
+#define KVT_ERR_UNSUPPORTED      (-6)
+#define KVT_ERR_IO               (-7)
+#define KVT_ERR_CORRUPT          (-8)  /* a checksum or hash did not match */
+#define KVT_ERR_NO_MEMORY        (-9)
+#define KVT_ERR_CUDA             (-10)
+#define KVT_ERR_INTERNAL         (-99)
+
+/* A block handle names one block in one tier of one manager: tier, slot and generation.
+ * 0 is never a valid handle. A handle goes stale when its block returns to the free pool
+ * or is evicted; stale, forged and foreign handles are refused with KVT_ERR_INVALID_HANDLE. */
+typedef uint64_t kvt_block;
+
+typedef enum kvt_tier { KVT_TIER_G1 = 1, KVT_TIER_G2 = 2, KVT_TIER_G3 = 3 } kvt_tier;
+
+typedef struct kvt_manager kvt_manager;
+typedef struct kvt_xfer    kvt_xfer;    /* one enqueued offload or onboard */
+typedef struct kvt_fence   kvt_fence;   /* a precondition the host signals */
+typedef struct kvt_seq     kvt_seq;     /* incremental token-sequence hasher */
+
+/* ---------------------------------------------------------------------------------------
+ * Library information and errors
+ * ------------------------------------------------------------------------------------ */
+
+/* "MAJOR.MINOR.PATCH" of the loaded library. Static string owned by the library. */
+KVT_API const char *kvt_version(void);
+
+/* The name of a status code, e.g. "KVT_ERR_STATE"; "KVT_UNKNOWN_STATUS" for a number that is
+ * not a status. Static string owned by the library. */
+KVT_API const char *kvt_status_str(kvt_status s);
+
+/* A message describing the last failure on the calling thread ("no error" before any).
+ * Never NULL. Owned by the library, valid until the next failing kvtier call on this thread. */
+KVT_API const char *kvt_last_error(void);
+
+/* ---------------------------------------------------------------------------------------
+ * Configuration
+ * ------------------------------------------------------------------------------------ */
+
+/* Where G1 lives when the engine registers no memory of its own. */
+typedef enum kvt_memory_kind {
+  KVT_MEMORY_AUTO = 0,   /* CUDA device memory when a device is present, else host memory */
+  KVT_MEMORY_HOST = 1,   /* ordinary host memory (the embedded stand-in for a GPU) */
+  KVT_MEMORY_CUDA = 2    /* CUDA device memory; KVT_ERR_UNSUPPORTED without CUDA or a device */
+} kvt_memory_kind;
+
+/* Engine-owned G1 memory (DESIGN section 3). For every pair (layer l, outer o) the engine
+ * gives a base pointer and a block stride: chunk (l, o) of slot b lives at
+ * bases[l * num_outer + o] + b * strides[l * num_outer + o], and is chunk_bytes long.
+ * This covers vLLM's per-layer [2, num_blocks, ...] tensors, layer-major and fully
+ * contiguous layouts. Chunks must not overlap; every stride must be >= chunk_bytes.
+ * Both arrays are borrowed during kvt_manager_create (copied); the memory they point to is
+ * borrowed for the manager's lifetime and must outlive it. */
+typedef struct kvt_g1_layout {
+  uint32_t            struct_size;  /* sizeof(kvt_g1_layout) */
+  uint32_t            memory;       /* KVT_MEMORY_HOST or KVT_MEMORY_CUDA */
+  int32_t             cuda_device;  /* for KVT_MEMORY_CUDA: the device the memory is on */
+  uint32_t            reserved;     /* must be 0 */
+  const void *const  *bases;        /* num_layers * num_outer base pointers */
+  const uint64_t     *strides;      /* num_layers * num_outer strides in bytes */
+} kvt_g1_layout;
+
+typedef struct kvt_manager_config {
+  uint32_t    struct_size;      /* set by kvt_manager_config_init */
+  uint32_t    page_size;        /* tokens per block: a power of two in 1..65536 (default 16) */
+  uint32_t    num_layers;       /* 1..65536 (default 1) */
+  uint32_t    num_outer;        /* 2: separate K and V; 1: fused K/V or MLA (default 2) */
+  uint64_t    chunk_bytes;      /* bytes of one (layer, outer) chunk of one block (default 4096);
+                                   0 is allowed: blocks then carry metadata only */
+  uint64_t    g1_blocks;        /* capacity of each tier in blocks; G1 >= 1 (default 1024), */
+  uint64_t    g2_blocks;        /* G2 and G3 may be 0 (absent); at most KVT_MAX_TIER_BLOCKS */
+  uint64_t    g3_blocks;        /* (defaults 4096 and 0) */
+  const char *g3_path;          /* directory for the G3 file; NULL: a fresh temporary directory.
+                                   Borrowed during kvt_manager_create (copied). */
+  uint64_t    event_capacity;   /* bound of the event queue, 1..2^24 (default 65536) */
+  const kvt_g1_layout *g1_layout; /* NULL: library-owned G1. Borrowed during create. */
+  uint32_t    g1_memory;        /* kvt_memory_kind of library-owned G1 (default AUTO) */
+  int32_t     cuda_device;      /* device for library-owned G1 in CUDA memory (default 0) */
+} kvt_manager_config;
+
+/* Largest capacity of one tier, in blocks. */
+#define KVT_MAX_TIER_BLOCKS ((uint64_t)0x0FFFFFFF)
+
+/* Fills *cfg with struct_size and the defaults above. cfg: borrowed; NULL is ignored. */
+KVT_API void kvt_manager_config_init(kvt_manager_config *cfg);
+
+/* Creates a manager. *out is owned by the caller and freed with kvt_manager_destroy.
+ * cfg is borrowed during the call. Fails with KVT_ERR_INVALID_ARGUMENT for a config that
+ * does not validate (the message names the field), KVT_ERR_UNSUPPORTED for CUDA memory
+ * without CUDA, KVT_ERR_NO_MEMORY when a tier cannot be allocated. */
+KVT_API kvt_status kvt_manager_create(kvt_manager **out, const kvt_manager_config *cfg);
+
+/* Destroys a manager and everything it owns. NULL is ignored. Every block handle, sequence
+ * of events and pointer from kvt_block_data of this manager is invalid afterwards.
+ * Must not race with other calls on the same manager. */
+KVT_API void kvt_manager_destroy(kvt_manager *m);
+
+/* Checks the manager's invariants: per tier, free + active + inactive = capacity; every
+ * registered hash maps to a registered block of its tier and back; reference counts match
+ * states; the inactive list is well formed. KVT_OK, or KVT_ERR_INTERNAL with a message
+ * naming the first violation. Takes every tier's lock: meant for tests and debug builds. */
+KVT_API kvt_status kvt_manager_check(kvt_manager *m);
+
+/* ---------------------------------------------------------------------------------------
+ * Statistics
+ * ------------------------------------------------------------------------------------ */
+
+typedef struct kvt_tier_stats {
+  uint32_t struct_size;         /* set by the caller: sizeof(kvt_tier_stats) */
+  uint32_t memory;              /* kvt_memory_kind holding this tier's bytes (G3: 0) */
+  uint64_t capacity;            /* blocks */
+  uint64_t free;                /* never registered, or returned: no data worth keeping */
+  uint64_t active;              /* held by at least one reference (mutable or registered) */
+  uint64_t inactive;            /* registered, unreferenced, still matchable until evicted */
+  uint64_t registered;          /* registered blocks, active or inactive */
+  uint64_t block_bytes;         /* bytes of one block's data */
+  uint64_t metadata_bytes;      /* bytes of bookkeeping kvtier holds for this tier */
+  uint64_t allocs;              /* blocks handed out by kvt_block_alloc */
+  uint64_t evictions;           /* inactive blocks evicted to satisfy allocations */
+  uint64_t registrations;       /* blocks newly registered (not deduplicated) */
+  uint64_t dedups;              /* registrations that found the hash already present */
+  uint64_t match_queried;       /* hashes asked for by kvt_match_prefix */
+  uint64_t match_hit;           /* hashes found (the prefix part) */
+} kvt_tier_stats;
+
+/* Fills *out (struct_size must be set by the caller) with a snapshot of one tier.
+ * A tier of capacity 0 reports all zeros. */
+KVT_API kvt_status kvt_tier_stats_get(kvt_tier_stats *out, kvt_manager *m, kvt_tier tier);
+
+/* ---------------------------------------------------------------------------------------
+ * Hashing (DESIGN section 4): chained xxh3-64, compatible with NVIDIA Dynamo's KVBM.
+ *   salt_hash     = XXH3_64bits_withSeed(salt, len, 0)
+ *   block_hash[i] = XXH3_64bits_withSeed(tokens of block i as LE u32, page_size*4, salt_hash)
+ *   seq_hash[0]   = block_hash[0]
+ *   seq_hash[i]   = XXH3_64bits_withSeed(LE u64 {seq_hash[i-1], block_hash[i]}, 16, salt_hash)
+ * These functions need no manager and are safe from any thread.
+ * ------------------------------------------------------------------------------------ */
+
+/* salt: borrowed, may be NULL when len is 0 (the empty salt). */
+KVT_API kvt_status kvt_hash_salt(uint64_t *out_salt_hash, const void *salt, size_t len);
+
+/* Sequence hashes of the full blocks of tokens[0..n_tokens); a trailing partial block has
+ * none. *out_n receives the number of full blocks. With out_seq_hashes NULL and cap 0 the
+ * call only reports that number. If cap is smaller, it fails with KVT_ERR_INVALID_ARGUMENT
+ * and still sets *out_n to the number needed. tokens: borrowed. */
+KVT_API kvt_status kvt_hash_sequence(uint64_t *out_seq_hashes, size_t *out_n, size_t cap,
+                                     uint64_t salt_hash, const uint32_t *tokens,
+                                     size_t n_tokens, uint32_t page_size);
+
+/* Incremental form: append tokens in any split and read the hashes of the blocks completed
+ * so far; they equal kvt_hash_sequence over the concatenation. A kvt_seq is owned by the
+ * caller (kvt_seq_destroy) and must not be used from two threads at once. */
+KVT_API kvt_status kvt_seq_create(kvt_seq **out, uint64_t salt_hash, uint32_t page_size);
+KVT_API void       kvt_seq_destroy(kvt_seq *s);   /* NULL is ignored */
+KVT_API kvt_status kvt_seq_append(kvt_seq *s, const uint32_t *tokens, size_t n);
+/* Total tokens appended and the number of full blocks hashed so far. */
+KVT_API kvt_status kvt_seq_info(size_t *out_tokens, size_t *out_blocks, const kvt_seq *s);
+/* Copies the hashes of blocks [first, first + cap) that are complete into the arrays (either
+ * may be NULL to skip it); *out_n receives how many were copied (0 when first is at the
+ * end). */
+KVT_API kvt_status kvt_seq_hashes(size_t *out_n, uint64_t *out_block_hashes,
+                                  uint64_t *out_seq_hashes, const kvt_seq *s, size_t first,
+                                  size_t cap);
+
+/* ---------------------------------------------------------------------------------------
+ * Blocks (DESIGN section 2)
+ *
+ *  Empty --init--> Partial --append--> Ready --schedule--> Inflight
+ *                    ^  ^               |  unschedule         |
+ *                    |  +---------------+                     |
+ *                    +------- compute_done (not full) --------+
+ *  Inflight --compute_done (full)--> Complete --register--> Registered
+ *
+ * kvt_block_alloc hands out Empty blocks holding one reference, owned by the caller.
+ * Registered blocks are immutable and shared; kvt_match_prefix adds references to them.
+ * kvt_block_release drops one reference per handle: a mutable block returns to the free
+ * pool (its handle goes stale); a registered block with no references left moves to the
+ * tier's inactive pool, where it can still be matched until its slot is needed.
+ * Every call that does not fit a block's state fails with KVT_ERR_STATE and changes nothing.
+ * ------------------------------------------------------------------------------------ */
+
+typedef enum kvt_block_state {
+  KVT_BLOCK_EMPTY = 1,
+  KVT_BLOCK_PARTIAL = 2,
+  KVT_BLOCK_READY = 3,          /* ReadyForScheduling */
+  KVT_BLOCK_INFLIGHT = 4,
+  KVT_BLOCK_COMPLETE = 5,
+  KVT_BLOCK_REGISTERED = 6,     /* referenced by at least one holder */
+  KVT_BLOCK_INACTIVE = 7        /* registered, no references, evictable */
+} kvt_block_state;
+
+typedef struct kvt_block_info {
+  uint32_t struct_size;         /* set by the caller: sizeof(kvt_block_info) */
+  uint32_t state;               /* kvt_block_state */
+  uint32_t tier;                /* kvt_tier */
+  uint32_t refs;                /* references held */
+  uint32_t tokens;              /* tokens held (token path, before registration) */
+  uint32_t reserved;
+  uint64_t seq_hash;            /* registered blocks: the sequence hash */
+  uint64_t parent_hash;         /* registered blocks: the parent's, 0 for a first block */
+} kvt_block_info;
+
+/* Allocates n Empty blocks in one tier, all or none: free never-registered slots first, then
+ * evicting inactive blocks, least recently released first (each eviction emits
+ * BLOCK_REMOVED). KVT_ERR_NO_SPACE when the tier cannot supply n blocks, leaving it as it
+ * was. out: borrowed array of n handles; each block holds one reference for the caller. */
+KVT_API kvt_status kvt_block_alloc(kvt_block *out, size_t n, kvt_manager *m, kvt_tier tier);
+
+/* Drops one reference per handle (a handle may appear several times if it holds several
+ * references). All or nothing: one invalid handle, or a block without references, fails
+ * the whole call. Give a request's blocks in sequence order: within one call, the blocks
+ * later in the array are evicted first, so that shared prefixes survive longest.
+ * blocks: borrowed; may mix tiers. */
+KVT_API kvt_status kvt_block_release(kvt_manager *m, const kvt_block *blocks, size_t n);
+
+/* Takes one more reference on a registered block (active or inactive). The caller owns it
+ * and drops it with kvt_block_release. KVT_ERR_STATE for a mutable block. */
+KVT_API kvt_status kvt_block_retain(kvt_manager *m, kvt_block b);
+
+/* Snapshot of one block. out->struct_size must be set by the caller. */
+KVT_API kvt_status kvt_block_info_get(kvt_block_info *out, kvt_manager *m, kvt_block b);
+
+/* The bytes of a block in host-visible memory: G2, and G1 when it is library-owned host
+ * memory or an engine layout in host memory whose chunks are contiguous. *out_len is the
+ * block size (the pointer is NULL when it is 0). The memory belongs to the tier: it stays
+ * valid while the caller holds a reference to the block. KVT_ERR_UNSUPPORTED for G3 (on
+ * disk), CUDA memory, and non-contiguous engine layouts (use kvt_block_chunk);
+ * KVT_ERR_STATE for a block without references. */
+KVT_API kvt_status kvt_block_data(void **out_ptr, size_t *out_len, kvt_manager *m,
+                                  kvt_block b);
+
+/* The address of chunk (layer, outer) of a block, in whatever memory holds its tier (a
+ * device pointer for CUDA memory), chunk_bytes long. Valid like kvt_block_data's pointer.
+ * KVT_ERR_UNSUPPORTED for G3. */
+KVT_API kvt_status kvt_block_chunk(void **out_ptr, kvt_manager *m, kvt_block b,
+                                   uint32_t layer, uint32_t outer);
+
+/* --- token path: kvtier computes the hash --- */
+
+/* Empty -> Partial. parent_seq_hash is the sequence hash of the block before this one in
+ * its sequence, 0 for a first block; salt_hash as from kvt_hash_salt. */
+KVT_API kvt_status kvt_block_init(kvt_manager *m, kvt_block b, uint64_t salt_hash,
+                                  uint64_t parent_seq_hash);
+/* Partial or Ready -> Ready: stages n >= 1 tokens. More tokens than the block has room for
+ * is KVT_ERR_INVALID_ARGUMENT. tokens: borrowed. */
+KVT_API kvt_status kvt_block_append(kvt_manager *m, kvt_block b, const uint32_t *tokens,
+                                    size_t n);
+KVT_API kvt_status kvt_block_schedule(kvt_manager *m, kvt_block b);     /* Ready -> Inflight */
+KVT_API kvt_status kvt_block_unschedule(kvt_manager *m, kvt_block b);   /* Ready -> Partial,
+                                                                           tokens kept */
+/* Inflight -> Complete when the block holds page_size tokens, else back to Partial. */
+KVT_API kvt_status kvt_block_compute_done(kvt_manager *m, kvt_block b);
+/* Complete -> Registered under the chained hash of its tokens; deduplicates like
+ * kvt_block_register_hash, and *out is the registered block. */
+KVT_API kvt_status kvt_block_register(kvt_block *out, kvt_manager *m, kvt_block b);
+
+/* --- hash path: the engine computed the hash --- */
+
+/* Registers a filled mutable block (Empty or Complete) under seq_hash; parent_seq_hash is 0
+ * for a first block. Emits BLOCK_STORED. If seq_hash is already registered in that tier, the
+ * registration deduplicates: *out is the existing block with one more reference, b is
+ * released to the free pool (its handle goes stale) and no event is emitted.
+ * Otherwise *out is b itself. Either way the caller owns one reference through *out. */
+KVT_API kvt_status kvt_block_register_hash(kvt_block *out, kvt_manager *m, kvt_block b,
+                                           uint64_t seq_hash, uint64_t parent_seq_hash);
+
+/* Longest prefix of seq_hashes[0..n) registered in the tier. *out_n receives its length and
+ * out_blocks[0..*out_n) its blocks, each pinned with one more reference that the caller owns
+ * and releases with kvt_block_release. out_blocks: borrowed, room for n handles. */
+KVT_API kvt_status kvt_match_prefix(size_t *out_n, kvt_block *out_blocks, kvt_manager *m,
+                                    kvt_tier tier, const uint64_t *seq_hashes, size_t n);
+
+/* ---------------------------------------------------------------------------------------
+ * Events (DESIGN section 8)
+ * ------------------------------------------------------------------------------------ */
+
+typedef enum kvt_event_type {
+  KVT_EVENT_XFER_DONE = 1, KVT_EVENT_BLOCK_STORED = 2, KVT_EVENT_BLOCK_REMOVED = 3,
+  KVT_EVENT_EVENTS_DROPPED = 4
+} kvt_event_type;
+
+typedef struct kvt_event {
+  uint32_t   type;              /* kvt_event_type */
+  kvt_status status;            /* XFER_DONE: KVT_OK, KVT_ERR_CANCELLED or the failure */
+  uint32_t   tier;              /* BLOCK_*: the tier; XFER_DONE: the destination tier */
+  uint32_t   reserved;
+  kvt_xfer  *xfer;              /* XFER_DONE: the transfer */
+  uint64_t   user_data;         /* XFER_DONE: as given at enqueue */
+  uint64_t   hash;              /* BLOCK_*: the sequence hash */
+  uint64_t   parent_hash;       /* BLOCK_STORED: the parent's sequence hash, 0 for a first block */
+  uint64_t   count;             /* XFER_DONE: blocks moved; EVENTS_DROPPED: events lost */
+} kvt_event;
+
+/* Moves up to max pending events, oldest first, into out (borrowed, room for max) and
+ * returns how many. When BLOCK_* events were dropped because the queue was full, the next
+ * poll begins with one EVENTS_DROPPED event whose count says how many were lost.
+ * Returns 0 for a NULL manager, or NULL out with max > 0 (and sets kvt_last_error). */
+KVT_API size_t kvt_poll(kvt_manager *m, kvt_event *out, size_t max);
+
+/* A file descriptor that is readable while events are pending, for epoll, select, asyncio
+ * or Go's poller. Owned by the manager: do not close it, do not read it. -1 for NULL. */
+KVT_API int kvt_event_fd(kvt_manager *m);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* KVTIER_H */

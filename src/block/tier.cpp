@@ -1,0 +1,460 @@
+#include "block/tier.hpp"
+
+#include <cstdlib>
+#include <cstring>
+#include <new>
+
+#include "common/error.hpp"
+
+namespace kvt {
+
+struct Tier::TokenBuf {
+  uint64_t salt_hash, parent;
+  uint32_t count = 0;
+  std::unique_ptr<uint32_t[]> tokens;
+};
+
+namespace {
+const char *state_name(State s) {
+  switch (s) {
+    case State::Free: return "free";
+    case State::Empty: return "Empty";
+    case State::Partial: return "Partial";
+    case State::Ready: return "ReadyForScheduling";
+    case State::Inflight: return "Inflight";
+    case State::Complete: return "Complete";
+    case State::Registered: return "Registered";
+    case State::Inactive: return "Inactive";
+  }
+  return "?";
+}
+bool is_mutable(State s) { return s >= State::Empty && s <= State::Complete; }
+bool is_registered(State s) { return s == State::Registered || s == State::Inactive; }
+unsigned long long ull(uint64_t v) { return v; }
+}  // namespace
+
+Tier::Tier(kvt_tier id, uint32_t tag, uint64_t capacity, uint32_t page_size)
+    : id_(id), tag_(tag), capacity_(capacity), page_size_(page_size),
+      slots_(static_cast<Slot *>(std::calloc(capacity, sizeof(Slot))), std::free),
+      n_free_(capacity) {
+  if (!slots_) throw std::bad_alloc();
+  // Sized once so that registering never rehashes on the hot path.
+  registry_.reserve(capacity);
+}
+
+Tier::~Tier() = default;
+
+kvt_block Tier::handle_of(uint32_t s) const noexcept {
+  return handle::make(tag_, id_, s, slots_[s].gen);
+}
+
+kvt_status Tier::resolve(kvt_block b, uint32_t *out) const noexcept {
+  uint32_t s = handle::slot(b);
+  if (handle::tag(b) != tag_)
+    return fail(KVT_ERR_INVALID_HANDLE, "block handle 0x%llx belongs to no block of this manager",
+                ull(b));
+  if (s >= high_water_ || slots_[s].gen != handle::gen(b) ||
+      State(slots_[s].state) == State::Free)
+    return fail(KVT_ERR_INVALID_HANDLE,
+                "block handle 0x%llx is stale or forged: its block was released, evicted or "
+                "never allocated",
+                ull(b));
+  *out = s;
+  return KVT_OK;
+}
+
+kvt_status Tier::expect(kvt_block b, uint32_t *out, State want, const char *op) const noexcept {
+  if (kvt_status st = resolve(b, out); st != KVT_OK) return st;
+  State have = State(slots_[*out].state);
+  if (have != want)
+    return fail(KVT_ERR_STATE, "%s needs a block in state %s; block 0x%llx is %s", op,
+                state_name(want), ull(b), state_name(have));
+  return KVT_OK;
+}
+
+// ---- free list and inactive LRU ----
+
+uint32_t Tier::take_free_slot() noexcept {
+  uint32_t s = free_head_;
+  if (s != kNil) {
+    free_head_ = slots_[s].next;
+  } else {
+    s = high_water_++;
+  }
+  --n_free_;
+  return s;
+}
+
+void Tier::free_slot(uint32_t s) noexcept {
+  Slot &sl = slots_[s];
+  if (State(sl.state) != State::Empty) tokens_.erase(s);
+  sl.state = uint32_t(State::Free);
+  sl.refs = 0;
+  sl.gen = sl.gen + 1;  // every old handle to this slot goes stale
+  sl.next = free_head_;
+  free_head_ = s;
+  ++n_free_;
+  --n_active_;
+}
+
+void Tier::lru_push_back(uint32_t s) noexcept {
+  Slot &sl = slots_[s];
+  sl.prev = lru_tail_;
+  sl.next = kNil;
+  if (lru_tail_ != kNil) slots_[lru_tail_].next = s; else lru_head_ = s;
+  lru_tail_ = s;
+}
+
+void Tier::lru_unlink(uint32_t s) noexcept {
+  Slot &sl = slots_[s];
+  if (sl.prev != kNil) slots_[sl.prev].next = sl.next; else lru_head_ = sl.next;
+  if (sl.next != kNil) slots_[sl.next].prev = sl.prev; else lru_tail_ = sl.prev;
+}
+
+uint32_t Tier::evict_one() noexcept {
+  uint32_t s = lru_head_;
+  Slot &sl = slots_[s];
+  lru_unlink(s);
+  registry_.erase(sl.seq_hash);
+  if (events_) events_->push_block(KVT_EVENT_BLOCK_REMOVED, id_, sl.seq_hash, 0);
+  sl.gen = sl.gen + 1;
+  --n_inactive_;
+  ++evictions_;
+  return s;
+}
+
+void Tier::pin(uint32_t s) noexcept {
+  Slot &sl = slots_[s];
+  if (State(sl.state) == State::Inactive) {
+    lru_unlink(s);
+    sl.state = uint32_t(State::Registered);
+    --n_inactive_;
+    ++n_active_;
+  }
+  ++sl.refs;
+}
+
+// ---- allocation, references, registry ----
+
+kvt_status Tier::alloc(kvt_block *out, size_t n) {
+  std::lock_guard lock(mu_);
+  if (n > n_free_ + n_inactive_)
+    return fail(KVT_ERR_NO_SPACE,
+                "G%d cannot supply %zu blocks: %llu free and %llu evictable of %llu (%llu in use)",
+                int(id_), n, ull(n_free_), ull(n_inactive_), ull(capacity_), ull(n_active_));
+  for (size_t i = 0; i < n; ++i) {
+    uint32_t s = n_free_ > 0 ? take_free_slot() : evict_one();
+    Slot &sl = slots_[s];
+    sl.state = uint32_t(State::Empty);
+    sl.refs = 1;
+    sl.seq_hash = sl.parent_hash = 0;
+    ++n_active_;
+    out[i] = handle_of(s);
+  }
+  allocs_ += n;
+  return KVT_OK;
+}
+
+kvt_status Tier::retain(kvt_block b) {
+  std::lock_guard lock(mu_);
+  uint32_t s = 0;
+  if (kvt_status st = resolve(b, &s); st != KVT_OK) return st;
+  if (!is_registered(State(slots_[s].state)))
+    return fail(KVT_ERR_STATE, "retain needs a registered block; block 0x%llx is %s", ull(b),
+                state_name(State(slots_[s].state)));
+  pin(s);
+  return KVT_OK;
+}
+
+kvt_status Tier::take_ref_locked(kvt_block b) {
+  uint32_t s = 0;
+  if (kvt_status st = resolve(b, &s); st != KVT_OK) return st;
+  if (slots_[s].refs == 0)
+    return fail(KVT_ERR_STATE, "block 0x%llx holds no reference to release (it is %s)",
+                ull(b), state_name(State(slots_[s].state)));
+  --slots_[s].refs;
+  return KVT_OK;
+}
+
+void Tier::undo_take_ref_locked(kvt_block b) { ++slots_[handle::slot(b)].refs; }
+
+void Tier::settle_locked(kvt_block b) {
+  uint32_t s = handle::slot(b);
+  Slot &sl = slots_[s];
+  // A handle listed twice is settled once: by then its slot is Free or Inactive.
+  if (sl.refs != 0 || sl.gen != handle::gen(b)) return;
+  State st = State(sl.state);
+  if (is_mutable(st)) {
+    free_slot(s);
+  } else if (st == State::Registered) {
+    sl.state = uint32_t(State::Inactive);
+    lru_push_back(s);
+    --n_active_;
+    ++n_inactive_;
+  }
+}
+
+kvt_status Tier::commit_registration(kvt_block *out, uint32_t s, uint64_t seq,
+                                     uint64_t parent) {
+  auto [it, inserted] = registry_.try_emplace(seq, s);
+  if (!inserted) {
+    // Dedup (seed 002 box_block): the caller gets the existing block, theirs is freed.
+    uint32_t existing = it->second;
+    pin(existing);
+    free_slot(s);
+    ++dedups_;
+    *out = handle_of(existing);
+    return KVT_OK;
+  }
+  Slot &sl = slots_[s];
+  tokens_.erase(s);
+  sl.state = uint32_t(State::Registered);
+  sl.seq_hash = seq;
+  sl.parent_hash = parent;
+  ++registrations_;
+  if (events_) events_->push_block(KVT_EVENT_BLOCK_STORED, id_, seq, parent);
+  *out = handle_of(s);
+  return KVT_OK;
+}
+
+kvt_status Tier::register_hash(kvt_block *out, kvt_block b, uint64_t seq, uint64_t parent) {
+  std::lock_guard lock(mu_);
+  uint32_t s = 0;
+  if (kvt_status st = resolve(b, &s); st != KVT_OK) return st;
+  State have = State(slots_[s].state);
+  if (have != State::Empty && have != State::Complete)
+    return fail(KVT_ERR_STATE,
+                "register_hash needs a filled mutable block (Empty or Complete); block 0x%llx "
+                "is %s",
+                ull(b), state_name(have));
+  return commit_registration(out, s, seq, parent);
+}
+
+kvt_status Tier::match(size_t *out_n, kvt_block *out, const uint64_t *hashes, size_t n) {
+  std::lock_guard lock(mu_);
+  size_t i = 0;
+  for (; i < n; ++i) {
+    auto it = registry_.find(hashes[i]);
+    if (it == registry_.end()) break;
+    pin(it->second);
+    out[i] = handle_of(it->second);
+  }
+  match_queried_ += n;
+  match_hit_ += i;
+  *out_n = i;
+  return KVT_OK;
+}
+
+kvt_status Tier::info(kvt_block_info *out, kvt_block b) {
+  std::lock_guard lock(mu_);
+  uint32_t s = 0;
+  if (kvt_status st = resolve(b, &s); st != KVT_OK) return st;
+  const Slot &sl = slots_[s];
+  kvt_block_info r{};
+  r.struct_size = sizeof r;
+  r.state = sl.state;
+  r.tier = id_;
+  r.refs = sl.refs;
+  if (auto it = tokens_.find(s); it != tokens_.end()) r.tokens = it->second->count;
+  if (is_registered(State(sl.state))) {
+    r.tokens = page_size_;
+    r.seq_hash = sl.seq_hash;
+    r.parent_hash = sl.parent_hash;
+  }
+  *out = r;
+  return KVT_OK;
+}
+
+kvt_status Tier::data(void **out_ptr, kvt_block b) {
+  std::lock_guard lock(mu_);
+  uint32_t s = 0;
+  if (kvt_status st = resolve(b, &s); st != KVT_OK) return st;
+  if (slots_[s].refs == 0)
+    return fail(KVT_ERR_STATE, "block 0x%llx holds no reference: match or retain it first",
+                ull(b));
+  if (!memory_.has_bytes())
+    return fail(KVT_ERR_UNSUPPORTED, "G%d blocks are not in memory (G3 lives on disk)",
+                int(id_));
+  if (!memory_.host_visible())
+    return fail(KVT_ERR_UNSUPPORTED, "G%d is in CUDA device memory, not host-visible",
+                int(id_));
+  void *p = memory_.block(s);
+  if (p == nullptr && memory_.chunk(s, 0, 0) != nullptr)
+    return fail(KVT_ERR_UNSUPPORTED,
+                "the engine's G1 layout scatters a block's chunks: use kvt_block_chunk");
+  *out_ptr = p;
+  return KVT_OK;
+}
+
+kvt_status Tier::chunk(void **out_ptr, kvt_block b, uint32_t layer, uint32_t outer) {
+  std::lock_guard lock(mu_);
+  uint32_t s = 0;
+  if (kvt_status st = resolve(b, &s); st != KVT_OK) return st;
+  if (slots_[s].refs == 0)
+    return fail(KVT_ERR_STATE, "block 0x%llx holds no reference: match or retain it first",
+                ull(b));
+  if (!memory_.has_bytes())
+    return fail(KVT_ERR_UNSUPPORTED, "G%d blocks are not in memory (G3 lives on disk)",
+                int(id_));
+  *out_ptr = memory_.chunk(s, layer, outer);
+  return KVT_OK;
+}
+
+// ---- token path ----
+
+kvt_status Tier::init(kvt_block b, uint64_t salt_hash, uint64_t parent) {
+  std::lock_guard lock(mu_);
+  uint32_t s = 0;
+  if (kvt_status st = expect(b, &s, State::Empty, "init"); st != KVT_OK) return st;
+  auto buf = std::make_unique<TokenBuf>();
+  buf->salt_hash = salt_hash;
+  buf->parent = parent;
+  buf->tokens = std::make_unique<uint32_t[]>(page_size_);
+  tokens_[s] = std::move(buf);
+  slots_[s].state = uint32_t(State::Partial);
+  return KVT_OK;
+}
+
+kvt_status Tier::append(kvt_block b, const uint32_t *tokens, size_t n) {
+  std::lock_guard lock(mu_);
+  uint32_t s = 0;
+  if (kvt_status st = resolve(b, &s); st != KVT_OK) return st;
+  State have = State(slots_[s].state);
+  if (have != State::Partial && have != State::Ready)
+    return fail(KVT_ERR_STATE,
+                "append needs a block in state Partial or ReadyForScheduling; block 0x%llx is %s",
+                ull(b), state_name(have));
+  TokenBuf &buf = *tokens_.at(s);
+  if (n == 0 || n > page_size_ - buf.count)
+    return fail(KVT_ERR_INVALID_ARGUMENT,
+                "append of %zu tokens: the block holds %u of %u and takes 1 to %u more", n,
+                buf.count, page_size_, page_size_ - buf.count);
+  std::memcpy(buf.tokens.get() + buf.count, tokens, n * sizeof(uint32_t));
+  buf.count += uint32_t(n);
+  slots_[s].state = uint32_t(State::Ready);
+  return KVT_OK;
+}
+
+kvt_status Tier::schedule(kvt_block b) {
+  std::lock_guard lock(mu_);
+  uint32_t s = 0;
+  if (kvt_status st = expect(b, &s, State::Ready, "schedule"); st != KVT_OK) return st;
+  slots_[s].state = uint32_t(State::Inflight);
+  return KVT_OK;
+}
+
+kvt_status Tier::unschedule(kvt_block b) {
+  std::lock_guard lock(mu_);
+  uint32_t s = 0;
+  if (kvt_status st = expect(b, &s, State::Ready, "unschedule"); st != KVT_OK) return st;
+  slots_[s].state = uint32_t(State::Partial);
+  return KVT_OK;
+}
+
+kvt_status Tier::compute_done(kvt_block b) {
+  std::lock_guard lock(mu_);
+  uint32_t s = 0;
+  if (kvt_status st = expect(b, &s, State::Inflight, "compute_done"); st != KVT_OK) return st;
+  bool full = tokens_.at(s)->count == page_size_;
+  slots_[s].state = uint32_t(full ? State::Complete : State::Partial);
+  return KVT_OK;
+}
+
+kvt_status Tier::register_tokens(kvt_block *out, kvt_block b) {
+  std::lock_guard lock(mu_);
+  uint32_t s = 0;
+  if (kvt_status st = expect(b, &s, State::Complete, "register"); st != KVT_OK) return st;
+  auto it = tokens_.find(s);
+  if (it == tokens_.end())
+    return fail(KVT_ERR_STATE,
+                "block 0x%llx was filled without tokens: register it with "
+                "kvt_block_register_hash",
+                ull(b));
+  const TokenBuf &buf = *it->second;
+  ChainHasher h(buf.salt_hash);
+  uint64_t block_hash = h.block(buf.tokens.get(), page_size_);
+  uint64_t seq = buf.parent == 0 ? block_hash : h.chain(buf.parent, block_hash);
+  return commit_registration(out, s, seq, buf.parent);
+}
+
+// ---- introspection ----
+
+void Tier::stats(kvt_tier_stats *out) {
+  std::lock_guard lock(mu_);
+  out->memory = memory_.has_bytes() ? memory_.kind() : 0;
+  out->capacity = capacity_;
+  out->free = n_free_;
+  out->active = n_active_;
+  out->inactive = n_inactive_;
+  out->registered = registry_.size();
+  out->metadata_bytes =
+      capacity_ * sizeof(Slot) +
+      registry_.capacity() * (sizeof(std::pair<const uint64_t, uint32_t>) + 1) +
+      tokens_.size() * (sizeof(TokenBuf) + page_size_ * sizeof(uint32_t));
+  out->allocs = allocs_;
+  out->evictions = evictions_;
+  out->registrations = registrations_;
+  out->dedups = dedups_;
+  out->match_queried = match_queried_;
+  out->match_hit = match_hit_;
+}
+
+kvt_status Tier::check() {
+  std::lock_guard lock(mu_);
+  auto bad = [&](const char *what, uint64_t a, uint64_t b) {
+    return fail(KVT_ERR_INTERNAL, "G%d invariant violated: %s (%llu vs %llu)", int(id_), what,
+                ull(a), ull(b));
+  };
+  if (n_free_ + n_active_ + n_inactive_ != capacity_)
+    return bad("free + active + inactive != capacity", n_free_ + n_active_ + n_inactive_,
+               capacity_);
+  uint64_t free = capacity_ - high_water_, active = 0, inactive = 0, registered = 0;
+  for (uint32_t s = 0; s < high_water_; ++s) {
+    const Slot &sl = slots_[s];
+    State st = State(sl.state);
+    if (st == State::Free) {
+      ++free;
+      if (sl.refs != 0) return bad("free slot with references", s, sl.refs);
+      continue;
+    }
+    if (st == State::Inactive) {
+      ++inactive;
+      if (sl.refs != 0) return bad("inactive slot with references", s, sl.refs);
+    } else {
+      ++active;
+      if (sl.refs == 0) return bad("active slot without references", s, 0);
+      if (is_mutable(st) && sl.refs != 1) return bad("mutable slot shared", s, sl.refs);
+    }
+    if (is_registered(st)) {
+      ++registered;
+      auto it = registry_.find(sl.seq_hash);
+      if (it == registry_.end() || it->second != s)
+        return bad("registered slot missing from the registry", s, sl.seq_hash);
+    }
+    if (st == State::Partial || st == State::Ready || st == State::Inflight) {
+      if (!tokens_.contains(s)) return bad("token-path slot without tokens", s, 0);
+    }
+  }
+  if (free != n_free_) return bad("free count", free, n_free_);
+  if (active != n_active_) return bad("active count", active, n_active_);
+  if (inactive != n_inactive_) return bad("inactive count", inactive, n_inactive_);
+  if (registered != registry_.size()) return bad("registry size", registered, registry_.size());
+  uint64_t walked = 0;
+  for (uint32_t s = lru_head_, prev = kNil; s != kNil; prev = s, s = slots_[s].next) {
+    if (State(slots_[s].state) != State::Inactive || slots_[s].prev != prev)
+      return bad("inactive list links a non-inactive slot", s, slots_[s].state);
+    if (++walked > n_inactive_) return bad("inactive list longer than its count", walked,
+                                           n_inactive_);
+  }
+  if (walked != n_inactive_) return bad("inactive list length", walked, n_inactive_);
+  walked = 0;
+  for (uint32_t s = free_head_; s != kNil; s = slots_[s].next) {
+    if (State(slots_[s].state) != State::Free) return bad("free list links a used slot", s, 0);
+    if (++walked > n_free_) return bad("free list longer than its count", walked, n_free_);
+  }
+  if (walked + (capacity_ - high_water_) != n_free_)
+    return bad("free list length", walked + (capacity_ - high_water_), n_free_);
+  return KVT_OK;
+}
+
+}  // namespace kvt

@@ -1,0 +1,118 @@
+// One tier's block pool: slots and their states, the registry from sequence hash to slot,
+// the free list and the inactive (evictable) LRU list. Every public method takes the tier's
+// lock unless its name ends in _locked, in which case the caller holds lock().
+#pragma once
+
+#include <absl/container/flat_hash_map.h>
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+
+#include "block/handle.hpp"
+#include "event/event_queue.hpp"
+#include "hash/chain_hash.hpp"
+#include "kvtier.h"
+#include "memory/tier_memory.hpp"
+
+namespace kvt {
+
+// kvt_block_state values, plus Free for slots that hold nothing.
+enum class State : uint8_t {
+  Free = 0,
+  Empty = KVT_BLOCK_EMPTY,
+  Partial = KVT_BLOCK_PARTIAL,
+  Ready = KVT_BLOCK_READY,
+  Inflight = KVT_BLOCK_INFLIGHT,
+  Complete = KVT_BLOCK_COMPLETE,
+  Registered = KVT_BLOCK_REGISTERED,
+  Inactive = KVT_BLOCK_INACTIVE,
+};
+
+// 32 bytes of metadata per block. Zero bytes are a valid Free slot, so the array can come
+// from calloc and cost nothing until touched.
+struct Slot {
+  uint64_t seq_hash;
+  uint64_t parent_hash;
+  uint32_t refs;
+  uint32_t gen : handle::kGenBits;
+  uint32_t state : 4;
+  uint32_t prev;  // inactive list links; `next` also links the free list
+  uint32_t next;
+};
+static_assert(sizeof(Slot) == 32);
+
+class Tier {
+ public:
+  Tier(kvt_tier id, uint32_t tag, uint64_t capacity, uint32_t page_size);
+  ~Tier();
+  Tier(const Tier &) = delete;
+  Tier &operator=(const Tier &) = delete;
+
+  kvt_tier id() const noexcept { return id_; }
+  TierMemory &memory() noexcept { return memory_; }
+  void set_events(EventQueue *ev) noexcept { events_ = ev; }
+
+  kvt_status alloc(kvt_block *out, size_t n);
+  kvt_status retain(kvt_block b);
+  kvt_status register_hash(kvt_block *out, kvt_block b, uint64_t seq_hash, uint64_t parent);
+  kvt_status match(size_t *out_n, kvt_block *out, const uint64_t *hashes, size_t n);
+  kvt_status info(kvt_block_info *out, kvt_block b);
+  // Host-visible address checks for kvt_block_data / kvt_block_chunk.
+  kvt_status data(void **out_ptr, kvt_block b);
+  kvt_status chunk(void **out_ptr, kvt_block b, uint32_t layer, uint32_t outer);
+
+  // Token path.
+  kvt_status init(kvt_block b, uint64_t salt_hash, uint64_t parent);
+  kvt_status append(kvt_block b, const uint32_t *tokens, size_t n);
+  kvt_status schedule(kvt_block b);
+  kvt_status unschedule(kvt_block b);
+  kvt_status compute_done(kvt_block b);
+  kvt_status register_tokens(kvt_block *out, kvt_block b);
+
+  // Release is done by the manager across tiers, in two phases under every involved lock:
+  // take one reference per handle (undoable), then settle the blocks left without any.
+  std::mutex &lock() noexcept { return mu_; }
+  kvt_status take_ref_locked(kvt_block b);
+  void undo_take_ref_locked(kvt_block b);
+  void settle_locked(kvt_block b);
+
+  void stats(kvt_tier_stats *out);
+  kvt_status check();
+
+ private:
+  static constexpr uint32_t kNil = UINT32_MAX;
+  struct TokenBuf;  // token-path state of one mutable block
+
+  kvt_block handle_of(uint32_t slot) const noexcept;
+  // Validates a handle; on success *out is its slot index.
+  kvt_status resolve(kvt_block b, uint32_t *out) const noexcept;
+  kvt_status expect(kvt_block b, uint32_t *out, State want, const char *op) const noexcept;
+  uint32_t take_free_slot() noexcept;
+  uint32_t evict_one() noexcept;
+  void free_slot(uint32_t s) noexcept;        // mutable block back to the free list
+  void lru_push_back(uint32_t s) noexcept;
+  void lru_unlink(uint32_t s) noexcept;
+  void pin(uint32_t s) noexcept;               // one more reference on a registered block
+  kvt_status commit_registration(kvt_block *out, uint32_t s, uint64_t seq, uint64_t parent);
+
+  const kvt_tier id_;
+  const uint32_t tag_;
+  const uint64_t capacity_;
+  const uint32_t page_size_;
+  EventQueue *events_ = nullptr;
+  TierMemory memory_;
+
+  std::mutex mu_;
+  std::unique_ptr<Slot[], void (*)(void *)> slots_;
+  absl::flat_hash_map<uint64_t, uint32_t> registry_;
+  absl::flat_hash_map<uint32_t, std::unique_ptr<TokenBuf>> tokens_;
+  uint32_t high_water_ = 0;  // slots at or above it have never been used
+  uint32_t free_head_ = kNil;
+  uint32_t lru_head_ = kNil, lru_tail_ = kNil;  // head: evicted first
+  uint64_t n_free_, n_active_ = 0, n_inactive_ = 0;
+  uint64_t allocs_ = 0, evictions_ = 0, registrations_ = 0, dedups_ = 0;
+  uint64_t match_queried_ = 0, match_hit_ = 0;
+};
+
+}  // namespace kvt

@@ -1,0 +1,123 @@
+#include "manager/manager.hpp"
+
+#include <atomic>
+#include <mutex>
+
+#include "common/error.hpp"
+#include "manager/config.hpp"
+#include "memory/cuda.hpp"
+
+namespace kvt {
+
+namespace {
+// Distinct tags for live managers, so that one manager's handles are foreign to another.
+uint32_t next_tag() {
+  static std::atomic<uint32_t> counter{0x2a5};
+  uint32_t t;
+  do t = counter.fetch_add(0x9e5, std::memory_order_relaxed) & handle::kTagMask; while (t == 0);
+  return t;
+}
+
+kvt_status init_g1(TierMemory &mem, const kvt_manager_config &c, const Geometry &g) {
+  if (const kvt_g1_layout *l = c.g1_layout) {
+    if (l->memory == KVT_MEMORY_CUDA && !cuda::device_present(l->cuda_device))
+      return fail(KVT_ERR_UNSUPPORTED,
+                  "g1_layout is CUDA memory on device %d, but this kvtier %s", l->cuda_device,
+                  cuda::device_present(0) ? "sees no such device" : "has no CUDA device");
+    mem.init_engine(g, *l);
+    return KVT_OK;
+  }
+  bool device = cuda::device_present(c.cuda_device);
+  if (c.g1_memory == KVT_MEMORY_CUDA && !device)
+    return fail(KVT_ERR_UNSUPPORTED,
+                "g1_memory is KVT_MEMORY_CUDA but CUDA device %d is not available to kvtier",
+                c.cuda_device);
+  if (c.g1_memory == KVT_MEMORY_HOST || !device) return mem.init_host(c.g1_blocks, g, false);
+  return mem.init_cuda(c.g1_blocks, g, c.cuda_device);
+}
+}  // namespace
+
+kvt_status Manager::create(std::unique_ptr<Manager> *out, const kvt_manager_config &c) {
+  if (kvt_status s = config_validate(c); s != KVT_OK) return s;
+  std::unique_ptr<Manager> m(new Manager());
+  m->page_size_ = c.page_size;
+  m->geo_ = Geometry{c.num_layers, c.num_outer, c.chunk_bytes};
+  m->tag_ = next_tag();
+  m->events_ = std::make_unique<EventQueue>(c.event_capacity);
+  const uint64_t caps[4] = {0, c.g1_blocks, c.g2_blocks, c.g3_blocks};
+  for (int t = KVT_TIER_G1; t <= KVT_TIER_G3; ++t) {
+    if (caps[t] == 0) continue;
+    auto tier = std::make_unique<Tier>(kvt_tier(t), m->tag_, caps[t], c.page_size);
+    tier->set_events(m->events_.get());
+    kvt_status s = KVT_OK;
+    if (t == KVT_TIER_G1) {
+      s = init_g1(tier->memory(), c, m->geo_);
+    } else if (t == KVT_TIER_G2) {
+      // Pinned when a GPU will copy to and from it.
+      s = tier->memory().init_host(caps[t], m->geo_, cuda::device_present(c.cuda_device));
+    }
+    if (s != KVT_OK) return s;
+    m->tiers_[t] = std::move(tier);
+  }
+  *out = std::move(m);
+  return KVT_OK;
+}
+
+Tier *Manager::tier(int t) noexcept {
+  if (t < KVT_TIER_G1 || t > KVT_TIER_G3) {
+    fail(KVT_ERR_INVALID_ARGUMENT, "tier %d is not a tier: KVT_TIER_G1 (1), G2 (2) or G3 (3)", t);
+    return nullptr;
+  }
+  if (!tiers_[t]) {
+    fail(KVT_ERR_INVALID_ARGUMENT, "tier G%d is absent: its capacity is 0 in the config", t);
+    return nullptr;
+  }
+  return tiers_[t].get();
+}
+
+Tier *Manager::tier_of(kvt_block b) noexcept {
+  if (b == 0) {
+    fail(KVT_ERR_INVALID_HANDLE, "block handle 0 is never valid");
+    return nullptr;
+  }
+  unsigned t = handle::tier(b);
+  if (handle::tag(b) != tag_ || t < KVT_TIER_G1 || !tiers_[t]) {
+    fail(KVT_ERR_INVALID_HANDLE, "block handle 0x%llx belongs to no block of this manager",
+         (unsigned long long)b);
+    return nullptr;
+  }
+  return tiers_[t].get();
+}
+
+kvt_status Manager::release(const kvt_block *blocks, size_t n) {
+  // Take every involved tier's lock, in tier order, so that the call is all or nothing.
+  unsigned mask = 0;
+  for (size_t i = 0; i < n; ++i) {
+    Tier *t = tier_of(blocks[i]);
+    if (t == nullptr) return KVT_ERR_INVALID_HANDLE;
+    mask |= 1u << t->id();
+  }
+  std::unique_lock<std::mutex> locks[4];
+  for (int t = KVT_TIER_G1; t <= KVT_TIER_G3; ++t)
+    if (mask & (1u << t)) locks[t] = std::unique_lock(tiers_[t]->lock());
+
+  for (size_t i = 0; i < n; ++i) {
+    kvt_status s = tiers_[handle::tier(blocks[i])]->take_ref_locked(blocks[i]);
+    if (s != KVT_OK) {
+      while (i-- > 0) tiers_[handle::tier(blocks[i])]->undo_take_ref_locked(blocks[i]);
+      return s;
+    }
+  }
+  // Backwards: the later a block stands in the call, the sooner it is evicted.
+  for (size_t i = n; i-- > 0;) tiers_[handle::tier(blocks[i])]->settle_locked(blocks[i]);
+  return KVT_OK;
+}
+
+kvt_status Manager::check() {
+  for (auto &t : tiers_)
+    if (t)
+      if (kvt_status s = t->check(); s != KVT_OK) return s;
+  return KVT_OK;
+}
+
+}  // namespace kvt

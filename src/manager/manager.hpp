@@ -1,0 +1,42 @@
+// The manager: validated configuration, the tiers and the event queue.
+#pragma once
+
+#include <memory>
+
+#include "block/tier.hpp"
+#include "event/event_queue.hpp"
+#include "kvtier.h"
+#include "memory/tier_memory.hpp"
+
+namespace kvt {
+
+class Manager {
+ public:
+  // Validates cfg; on failure returns the status with the message set and *out untouched.
+  static kvt_status create(std::unique_ptr<Manager> *out, const kvt_manager_config &cfg);
+
+  // The tier a handle names, or nullptr with KVT_ERR_INVALID_HANDLE set.
+  Tier *tier_of(kvt_block b) noexcept;
+  // The tier by number, or nullptr with an error set (unknown or absent tier).
+  Tier *tier(int t) noexcept;
+  // The tier by number (1..3), or nullptr when absent; sets no error.
+  Tier *tier_if_present(int t) noexcept { return tiers_[t].get(); }
+
+  kvt_status release(const kvt_block *blocks, size_t n);
+  kvt_status check();
+  EventQueue &events() noexcept { return *events_; }
+  uint64_t block_bytes() const noexcept { return geo_.block_bytes(); }
+  uint32_t page_size() const noexcept { return page_size_; }
+  const Geometry &geometry() const noexcept { return geo_; }
+
+ private:
+  Manager() = default;
+
+  uint32_t page_size_ = 0;
+  Geometry geo_{};
+  uint32_t tag_ = 0;
+  std::unique_ptr<EventQueue> events_;
+  std::unique_ptr<Tier> tiers_[4];  // index by kvt_tier; null when the tier is absent
+};
+
+}  // namespace kvt

@@ -1,0 +1,48 @@
+#include <cuda_runtime_api.h>
+
+#include "common/error.hpp"
+#include "memory/cuda.hpp"
+
+namespace kvt::cuda {
+
+bool device_present(int device) noexcept {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) {
+    cudaGetLastError();  // clear the sticky "no driver" error for later callers
+    return false;
+  }
+  return device >= 0 && device < count;
+}
+
+kvt_status alloc(void **out, size_t bytes, int device) noexcept {
+  int prev = 0;
+  cudaGetDevice(&prev);
+  cudaError_t e = cudaSetDevice(device);
+  if (e == cudaSuccess) e = cudaMalloc(out, bytes);
+  cudaSetDevice(prev);
+  if (e == cudaErrorMemoryAllocation)
+    return fail(KVT_ERR_NO_MEMORY, "cudaMalloc of %zu bytes on device %d: %s", bytes, device,
+                cudaGetErrorString(e));
+  if (e != cudaSuccess)
+    return fail(KVT_ERR_CUDA, "cudaMalloc of %zu bytes on device %d: %s", bytes, device,
+                cudaGetErrorString(e));
+  return KVT_OK;
+}
+
+void free(void *p, int device) noexcept {
+  int prev = 0;
+  cudaGetDevice(&prev);
+  cudaSetDevice(device);
+  cudaFree(p);
+  cudaSetDevice(prev);
+}
+
+bool host_register(void *p, size_t bytes) noexcept {
+  if (cudaHostRegister(p, bytes, cudaHostRegisterPortable) == cudaSuccess) return true;
+  cudaGetLastError();
+  return false;
+}
+
+void host_unregister(void *p) noexcept { cudaHostUnregister(p); }
+
+}  // namespace kvt::cuda
