@@ -17,6 +17,9 @@
 #ifndef KVTIER_H
 #define KVTIER_H
 
+/* Only size_t from <stddef.h>: its max_align_t carries attributes that cffi's cdef cannot
+ * parse once bindings preprocess this header with `cc -E -P -DKVT_API=`. */
+#define __need_size_t
 #include <stddef.h>
 #include <stdint.h>
 

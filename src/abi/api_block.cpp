@@ -31,7 +31,7 @@ KVT_API kvt_status kvt_block_alloc(kvt_block *out, size_t n, kvt_manager *m, kvt
     if (!mgr) return st;
     if (n == 0) return fail(KVT_ERR_INVALID_ARGUMENT, "%s: n is 0", fn);
     if (kvt_status s = check_array(fn, "out", out, n); s != KVT_OK) return s;
-    Tier *t = mgr->tier(tier);
+    Tier *t = mgr->tier(tier_number(tier));
     return t ? t->alloc(out, n) : KVT_ERR_INVALID_ARGUMENT;
   });
 }
@@ -143,7 +143,7 @@ KVT_API kvt_status kvt_match_prefix(size_t *out_n, kvt_block *out_blocks, kvt_ma
     if (out_n == nullptr) return null_arg(fn, "out_n");
     if (kvt_status s = check_array(fn, "out_blocks", out_blocks, n); s != KVT_OK) return s;
     if (kvt_status s = check_array(fn, "seq_hashes", seq_hashes, n); s != KVT_OK) return s;
-    Tier *t = mgr->tier(tier);
+    Tier *t = mgr->tier(tier_number(tier));
     return t ? t->match(out_n, out_blocks, seq_hashes, n) : KVT_ERR_INVALID_ARGUMENT;
   });
 }

@@ -56,11 +56,12 @@ KVT_API kvt_status kvt_tier_stats_get(kvt_tier_stats *out, kvt_manager *m, kvt_t
     if (out->struct_size != sizeof(kvt_tier_stats))
       return fail(KVT_ERR_INVALID_ARGUMENT, "%s: out->struct_size is %u, expected %zu", fn,
                   out->struct_size, sizeof(kvt_tier_stats));
-    if (tier < KVT_TIER_G1 || tier > KVT_TIER_G3)
-      return fail(KVT_ERR_INVALID_ARGUMENT, "%s: tier %d is not a tier", fn, int(tier));
+    int tn = tier_number(tier);
+    if (tn < KVT_TIER_G1 || tn > KVT_TIER_G3)
+      return fail(KVT_ERR_INVALID_ARGUMENT, "%s: tier %d is not a tier", fn, tn);
     kvt_tier_stats r{};
     r.struct_size = sizeof r;
-    if (Tier *t = mgr->tier_if_present(tier)) {
+    if (Tier *t = mgr->tier_if_present(tn)) {
       t->stats(&r);
       r.block_bytes = mgr->block_bytes();
     }

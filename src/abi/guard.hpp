@@ -2,6 +2,7 @@
 // exception crosses the boundary, and checks its pointer arguments with the helpers below.
 #pragma once
 
+#include <cstring>
 #include <exception>
 #include <new>
 
@@ -35,6 +36,15 @@ kvt_status check_array(const char *fn, const char *name, const T *p, size_t n) n
   if (p == nullptr && n > 0)
     return fail(KVT_ERR_INVALID_ARGUMENT, "%s: %s is NULL but the count is %zu", fn, name, n);
   return KVT_OK;
+}
+
+// A kvt_tier from a C caller may hold any int; loading an out-of-range enum is undefined in
+// C++, so read its bytes instead.
+inline int tier_number(const kvt_tier &t) noexcept {
+  int n;
+  static_assert(sizeof n == sizeof t);
+  std::memcpy(&n, &t, sizeof n);
+  return n;
 }
 
 }  // namespace kvt::abi

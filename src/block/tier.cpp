@@ -224,7 +224,7 @@ kvt_status Tier::register_hash(kvt_block *out, kvt_block b, uint64_t seq, uint64
   State have = State(slots_[s].state);
   if (have != State::Empty && have != State::Complete)
     return fail(KVT_ERR_STATE,
-                "register_hash needs a filled mutable block (Empty or Complete); block 0x%llx "
+                "register_hash needs a filled block in state Empty or Complete; block 0x%llx "
                 "is %s",
                 ull(b), state_name(have));
   return commit_registration(out, s, seq, parent);

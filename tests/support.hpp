@@ -1,0 +1,113 @@
+// Shared test helpers: managers with RAII, status assertions that print kvt_last_error(),
+// and snapshots that prove a failed call changed nothing.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kvtier.h"
+
+#define EXPECT_KVT(expr, want)                                                           \
+  do {                                                                                   \
+    kvt_status s_ = (expr);                                                              \
+    EXPECT_EQ(s_, (want)) << #expr << " -> " << kvt_status_str(s_) << ": "               \
+                          << kvt_last_error();                                           \
+  } while (0)
+#define ASSERT_KVT_OK(expr)                                                              \
+  do {                                                                                   \
+    kvt_status s_ = (expr);                                                              \
+    ASSERT_EQ(s_, KVT_OK) << #expr << " -> " << kvt_status_str(s_) << ": "               \
+                          << kvt_last_error();                                           \
+  } while (0)
+
+namespace kvt_test {
+
+struct ManagerDeleter {
+  void operator()(kvt_manager *m) const { kvt_manager_destroy(m); }
+};
+using ManagerPtr = std::unique_ptr<kvt_manager, ManagerDeleter>;
+
+inline kvt_manager_config small_config(uint64_t g1 = 8, uint64_t g2 = 8, uint64_t g3 = 0) {
+  kvt_manager_config c;
+  kvt_manager_config_init(&c);
+  c.page_size = 4;
+  c.num_layers = 2;
+  c.num_outer = 2;
+  c.chunk_bytes = 64;
+  c.g1_blocks = g1;
+  c.g2_blocks = g2;
+  c.g3_blocks = g3;
+  c.g1_memory = KVT_MEMORY_HOST;
+  return c;
+}
+
+inline ManagerPtr make(const kvt_manager_config &c) {
+  kvt_manager *m = nullptr;
+  kvt_status s = kvt_manager_create(&m, &c);
+  EXPECT_EQ(s, KVT_OK) << kvt_last_error();
+  return ManagerPtr(m);
+}
+
+inline kvt_tier_stats stats(kvt_manager *m, kvt_tier t) {
+  kvt_tier_stats s{};
+  s.struct_size = sizeof s;
+  EXPECT_EQ(kvt_tier_stats_get(&s, m, t), KVT_OK) << kvt_last_error();
+  return s;
+}
+
+inline kvt_block_info info(kvt_manager *m, kvt_block b) {
+  kvt_block_info i{};
+  i.struct_size = sizeof i;
+  EXPECT_EQ(kvt_block_info_get(&i, m, b), KVT_OK) << kvt_last_error();
+  return i;
+}
+
+inline uint32_t state_of(kvt_manager *m, kvt_block b) { return info(m, b).state; }
+
+inline std::vector<kvt_block> alloc(kvt_manager *m, size_t n, kvt_tier t = KVT_TIER_G1) {
+  std::vector<kvt_block> v(n);
+  EXPECT_EQ(kvt_block_alloc(v.data(), n, m, t), KVT_OK) << kvt_last_error();
+  return v;
+}
+
+// Allocates and registers blocks under the given hashes, chaining parents; returns the
+// registered handles (each holding one reference).
+inline std::vector<kvt_block> store(kvt_manager *m, const std::vector<uint64_t> &hashes,
+                                    kvt_tier t = KVT_TIER_G1) {
+  std::vector<kvt_block> out;
+  auto blocks = alloc(m, hashes.size(), t);
+  uint64_t parent = 0;
+  for (size_t i = 0; i < hashes.size(); ++i) {
+    kvt_block r = 0;
+    EXPECT_EQ(kvt_block_register_hash(&r, m, blocks[i], hashes[i], parent), KVT_OK)
+        << kvt_last_error();
+    out.push_back(r);
+    parent = hashes[i];
+  }
+  return out;
+}
+
+inline std::vector<kvt_event> drain(kvt_manager *m) {
+  std::vector<kvt_event> all;
+  kvt_event buf[64];
+  for (size_t n; (n = kvt_poll(m, buf, 64)) > 0;) all.insert(all.end(), buf, buf + n);
+  return all;
+}
+
+// Everything observable about the tiers' occupancy, to prove a failing call changed nothing.
+struct Snapshot {
+  std::vector<uint64_t> v;
+  explicit Snapshot(kvt_manager *m) {
+    for (kvt_tier t : {KVT_TIER_G1, KVT_TIER_G2, KVT_TIER_G3}) {
+      kvt_tier_stats s = stats(m, t);
+      v.insert(v.end(), {s.free, s.active, s.inactive, s.registered, s.allocs, s.evictions,
+                         s.registrations, s.dedups});
+    }
+  }
+  bool operator==(const Snapshot &o) const { return v == o.v; }
+};
+
+}  // namespace kvt_test
