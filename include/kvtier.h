@@ -316,6 +316,15 @@ KVT_API kvt_status kvt_block_register(kvt_block *out, kvt_manager *m, kvt_block 
 KVT_API kvt_status kvt_block_register_hash(kvt_block *out, kvt_manager *m, kvt_block b,
                                            uint64_t seq_hash, uint64_t parent_seq_hash);
 
+/* Batch form for a chain of blocks of one tier: blocks[i] is registered under seq_hashes[i]
+ * with parent seq_hashes[i - 1], and blocks[0] with parent_seq_hash. out[i] receives what
+ * kvt_block_register_hash would give for blocks[i]. All or nothing: every block is checked
+ * before any is registered. out may be the blocks array itself. All arrays are borrowed. */
+KVT_API kvt_status kvt_block_register_hashes(kvt_block *out, kvt_manager *m,
+                                             const kvt_block *blocks,
+                                             const uint64_t *seq_hashes, size_t n,
+                                             uint64_t parent_seq_hash);
+
 /* Longest prefix of seq_hashes[0..n) registered in the tier. *out_n receives its length and
  * out_blocks[0..*out_n) its blocks, each pinned with one more reference that the caller owns
  * and releases with kvt_block_release. out_blocks: borrowed, room for n handles. */

@@ -99,3 +99,17 @@ TEST(Events, BadArgumentsGiveZeroAndAMessage) {
   EXPECT_EQ(kvt_poll(m.get(), nullptr, 0), 0u);
   EXPECT_EQ(kvt_event_fd(nullptr), -1);
 }
+
+TEST(Events, QueueGrowsToItsBoundInOrder) {
+  kvt_manager_config c = small_config(4096, 0);
+  c.event_capacity = 3000;  // beyond the queue's initial storage
+  auto m = make(c);
+  std::vector<uint64_t> hashes;
+  for (uint64_t i = 1; i <= 3500; ++i) hashes.push_back(i);
+  store(m.get(), hashes);
+  auto ev = drain(m.get());
+  ASSERT_EQ(ev.size(), 3001u);
+  EXPECT_EQ(ev[0].type, uint32_t(KVT_EVENT_EVENTS_DROPPED));
+  EXPECT_EQ(ev[0].count, 500u);
+  for (size_t i = 1; i < ev.size(); ++i) ASSERT_EQ(ev[i].hash, 500 + i) << i;
+}

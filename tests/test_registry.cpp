@@ -250,3 +250,59 @@ TEST(Tiers, EachTierHasItsOwnRegistry) {
   EXPECT_EQ(stats(m.get(), KVT_TIER_G1).inactive, 1u);
   EXPECT_EQ(stats(m.get(), KVT_TIER_G3).inactive, 1u);
 }
+
+TEST(Registry, RegisterHashesChainsParentsAndDedups) {
+  auto m = make(small_config(8, 0));
+  kvt_block first = store(m.get(), {2}, KVT_TIER_G1)[0];  // hash 2 exists already
+  auto b = alloc(m.get(), 3);
+  const uint64_t h[3] = {1, 2, 3};
+  drain(m.get());
+  kvt_block out[3];
+  ASSERT_KVT_OK(kvt_block_register_hashes(out, m.get(), b.data(), h, 3, 77));
+  EXPECT_EQ(out[0], b[0]);
+  EXPECT_EQ(out[1], first);  // deduplicated, b[1] freed
+  EXPECT_EQ(out[2], b[2]);
+  EXPECT_EQ(info(m.get(), out[0]).parent_hash, 77u);
+  EXPECT_EQ(info(m.get(), out[2]).parent_hash, 2u);
+  auto ev = drain(m.get());
+  ASSERT_EQ(ev.size(), 2u);  // the dedup stored nothing
+  EXPECT_EQ(ev[0].hash, 1u);
+  EXPECT_EQ(ev[0].parent_hash, 77u);
+  EXPECT_EQ(ev[1].hash, 3u);
+  EXPECT_EQ(ev[1].parent_hash, 2u);
+  EXPECT_EQ(stats(m.get(), KVT_TIER_G1).free, 5u);  // 8 - 1 - 3 + the deduplicated one
+  // In place: out may be the input array.
+  auto c = alloc(m.get(), 2);
+  const uint64_t h2[2] = {10, 11};
+  ASSERT_KVT_OK(kvt_block_register_hashes(c.data(), m.get(), c.data(), h2, 2, 0));
+  EXPECT_EQ(info(m.get(), c[1]).seq_hash, 11u);
+  EXPECT_KVT(kvt_manager_check(m.get()), KVT_OK);
+}
+
+TEST(Registry, RegisterHashesIsAllOrNothing) {
+  auto m = make(small_config(8, 4));
+  auto b = alloc(m.get(), 3);
+  kvt_block g2 = alloc(m.get(), 1, KVT_TIER_G2)[0];
+  kvt_block registered = store(m.get(), {50})[0];
+  const uint64_t h[3] = {1, 2, 3};
+  kvt_block out[3] = {0, 0, 0};
+  Snapshot before(m.get());
+  kvt_block dup[3] = {b[0], b[1], b[0]};
+  EXPECT_KVT(kvt_block_register_hashes(out, m.get(), dup, h, 3, 0), KVT_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(kvt_last_error()).find("twice"), std::string::npos);
+  kvt_block mixed[3] = {b[0], b[1], g2};
+  EXPECT_KVT(kvt_block_register_hashes(out, m.get(), mixed, h, 3, 0), KVT_ERR_INVALID_ARGUMENT);
+  kvt_block bad_state[3] = {b[0], registered, b[2]};
+  EXPECT_KVT(kvt_block_register_hashes(out, m.get(), bad_state, h, 3, 0), KVT_ERR_STATE);
+  kvt_block stale[3] = {b[0], b[1], b[2] ^ (uint64_t{1} << 50)};
+  EXPECT_KVT(kvt_block_register_hashes(out, m.get(), stale, h, 3, 0), KVT_ERR_INVALID_HANDLE);
+  EXPECT_KVT(kvt_block_register_hashes(out, m.get(), b.data(), nullptr, 3, 0),
+             KVT_ERR_INVALID_ARGUMENT);
+  EXPECT_TRUE(Snapshot(m.get()) == before);
+  for (kvt_block x : b) {
+    EXPECT_EQ(state_of(m.get(), x), uint32_t(KVT_BLOCK_EMPTY));
+    EXPECT_EQ(info(m.get(), x).refs, 1u);
+  }
+  EXPECT_EQ(out[0], 0u);
+  EXPECT_KVT(kvt_manager_check(m.get()), KVT_OK);
+}

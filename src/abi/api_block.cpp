@@ -133,6 +133,25 @@ KVT_API kvt_status kvt_block_register_hash(kvt_block *out, kvt_manager *m, kvt_b
   });
 }
 
+KVT_API kvt_status kvt_block_register_hashes(kvt_block *out, kvt_manager *m,
+                                             const kvt_block *blocks,
+                                             const uint64_t *seq_hashes, size_t n,
+                                             uint64_t parent_seq_hash) {
+  static constexpr const char *fn = "kvt_block_register_hashes";
+  return guard(fn, [&] {
+    kvt_status st;
+    Manager *mgr = manager(fn, m, &st);
+    if (!mgr) return st;
+    if (kvt_status s = check_array(fn, "out", out, n); s != KVT_OK) return s;
+    if (kvt_status s = check_array(fn, "blocks", blocks, n); s != KVT_OK) return s;
+    if (kvt_status s = check_array(fn, "seq_hashes", seq_hashes, n); s != KVT_OK) return s;
+    if (n == 0) return KVT_OK;
+    Tier *t = mgr->tier_of(blocks[0]);
+    return t ? t->register_chain(out, blocks, seq_hashes, n, parent_seq_hash)
+             : KVT_ERR_INVALID_HANDLE;
+  });
+}
+
 KVT_API kvt_status kvt_match_prefix(size_t *out_n, kvt_block *out_blocks, kvt_manager *m,
                                     kvt_tier tier, const uint64_t *seq_hashes, size_t n) {
   static constexpr const char *fn = "kvt_match_prefix";

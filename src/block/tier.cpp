@@ -35,11 +35,12 @@ unsigned long long ull(uint64_t v) { return v; }
 
 Tier::Tier(kvt_tier id, uint32_t tag, uint64_t capacity, uint32_t page_size)
     : id_(id), tag_(tag), capacity_(capacity), page_size_(page_size),
-      slots_(static_cast<Slot *>(std::calloc(capacity, sizeof(Slot))), std::free),
-      n_free_(capacity) {
+      slot_mem_(static_cast<Slot *>(std::calloc(capacity, sizeof(Slot))), std::free),
+      slots_(slot_mem_.get()), n_free_(capacity) {
   if (!slots_) throw std::bad_alloc();
-  // Sized once so that registering never rehashes on the hot path.
+  // Sized once so that registering never rehashes or allocates on the hot path.
   registry_.reserve(capacity);
+  pending_events_.reserve(64);
 }
 
 Tier::~Tier() = default;
@@ -53,6 +54,9 @@ kvt_status Tier::resolve(kvt_block b, uint32_t *out) const noexcept {
   if (handle::tag(b) != tag_)
     return fail(KVT_ERR_INVALID_HANDLE, "block handle 0x%llx belongs to no block of this manager",
                 ull(b));
+  if (handle::tier(b) != unsigned(id_))
+    return fail(KVT_ERR_INVALID_ARGUMENT, "block 0x%llx is in G%u, not G%d", ull(b),
+                handle::tier(b), int(id_));
   if (s >= high_water_ || slots_[s].gen != handle::gen(b) ||
       State(slots_[s].state) == State::Free)
     return fail(KVT_ERR_INVALID_HANDLE,
@@ -116,11 +120,29 @@ uint32_t Tier::evict_one() noexcept {
   Slot &sl = slots_[s];
   lru_unlink(s);
   registry_.erase(sl.seq_hash);
-  if (events_) events_->push_block(KVT_EVENT_BLOCK_REMOVED, id_, sl.seq_hash, 0);
+  note_event(KVT_EVENT_BLOCK_REMOVED, sl.seq_hash, 0);
   sl.gen = sl.gen + 1;
   --n_inactive_;
   ++evictions_;
   return s;
+}
+
+void Tier::note_event(kvt_event_type type, uint64_t hash, uint64_t parent) noexcept {
+  if (!events_) return;
+  kvt_event e{};
+  e.type = type;
+  e.tier = id_;
+  e.hash = hash;
+  e.parent_hash = parent;
+  // Capacity was reserved before the operation changed anything; an allocation failure
+  // here could only lose the event, which the queue would then count as dropped.
+  if (pending_events_.size() < pending_events_.capacity()) pending_events_.push_back(e);
+}
+
+void Tier::publish_events_locked() noexcept {
+  if (pending_events_.empty()) return;
+  events_->push(pending_events_.data(), pending_events_.size());
+  pending_events_.clear();
 }
 
 void Tier::pin(uint32_t s) noexcept {
@@ -137,11 +159,12 @@ void Tier::pin(uint32_t s) noexcept {
 // ---- allocation, references, registry ----
 
 kvt_status Tier::alloc(kvt_block *out, size_t n) {
-  std::lock_guard lock(mu_);
+  Locked lock(*this);
   if (n > n_free_ + n_inactive_)
     return fail(KVT_ERR_NO_SPACE,
                 "G%d cannot supply %zu blocks: %llu free and %llu evictable of %llu (%llu in use)",
                 int(id_), n, ull(n_free_), ull(n_inactive_), ull(capacity_), ull(n_active_));
+  pending_events_.reserve(n > n_free_ ? n - n_free_ : 0);  // may throw: nothing changed yet
   for (size_t i = 0; i < n; ++i) {
     uint32_t s = n_free_ > 0 ? take_free_slot() : evict_one();
     Slot &sl = slots_[s];
@@ -156,7 +179,7 @@ kvt_status Tier::alloc(kvt_block *out, size_t n) {
 }
 
 kvt_status Tier::retain(kvt_block b) {
-  std::lock_guard lock(mu_);
+  Locked lock(*this);
   uint32_t s = 0;
   if (kvt_status st = resolve(b, &s); st != KVT_OK) return st;
   if (!is_registered(State(slots_[s].state)))
@@ -196,29 +219,27 @@ void Tier::settle_locked(kvt_block b) {
 
 kvt_status Tier::commit_registration(kvt_block *out, uint32_t s, uint64_t seq,
                                      uint64_t parent) {
-  auto [it, inserted] = registry_.try_emplace(seq, s);
-  if (!inserted) {
+  Slot &sl = slots_[s];
+  sl.seq_hash = seq;  // a mutable block's hash is free to set; the registry reads it
+  if (uint32_t existing = registry_.insert(s); existing != s) {
     // Dedup (seed 002 box_block): the caller gets the existing block, theirs is freed.
-    uint32_t existing = it->second;
     pin(existing);
     free_slot(s);
     ++dedups_;
     *out = handle_of(existing);
     return KVT_OK;
   }
-  Slot &sl = slots_[s];
-  tokens_.erase(s);
+  if (State(sl.state) != State::Empty) tokens_.erase(s);
   sl.state = uint32_t(State::Registered);
-  sl.seq_hash = seq;
   sl.parent_hash = parent;
   ++registrations_;
-  if (events_) events_->push_block(KVT_EVENT_BLOCK_STORED, id_, seq, parent);
+  note_event(KVT_EVENT_BLOCK_STORED, seq, parent);
   *out = handle_of(s);
   return KVT_OK;
 }
 
 kvt_status Tier::register_hash(kvt_block *out, kvt_block b, uint64_t seq, uint64_t parent) {
-  std::lock_guard lock(mu_);
+  Locked lock(*this);
   uint32_t s = 0;
   if (kvt_status st = resolve(b, &s); st != KVT_OK) return st;
   State have = State(slots_[s].state);
@@ -230,14 +251,48 @@ kvt_status Tier::register_hash(kvt_block *out, kvt_block b, uint64_t seq, uint64
   return commit_registration(out, s, seq, parent);
 }
 
+kvt_status Tier::register_chain(kvt_block *out, const kvt_block *blocks,
+                                const uint64_t *seq_hashes, size_t n, uint64_t parent) {
+  Locked lock(*this);
+  pending_events_.reserve(n);  // may throw: nothing changed yet
+  // Validate everything first. A mutable block holds exactly one reference, so a second
+  // count while validating marks a handle listed twice; the counts are restored below.
+  size_t i = 0;
+  kvt_status st = KVT_OK;
+  for (; i < n; ++i) {
+    uint32_t s = 0;
+    if ((st = resolve(blocks[i], &s)) != KVT_OK) break;
+    State have = State(slots_[s].state);
+    if (have != State::Empty && have != State::Complete) {
+      st = fail(KVT_ERR_STATE,
+                "register_hashes needs filled blocks in state Empty or Complete; blocks[%zu] "
+                "= 0x%llx is %s",
+                i, ull(blocks[i]), state_name(have));
+      break;
+    }
+    if (++slots_[s].refs > 2) {
+      st = fail(KVT_ERR_INVALID_ARGUMENT, "register_hashes: blocks[%zu] = 0x%llx is listed twice",
+                i, ull(blocks[i]));
+      break;
+    }
+  }
+  for (size_t j = 0; j < i; ++j) slots_[handle::slot(blocks[j])].refs = 1;
+  if (st != KVT_OK) return st;
+  for (i = 0; i < n; ++i) {
+    commit_registration(out + i, handle::slot(blocks[i]), seq_hashes[i],
+                        i == 0 ? parent : seq_hashes[i - 1]);
+  }
+  return KVT_OK;
+}
+
 kvt_status Tier::match(size_t *out_n, kvt_block *out, const uint64_t *hashes, size_t n) {
-  std::lock_guard lock(mu_);
+  Locked lock(*this);
   size_t i = 0;
   for (; i < n; ++i) {
-    auto it = registry_.find(hashes[i]);
-    if (it == registry_.end()) break;
-    pin(it->second);
-    out[i] = handle_of(it->second);
+    uint32_t s = registry_.find(hashes[i]);
+    if (s == kNil) break;
+    pin(s);
+    out[i] = handle_of(s);
   }
   match_queried_ += n;
   match_hit_ += i;
@@ -246,7 +301,7 @@ kvt_status Tier::match(size_t *out_n, kvt_block *out, const uint64_t *hashes, si
 }
 
 kvt_status Tier::info(kvt_block_info *out, kvt_block b) {
-  std::lock_guard lock(mu_);
+  Locked lock(*this);
   uint32_t s = 0;
   if (kvt_status st = resolve(b, &s); st != KVT_OK) return st;
   const Slot &sl = slots_[s];
@@ -266,7 +321,7 @@ kvt_status Tier::info(kvt_block_info *out, kvt_block b) {
 }
 
 kvt_status Tier::data(void **out_ptr, kvt_block b) {
-  std::lock_guard lock(mu_);
+  Locked lock(*this);
   uint32_t s = 0;
   if (kvt_status st = resolve(b, &s); st != KVT_OK) return st;
   if (slots_[s].refs == 0)
@@ -287,7 +342,7 @@ kvt_status Tier::data(void **out_ptr, kvt_block b) {
 }
 
 kvt_status Tier::chunk(void **out_ptr, kvt_block b, uint32_t layer, uint32_t outer) {
-  std::lock_guard lock(mu_);
+  Locked lock(*this);
   uint32_t s = 0;
   if (kvt_status st = resolve(b, &s); st != KVT_OK) return st;
   if (slots_[s].refs == 0)
@@ -303,7 +358,7 @@ kvt_status Tier::chunk(void **out_ptr, kvt_block b, uint32_t layer, uint32_t out
 // ---- token path ----
 
 kvt_status Tier::init(kvt_block b, uint64_t salt_hash, uint64_t parent) {
-  std::lock_guard lock(mu_);
+  Locked lock(*this);
   uint32_t s = 0;
   if (kvt_status st = expect(b, &s, State::Empty, "init"); st != KVT_OK) return st;
   auto buf = std::make_unique<TokenBuf>();
@@ -316,7 +371,7 @@ kvt_status Tier::init(kvt_block b, uint64_t salt_hash, uint64_t parent) {
 }
 
 kvt_status Tier::append(kvt_block b, const uint32_t *tokens, size_t n) {
-  std::lock_guard lock(mu_);
+  Locked lock(*this);
   uint32_t s = 0;
   if (kvt_status st = resolve(b, &s); st != KVT_OK) return st;
   State have = State(slots_[s].state);
@@ -336,7 +391,7 @@ kvt_status Tier::append(kvt_block b, const uint32_t *tokens, size_t n) {
 }
 
 kvt_status Tier::schedule(kvt_block b) {
-  std::lock_guard lock(mu_);
+  Locked lock(*this);
   uint32_t s = 0;
   if (kvt_status st = expect(b, &s, State::Ready, "schedule"); st != KVT_OK) return st;
   slots_[s].state = uint32_t(State::Inflight);
@@ -344,7 +399,7 @@ kvt_status Tier::schedule(kvt_block b) {
 }
 
 kvt_status Tier::unschedule(kvt_block b) {
-  std::lock_guard lock(mu_);
+  Locked lock(*this);
   uint32_t s = 0;
   if (kvt_status st = expect(b, &s, State::Ready, "unschedule"); st != KVT_OK) return st;
   slots_[s].state = uint32_t(State::Partial);
@@ -352,7 +407,7 @@ kvt_status Tier::unschedule(kvt_block b) {
 }
 
 kvt_status Tier::compute_done(kvt_block b) {
-  std::lock_guard lock(mu_);
+  Locked lock(*this);
   uint32_t s = 0;
   if (kvt_status st = expect(b, &s, State::Inflight, "compute_done"); st != KVT_OK) return st;
   bool full = tokens_.at(s)->count == page_size_;
@@ -361,7 +416,7 @@ kvt_status Tier::compute_done(kvt_block b) {
 }
 
 kvt_status Tier::register_tokens(kvt_block *out, kvt_block b) {
-  std::lock_guard lock(mu_);
+  Locked lock(*this);
   uint32_t s = 0;
   if (kvt_status st = expect(b, &s, State::Complete, "register"); st != KVT_OK) return st;
   auto it = tokens_.find(s);
@@ -380,7 +435,7 @@ kvt_status Tier::register_tokens(kvt_block *out, kvt_block b) {
 // ---- introspection ----
 
 void Tier::stats(kvt_tier_stats *out) {
-  std::lock_guard lock(mu_);
+  Locked lock(*this);
   out->memory = memory_.has_bytes() ? memory_.kind() : 0;
   out->capacity = capacity_;
   out->free = n_free_;
@@ -389,7 +444,7 @@ void Tier::stats(kvt_tier_stats *out) {
   out->registered = registry_.size();
   out->metadata_bytes =
       capacity_ * sizeof(Slot) +
-      registry_.capacity() * (sizeof(std::pair<const uint64_t, uint32_t>) + 1) +
+      registry_.bytes() +
       tokens_.size() * (sizeof(TokenBuf) + page_size_ * sizeof(uint32_t));
   out->allocs = allocs_;
   out->evictions = evictions_;
@@ -400,7 +455,7 @@ void Tier::stats(kvt_tier_stats *out) {
 }
 
 kvt_status Tier::check() {
-  std::lock_guard lock(mu_);
+  Locked lock(*this);
   auto bad = [&](const char *what, uint64_t a, uint64_t b) {
     return fail(KVT_ERR_INTERNAL, "G%d invariant violated: %s (%llu vs %llu)", int(id_), what,
                 ull(a), ull(b));
@@ -427,8 +482,7 @@ kvt_status Tier::check() {
     }
     if (is_registered(st)) {
       ++registered;
-      auto it = registry_.find(sl.seq_hash);
-      if (it == registry_.end() || it->second != s)
+      if (registry_.find(sl.seq_hash) != s)
         return bad("registered slot missing from the registry", s, sl.seq_hash);
     }
     if (st == State::Partial || st == State::Ready || st == State::Inflight) {

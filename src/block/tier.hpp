@@ -5,11 +5,13 @@
 
 #include <absl/container/flat_hash_map.h>
 
+#include <vector>
 #include <cstdint>
 #include <memory>
 #include <mutex>
 
 #include "block/handle.hpp"
+#include "block/registry.hpp"
 #include "event/event_queue.hpp"
 #include "hash/chain_hash.hpp"
 #include "kvtier.h"
@@ -56,6 +58,10 @@ class Tier {
   kvt_status alloc(kvt_block *out, size_t n);
   kvt_status retain(kvt_block b);
   kvt_status register_hash(kvt_block *out, kvt_block b, uint64_t seq_hash, uint64_t parent);
+  // Registers a chain: blocks[i] under seq_hashes[i], its parent seq_hashes[i - 1] (parent
+  // for the first). All blocks must be in this tier; all or nothing.
+  kvt_status register_chain(kvt_block *out, const kvt_block *blocks, const uint64_t *seq_hashes,
+                            size_t n, uint64_t parent);
   kvt_status match(size_t *out_n, kvt_block *out, const uint64_t *hashes, size_t n);
   kvt_status info(kvt_block_info *out, kvt_block b);
   // Host-visible address checks for kvt_block_data / kvt_block_chunk.
@@ -83,6 +89,17 @@ class Tier {
  private:
   static constexpr uint32_t kNil = UINT32_MAX;
   struct TokenBuf;  // token-path state of one mutable block
+  // Holds the lock; on leaving, publishes the events the operation produced, then unlocks,
+  // so that events appear in the order of the changes they describe.
+  class Locked {
+   public:
+    explicit Locked(Tier &t) : t_(t), lock_(t.mu_) {}
+    ~Locked() { t_.publish_events_locked(); }
+
+   private:
+    Tier &t_;
+    std::unique_lock<std::mutex> lock_;
+  };
 
   kvt_block handle_of(uint32_t slot) const noexcept;
   // Validates a handle; on success *out is its slot index.
@@ -94,6 +111,8 @@ class Tier {
   void lru_push_back(uint32_t s) noexcept;
   void lru_unlink(uint32_t s) noexcept;
   void pin(uint32_t s) noexcept;               // one more reference on a registered block
+  void note_event(kvt_event_type type, uint64_t hash, uint64_t parent) noexcept;
+  void publish_events_locked() noexcept;
   kvt_status commit_registration(kvt_block *out, uint32_t s, uint64_t seq, uint64_t parent);
 
   const kvt_tier id_;
@@ -104,8 +123,10 @@ class Tier {
   TierMemory memory_;
 
   std::mutex mu_;
-  std::unique_ptr<Slot[], void (*)(void *)> slots_;
-  absl::flat_hash_map<uint64_t, uint32_t> registry_;
+  std::unique_ptr<Slot[], void (*)(void *)> slot_mem_;
+  Slot *slots_;
+  Registry<Slot> registry_{&slots_};
+  std::vector<kvt_event> pending_events_;  // produced under the lock, published on leaving
   absl::flat_hash_map<uint32_t, std::unique_ptr<TokenBuf>> tokens_;
   uint32_t high_water_ = 0;  // slots at or above it have never been used
   uint32_t free_head_ = kNil;

@@ -4,19 +4,22 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <bit>
 #include <cerrno>
+#include <new>
 #include <system_error>
 
 namespace kvt {
 
-EventQueue::EventQueue(size_t capacity) : capacity_(capacity) {
+EventQueue::EventQueue(size_t capacity)
+    : ring_(std::bit_ceil(std::min<size_t>(capacity, 1024))), capacity_(capacity) {
   fd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   if (fd_ < 0) throw std::system_error(errno, std::generic_category(), "eventfd");
 }
 
 EventQueue::~EventQueue() { close(fd_); }
 
-void EventQueue::signal_locked() {
+void EventQueue::signal_locked() noexcept {
   if (readable_) return;
   uint64_t one = 1;
   // Cannot fail: the counter is far below its limit and the fd is ours.
@@ -24,46 +27,54 @@ void EventQueue::signal_locked() {
   readable_ = true;
 }
 
-void EventQueue::push_locked(const kvt_event &e) {
-  if (q_.size() >= capacity_) {
-    auto victim = std::find_if(q_.begin(), q_.end(), [](const kvt_event &x) {
-      return x.type != KVT_EVENT_XFER_DONE;
-    });
-    if (victim != q_.end()) {
-      q_.erase(victim);
-      ++dropped_;
-    }
-  }
-  q_.push_back(e);
-  signal_locked();
+void EventQueue::drop_oldest_block_event_locked() noexcept {
+  size_t i = 0;
+  while (i < size_ && at(i).type == KVT_EVENT_XFER_DONE) ++i;
+  if (i == size_) return;  // nothing but XFER_DONE: keep them all
+  for (; i > 0; --i) at(i) = at(i - 1);  // close the gap from the front
+  head_ = (head_ + 1) & (ring_.size() - 1);
+  --size_;
+  ++dropped_;
 }
 
-void EventQueue::push_block(kvt_event_type type, unsigned tier, uint64_t hash,
-                            uint64_t parent) {
-  kvt_event e{};
-  e.type = type;
-  e.tier = tier;
-  e.hash = hash;
-  e.parent_hash = parent;
+void EventQueue::push_locked(const kvt_event &e) noexcept {
+  if (size_ >= capacity_) drop_oldest_block_event_locked();
+  if (size_ == ring_.size()) {
+    try {
+      std::vector<kvt_event> bigger(ring_.size() * 2);
+      for (size_t i = 0; i < size_; ++i) bigger[i] = at(i);
+      ring_.swap(bigger);
+      head_ = 0;
+    } catch (const std::bad_alloc &) {
+      ++dropped_;
+      return;
+    }
+  }
+  at(size_++) = e;
+}
+
+void EventQueue::push(const kvt_event *events, size_t n) noexcept {
   std::lock_guard lock(mu_);
-  push_locked(e);
+  for (size_t i = 0; i < n; ++i) push_locked(events[i]);
+  signal_locked();
 }
 
 size_t EventQueue::poll(kvt_event *out, size_t max) {
   std::lock_guard lock(mu_);
   size_t n = 0;
-  if (dropped_ > 0 && n < max) {
+  if (dropped_ > 0 && max > 0) {
     kvt_event d{};
     d.type = KVT_EVENT_EVENTS_DROPPED;
     d.count = dropped_;
     out[n++] = d;
     dropped_ = 0;
   }
-  size_t take = std::min(max - n, q_.size());
-  std::copy_n(q_.begin(), take, out + n);
-  q_.erase(q_.begin(), q_.begin() + take);
+  size_t take = std::min(max - n, size_);
+  for (size_t i = 0; i < take; ++i) out[n + i] = at(i);
+  head_ = (head_ + take) & (ring_.size() - 1);
+  size_ -= take;
   n += take;
-  if (readable_ && q_.empty() && dropped_ == 0) {
+  if (readable_ && size_ == 0 && dropped_ == 0) {
     uint64_t v;
     [[maybe_unused]] ssize_t r = read(fd_, &v, sizeof v);
     readable_ = false;

@@ -1,12 +1,12 @@
 // The bounded event queue drained by kvt_poll, with an eventfd readable while it is
 // non-empty. Full queue: the oldest BLOCK_* event gives way and is counted; the count is
 // reported by one EVENTS_DROPPED event at the head of the next poll. XFER_DONE events are
-// never dropped.
+// never dropped, so the queue may exceed its bound by the XFER_DONE events it holds.
 #pragma once
 
 #include <cstdint>
-#include <deque>
 #include <mutex>
+#include <vector>
 
 #include "kvtier.h"
 
@@ -19,16 +19,20 @@ class EventQueue {
   EventQueue(const EventQueue &) = delete;
   EventQueue &operator=(const EventQueue &) = delete;
 
-  void push_block(kvt_event_type type, unsigned tier, uint64_t hash, uint64_t parent);
+  // Appends events in order; never throws (an event that cannot be stored counts as dropped).
+  void push(const kvt_event *events, size_t n) noexcept;
   size_t poll(kvt_event *out, size_t max);
   int fd() const noexcept { return fd_; }
 
  private:
-  void push_locked(const kvt_event &e);
-  void signal_locked();
+  kvt_event &at(size_t i) noexcept { return ring_[(head_ + i) & (ring_.size() - 1)]; }
+  void push_locked(const kvt_event &e) noexcept;
+  void drop_oldest_block_event_locked() noexcept;
+  void signal_locked() noexcept;
 
   std::mutex mu_;
-  std::deque<kvt_event> q_;
+  std::vector<kvt_event> ring_;  // power-of-two size, grown on demand
+  size_t head_ = 0, size_ = 0;
   size_t capacity_;
   uint64_t dropped_ = 0;  // not yet reported
   bool readable_ = false;

@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Installs from Debian's repositories whatever kvtier's build and tests need and the
+# machine lacks. Safe to run again: it installs nothing when everything is there.
+set -euo pipefail
+pkgs=(build-essential cmake pkg-config
+      libxxhash-dev libabsl-dev
+      libgtest-dev libbenchmark-dev
+      python3-cffi)
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "install-deps: installing ${missing[*]}"
+  sudo=""
+  [ "$(id -u)" -eq 0 ] || sudo=sudo
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
