@@ -21,8 +21,11 @@ install(FILES ${CMAKE_CURRENT_BINARY_DIR}/kvtierConfig.cmake
 set(KVT_PC_LIBDIR ${CMAKE_CURRENT_BINARY_DIR}/src)
 set(KVT_PC_INCLUDEDIR ${CMAKE_CURRENT_SOURCE_DIR}/include)
 configure_file(cmake/kvtier.pc.in ${CMAKE_CURRENT_BINARY_DIR}/kvtier.pc @ONLY)
-set(KVT_PC_LIBDIR ${CMAKE_INSTALL_FULL_LIBDIR})
-set(KVT_PC_INCLUDEDIR ${CMAKE_INSTALL_FULL_INCLUDEDIR})
+# Relative to the .pc file itself, so that `cmake --install --prefix` anywhere works.
+file(RELATIVE_PATH kvt_pc_up /p/${CMAKE_INSTALL_LIBDIR}/pkgconfig /p)
+string(REGEX REPLACE "/$" "" kvt_pc_up "${kvt_pc_up}")
+set(KVT_PC_LIBDIR "\${pcfiledir}/${kvt_pc_up}/${CMAKE_INSTALL_LIBDIR}")
+set(KVT_PC_INCLUDEDIR "\${pcfiledir}/${kvt_pc_up}/${CMAKE_INSTALL_INCLUDEDIR}")
 configure_file(cmake/kvtier.pc.in ${CMAKE_CURRENT_BINARY_DIR}/install/kvtier.pc @ONLY)
 install(FILES ${CMAKE_CURRENT_BINARY_DIR}/install/kvtier.pc
         DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)

@@ -1,7 +1,7 @@
 /*
  * kvtier: a tiered KV-cache block manager behind a stable C ABI.
  *
- * Conventions (see docs/API.md for the long form):
+ * Conventions:
  * - Every fallible call returns kvt_status: 0 is KVT_OK, positive values are outcomes that
  *   are not errors, negative values are errors. Results go through out-parameters, which
  *   come first. On failure, out-parameters are left untouched and kvt_last_error() says why.

@@ -8,6 +8,8 @@
 
 #include <cstdint>
 
+#include "memory/mapping.hpp"
+
 namespace kvt {
 
 template <class SlotT>
@@ -22,6 +24,8 @@ class Registry {
     auto it = set_.find(Key{hash});
     return it == set_.end() ? UINT32_MAX : *it;
   }
+  // Starts loading the part of the table where hash would be, for a lookup soon after.
+  void prefetch(uint64_t hash) const { set_.prefetch(Key{hash}); }
   // Registers slot s under (*slots)[s].seq_hash, in one probe. Returns the slot already
   // registered under that hash (and registers nothing), or s.
   uint32_t insert(uint32_t s) { return *set_.insert(s).first; }
@@ -48,7 +52,7 @@ class Registry {
     bool operator()(uint32_t a, Key k) const { return (*slots)[a].seq_hash == k.hash; }
     bool operator()(Key k, uint32_t a) const { return (*slots)[a].seq_hash == k.hash; }
   };
-  absl::flat_hash_set<uint32_t, Hash, Eq> set_;
+  absl::flat_hash_set<uint32_t, Hash, Eq, MappedAllocator<uint32_t>> set_;
 };
 
 }  // namespace kvt

@@ -123,8 +123,7 @@ class Tier {
   TierMemory memory_;
 
   std::mutex mu_;
-  std::unique_ptr<Slot[], void (*)(void *)> slot_mem_;
-  Slot *slots_;
+  Slot *slots_;  // zeroed mmap, huge pages where the kernel gives them
   Registry<Slot> registry_{&slots_};
   std::vector<kvt_event> pending_events_;  // produced under the lock, published on leaving
   absl::flat_hash_map<uint32_t, std::unique_ptr<TokenBuf>> tokens_;

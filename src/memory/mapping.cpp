@@ -1,0 +1,22 @@
+#include "memory/mapping.hpp"
+
+#include <sys/mman.h>
+
+#include <new>
+
+namespace kvt {
+
+void *map_zeroed(size_t bytes) {
+  if (bytes == 0) return nullptr;
+  void *p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) throw std::bad_alloc();
+  constexpr size_t kHuge = size_t{2} << 20;
+  if (bytes >= kHuge) madvise(p, bytes, MADV_HUGEPAGE);  // advice only: failure is harmless
+  return p;
+}
+
+void unmap(void *p, size_t bytes) noexcept {
+  if (p != nullptr) munmap(p, bytes);
+}
+
+}  // namespace kvt

@@ -1,0 +1,33 @@
+// Large zeroed allocations straight from the kernel: untouched pages cost nothing, and big
+// ones ask for transparent huge pages so that random access misses the TLB less.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+
+namespace kvt {
+
+void *map_zeroed(size_t bytes);  // throws std::bad_alloc
+void unmap(void *p, size_t bytes) noexcept;
+
+// An allocator for big tables (the registry): map_zeroed from 2 MiB up, new below.
+template <class T>
+struct MappedAllocator {
+  using value_type = T;
+  static constexpr size_t kMapFrom = size_t{2} << 20;
+  MappedAllocator() = default;
+  template <class U>
+  MappedAllocator(const MappedAllocator<U> &) noexcept {}
+  T *allocate(size_t n) {
+    if (n * sizeof(T) >= kMapFrom) return static_cast<T *>(map_zeroed(n * sizeof(T)));
+    return std::allocator<T>().allocate(n);
+  }
+  void deallocate(T *p, size_t n) noexcept {
+    if (n * sizeof(T) >= kMapFrom) unmap(p, n * sizeof(T));
+    else std::allocator<T>().deallocate(p, n);
+  }
+  template <class U>
+  bool operator==(const MappedAllocator<U> &) const noexcept { return true; }
+};
+
+}  // namespace kvt
