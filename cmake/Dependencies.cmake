@@ -1,6 +1,7 @@
 # Third-party dependencies, all from Debian packages (tools/install-deps.sh installs them).
 find_package(PkgConfig REQUIRED)
 pkg_check_modules(XXHASH REQUIRED IMPORTED_TARGET libxxhash)
+pkg_check_modules(URING REQUIRED IMPORTED_TARGET liburing)
 find_package(absl CONFIG REQUIRED)
 find_package(Threads REQUIRED)
 

@@ -112,6 +112,23 @@ typedef struct kvt_g1_layout {
   const uint64_t     *strides;      /* num_layers * num_outer strides in bytes */
 } kvt_g1_layout;
 
+/* Offload policy: which blocks are worth copying to a lower tier. Flags combine as all-of;
+ * 0 passes every block. */
+#define KVT_POLICY_PASS_ALL  0u
+#define KVT_POLICY_PRESENCE  1u  /* skip blocks already in, or on their way to, the destination */
+#define KVT_POLICY_FREQUENCY 2u  /* skip blocks offered fewer than min_frequency times */
+typedef struct kvt_policy {
+  uint32_t flags;               /* KVT_POLICY_* */
+  uint32_t min_frequency;       /* for KVT_POLICY_FREQUENCY, >= 1 */
+} kvt_policy;
+
+/* How G3's file is read and written. */
+typedef enum kvt_io_engine {
+  KVT_IO_AUTO = 0,              /* io_uring where the kernel allows it, else a thread pool */
+  KVT_IO_URING = 1,             /* io_uring, or kvt_manager_create fails with UNSUPPORTED */
+  KVT_IO_THREADS = 2            /* a thread pool doing preadv/pwritev */
+} kvt_io_engine;
+
 typedef struct kvt_manager_config {
   uint32_t    struct_size;      /* set by kvt_manager_config_init */
   uint32_t    page_size;        /* tokens per block: a power of two in 1..65536 (default 16) */
@@ -122,12 +139,30 @@ typedef struct kvt_manager_config {
   uint64_t    g1_blocks;        /* capacity of each tier in blocks; G1 >= 1 (default 1024), */
   uint64_t    g2_blocks;        /* G2 and G3 may be 0 (absent); at most KVT_MAX_TIER_BLOCKS */
   uint64_t    g3_blocks;        /* (defaults 4096 and 0) */
-  const char *g3_path;          /* directory for the G3 file; NULL: a fresh temporary directory.
-                                   Borrowed during kvt_manager_create (copied). */
+  const char *g3_path;          /* directory for the G3 file; NULL: a fresh temporary directory,
+                                   removed at destroy. The file itself is always removed at
+                                   destroy. Borrowed during kvt_manager_create (copied). */
   uint64_t    event_capacity;   /* bound of the event queue, 1..2^24 (default 65536) */
   const kvt_g1_layout *g1_layout; /* NULL: library-owned G1. Borrowed during create. */
   uint32_t    g1_memory;        /* kvt_memory_kind of library-owned G1 (default AUTO) */
   int32_t     cuda_device;      /* device for library-owned G1 in CUDA memory (default 0) */
+
+  /* Offload pipeline (DESIGN section 6); defaults are seed 001's table. */
+  uint32_t    max_batch_size;   /* blocks per transfer batch, >= 1 (default 64) */
+  uint32_t    min_batch_size;   /* blocks that flush a batch early when the executor is idle,
+                                   1..max_batch_size (default 8) */
+  uint64_t    flush_interval_us;  /* a partial batch waits at most this long (default 10000) */
+  uint64_t    policy_timeout_us;  /* policy evaluation of one container may take this long;
+                                     blocks not evaluated by then are not offloaded (100000) */
+  uint64_t    sweep_interval_us;  /* how often conditions that cannot wake the pipeline (CUDA
+                                     events) are polled; cancellation never waits for it (10000) */
+  uint32_t    max_concurrent_transfers;  /* batches in flight at once, >= 1 (default 1) */
+  uint32_t    copy_threads;     /* threads that split large host copies, 1..64 (default 4) */
+  kvt_policy  policy_g1_g2;     /* offload filters per tier pair (default: presence) */
+  kvt_policy  policy_g1_g3;
+  kvt_policy  policy_g2_g3;
+  uint32_t    g3_io;            /* kvt_io_engine (default AUTO) */
+  uint32_t    reserved;         /* must be 0 */
 } kvt_manager_config;
 
 /* Largest capacity of one tier, in blocks. */
@@ -142,9 +177,10 @@ KVT_API void kvt_manager_config_init(kvt_manager_config *cfg);
  * without CUDA, KVT_ERR_NO_MEMORY when a tier cannot be allocated. */
 KVT_API kvt_status kvt_manager_create(kvt_manager **out, const kvt_manager_config *cfg);
 
-/* Destroys a manager and everything it owns. NULL is ignored. Every block handle, sequence
- * of events and pointer from kvt_block_data of this manager is invalid afterwards.
- * Must not race with other calls on the same manager. */
+/* Destroys a manager and everything it owns. NULL is ignored. Transfers not yet committed are
+ * cancelled, copies in flight are waited for, and the manager's transfers, fences and G3
+ * file are freed: every kvt_xfer, kvt_fence, block handle and data pointer of this manager is
+ * invalid afterwards. Must not race with other calls on the same manager. */
 KVT_API void kvt_manager_destroy(kvt_manager *m);
 
 /* Checks the manager's invariants: per tier, free + active + inactive = capacity; every
@@ -330,6 +366,84 @@ KVT_API kvt_status kvt_block_register_hashes(kvt_block *out, kvt_manager *m,
  * and releases with kvt_block_release. out_blocks: borrowed, room for n handles. */
 KVT_API kvt_status kvt_match_prefix(size_t *out_n, kvt_block *out_blocks, kvt_manager *m,
                                     kvt_tier tier, const uint64_t *seq_hashes, size_t n);
+
+/* ---------------------------------------------------------------------------------------
+ * Fences: preconditions the host signals (DESIGN section 6)
+ * ------------------------------------------------------------------------------------ */
+
+/* A one-shot fence owned by the caller (kvt_fence_destroy). Transfers enqueued with it wait
+ * until it is signalled. */
+KVT_API kvt_status kvt_fence_create(kvt_fence **out, kvt_manager *m);
+/* Signals the fence: transfers waiting on it proceed. Signalling again is a no-op. */
+KVT_API kvt_status kvt_fence_signal(kvt_fence *f);
+/* A fence that is signalled when a CUDA event (a cudaEvent_t, passed as void *) recorded on
+ * the host's stream has completed; the event is borrowed until then. KVT_ERR_UNSUPPORTED
+ * without CUDA. */
+KVT_API kvt_status kvt_fence_from_cuda_event(kvt_fence **out, kvt_manager *m, void *cuda_event);
+/* Releases the caller's fence. Transfers still waiting on an unsignalled fence can never
+ * proceed and end with KVT_ERR_CANCELLED. NULL is ignored. */
+KVT_API void kvt_fence_destroy(kvt_fence *f);
+
+/* ---------------------------------------------------------------------------------------
+ * Transfers: offload down the tiers, onboard back to G1 (DESIGN section 6)
+ *
+ * A transfer moves one container of blocks through policy evaluation, the precondition,
+ * batching and the copy. Until the copy commits, the container holds only weak references:
+ * a source block evicted before then is dropped from it, and the final count says so.
+ * Every transfer ends in exactly one XFER_DONE event (unless released first) carrying
+ * user_data, its status (KVT_OK, KVT_ERR_CANCELLED or the failure) and the blocks moved.
+ * ------------------------------------------------------------------------------------ */
+
+typedef enum kvt_xfer_state {
+  KVT_XFER_QUEUED = 1,          /* enqueued, not yet evaluated */
+  KVT_XFER_EVALUATING = 2,      /* policy evaluation */
+  KVT_XFER_WAITING = 3,         /* waiting for its precondition */
+  KVT_XFER_BATCHED = 4,         /* in a batch, not yet committed */
+  KVT_XFER_INFLIGHT = 5,        /* committed: copying; cancel no longer applies */
+  KVT_XFER_DONE = 6,            /* finished with KVT_OK */
+  KVT_XFER_CANCELLED = 7,
+  KVT_XFER_FAILED = 8
+} kvt_xfer_state;
+
+/* Offloads registered blocks of one tier to the lower tier dst (G1 -> G2, G1 -> G3,
+ * G2 -> G3). The copies are registered in dst under the same hashes (emitting BLOCK_STORED)
+ * and left there unreferenced, matchable until evicted. precondition may be NULL. src is
+ * borrowed; *out is owned by the caller and freed with kvt_xfer_release. */
+KVT_API kvt_status kvt_offload(kvt_xfer **out, kvt_manager *m, const kvt_block *src, size_t n,
+                               kvt_tier dst, kvt_fence *precondition, uint64_t user_data);
+
+/* Copies registered blocks of G2 or G3 into the Empty G1 blocks dst_g1[0..n) that the caller
+ * allocated, and registers those under the source hashes. Where G1 already held a hash by
+ * then, the caller's block is freed and the existing one is pinned instead:
+ * kvt_xfer_blocks gives the final handles. The caller keeps one reference on each and must
+ * not touch dst_g1 until the transfer ends. If it fails or is cancelled, dst_g1 stay Empty
+ * and the caller's. Arrays are borrowed. */
+KVT_API kvt_status kvt_onboard(kvt_xfer **out, kvt_manager *m, const kvt_block *src,
+                               const kvt_block *dst_g1, size_t n, kvt_fence *precondition,
+                               uint64_t user_data);
+
+/* Cancels a transfer that has not committed: it ends at once with KVT_ERR_CANCELLED, its
+ * XFER_DONE is queued before this returns, and nothing is copied or registered. After
+ * commitment, and after the end, it is a no-op that returns KVT_OK: the transfer finishes. */
+KVT_API kvt_status kvt_xfer_cancel(kvt_xfer *x);
+
+/* Waits for the transfer to end: its final status (KVT_OK, KVT_ERR_CANCELLED or the
+ * failure), or KVT_TIMEOUT. timeout_ns < 0 waits forever, 0 only looks. */
+KVT_API kvt_status kvt_xfer_wait(kvt_xfer *x, int64_t timeout_ns);
+
+/* Where the transfer is (kvt_xfer_state), its final status once ended (else KVT_AGAIN),
+ * and the blocks it moved (blocks dropped or filtered out do not count). Any out-pointer may
+ * be NULL. */
+KVT_API kvt_status kvt_xfer_status(uint32_t *out_state, kvt_status *out_result,
+                                   uint64_t *out_count, kvt_xfer *x);
+
+/* After an onboard ended with KVT_OK: the final G1 handle for each dst_g1[i], in order (n
+ * entries); 0 for a pair that was dropped. KVT_ERR_STATE before the end or for an offload. */
+KVT_API kvt_status kvt_xfer_blocks(kvt_block *out, size_t n, kvt_xfer *x);
+
+/* Gives up the handle. A transfer not yet committed is cancelled; one in flight finishes.
+ * No event names x after this returns (queued ones are withdrawn). NULL is ignored. */
+KVT_API void kvt_xfer_release(kvt_xfer *x);
 
 /* ---------------------------------------------------------------------------------------
  * Events (DESIGN section 8)

@@ -3,7 +3,7 @@
 # machine lacks. Safe to run again: it installs nothing when everything is there.
 set -euo pipefail
 pkgs=(build-essential cmake pkg-config
-      libxxhash-dev libabsl-dev
+      libxxhash-dev libabsl-dev liburing-dev
       libgtest-dev libbenchmark-dev
       python3-cffi)
 missing=()

@@ -255,11 +255,12 @@ kvt_status Tier::register_chain(kvt_block *out, const kvt_block *blocks,
                                 const uint64_t *seq_hashes, size_t n, uint64_t parent) {
   Locked lock(*this);
   pending_events_.reserve(n);  // may throw: nothing changed yet
-  // Validate everything first. A mutable block holds exactly one reference, so a second
-  // count while validating marks a handle listed twice; the counts are restored below.
-  size_t i = 0;
+  // Validate everything first. Counting one extra reference per listed block exposes a block
+  // listed twice (a mutable block holds one, or two while an onboard writes it); every
+  // extra count is taken back before anything is registered.
+  size_t counted = 0;
   kvt_status st = KVT_OK;
-  for (; i < n; ++i) {
+  for (size_t i = 0; i < n && st == KVT_OK; ++i) {
     uint32_t s = 0;
     if ((st = resolve(blocks[i], &s)) != KVT_OK) break;
     State have = State(slots_[s].state);
@@ -270,15 +271,15 @@ kvt_status Tier::register_chain(kvt_block *out, const kvt_block *blocks,
                 i, ull(blocks[i]), state_name(have));
       break;
     }
-    if (++slots_[s].refs > 2) {
-      st = fail(KVT_ERR_INVALID_ARGUMENT, "register_hashes: blocks[%zu] = 0x%llx is listed twice",
+    ++counted;
+    if (++slots_[s].refs > 2)
+      st = fail(KVT_ERR_INVALID_ARGUMENT,
+                "register_hashes: blocks[%zu] = 0x%llx is listed twice or is being onboarded",
                 i, ull(blocks[i]));
-      break;
-    }
   }
-  for (size_t j = 0; j < i; ++j) slots_[handle::slot(blocks[j])].refs = 1;
+  for (size_t j = 0; j < counted; ++j) --slots_[handle::slot(blocks[j])].refs;
   if (st != KVT_OK) return st;
-  for (i = 0; i < n; ++i) {
+  for (size_t i = 0; i < n; ++i) {
     commit_registration(out + i, handle::slot(blocks[i]), seq_hashes[i],
                         i == 0 ? parent : seq_hashes[i - 1]);
   }
@@ -322,6 +323,49 @@ kvt_status Tier::info(kvt_block_info *out, kvt_block b) {
   }
   *out = r;
   return KVT_OK;
+}
+
+kvt_status Tier::peek_registered(kvt_block b, uint64_t *hash, uint64_t *parent) {
+  Locked lock(*this);
+  uint32_t s = 0;
+  if (kvt_status st = resolve(b, &s); st != KVT_OK) return st;
+  if (!is_registered(State(slots_[s].state)))
+    return fail(KVT_ERR_STATE, "block 0x%llx is %s: only registered blocks can be transferred",
+                ull(b), state_name(State(slots_[s].state)));
+  *hash = slots_[s].seq_hash;
+  *parent = slots_[s].parent_hash;
+  return KVT_OK;
+}
+
+bool Tier::contains(uint64_t hash) {
+  Locked lock(*this);
+  return registry_.find(hash) != kNil;
+}
+
+kvt_status Tier::expect_empty(kvt_block b) {
+  Locked lock(*this);
+  uint32_t s = 0;
+  return expect(b, &s, State::Empty, "onboard");
+}
+
+kvt_status Tier::pin_empty(kvt_block b) {
+  Locked lock(*this);
+  uint32_t s = 0;
+  if (kvt_status st = expect(b, &s, State::Empty, "onboard"); st != KVT_OK) return st;
+  ++slots_[s].refs;
+  return KVT_OK;
+}
+
+void Tier::commit_onboarded(kvt_block *out, kvt_block b, uint64_t seq_hash, uint64_t parent) {
+  Locked lock(*this);
+  uint32_t s = handle::slot(b);
+  if (slots_[s].refs == 1) {  // only ours: the caller let go of it during the copy
+    free_slot(s);
+    *out = 0;
+    return;
+  }
+  --slots_[s].refs;
+  commit_registration(out, s, seq_hash, parent);
 }
 
 kvt_status Tier::data(void **out_ptr, kvt_block b) {
@@ -482,7 +526,7 @@ kvt_status Tier::check() {
     } else {
       ++active;
       if (sl.refs == 0) return bad("active slot without references", s, 0);
-      if (is_mutable(st) && sl.refs != 1) return bad("mutable slot shared", s, sl.refs);
+      if (is_mutable(st) && sl.refs > 2) return bad("mutable slot shared", s, sl.refs);
     }
     if (is_registered(st)) {
       ++registered;

@@ -64,6 +64,16 @@ class Tier {
                             size_t n, uint64_t parent);
   kvt_status match(size_t *out_n, kvt_block *out, const uint64_t *hashes, size_t n);
   kvt_status info(kvt_block_info *out, kvt_block b);
+  // For the pipeline: the hashes of a registered block (active or inactive); whether a hash
+  // is registered; whether a block is a fresh Empty one.
+  kvt_status peek_registered(kvt_block b, uint64_t *hash, uint64_t *parent);
+  bool contains(uint64_t hash);
+  kvt_status expect_empty(kvt_block b);
+  // Onboard: the pipeline's own reference on the caller's Empty destination while it is
+  // written, then the registration that drops it. If the caller released the block in the
+  // meantime it is freed instead and *out is 0.
+  kvt_status pin_empty(kvt_block b);
+  void commit_onboarded(kvt_block *out, kvt_block b, uint64_t seq_hash, uint64_t parent);
   // Host-visible address checks for kvt_block_data / kvt_block_chunk.
   kvt_status data(void **out_ptr, kvt_block b);
   kvt_status chunk(void **out_ptr, kvt_block b, uint32_t layer, uint32_t outer);

@@ -27,14 +27,34 @@ void EventQueue::signal_locked() noexcept {
   readable_ = true;
 }
 
+void EventQueue::erase_locked(size_t i) noexcept {
+  for (; i > 0; --i) at(i) = at(i - 1);  // close the gap from the front
+  head_ = (head_ + 1) & (ring_.size() - 1);
+  --size_;
+}
+
 void EventQueue::drop_oldest_block_event_locked() noexcept {
   size_t i = 0;
   while (i < size_ && at(i).type == KVT_EVENT_XFER_DONE) ++i;
   if (i == size_) return;  // nothing but XFER_DONE: keep them all
-  for (; i > 0; --i) at(i) = at(i - 1);  // close the gap from the front
-  head_ = (head_ + 1) & (ring_.size() - 1);
-  --size_;
+  erase_locked(i);
   ++dropped_;
+}
+
+void EventQueue::withdraw(const kvt_xfer *x) noexcept {
+  std::lock_guard lock(mu_);
+  if (xfer_queued_.erase(x) == 0 && !untracked_) return;
+  for (size_t i = 0; i < size_; ++i) {
+    if (at(i).type == KVT_EVENT_XFER_DONE && at(i).xfer == x) {
+      erase_locked(i);
+      break;
+    }
+  }
+  if (readable_ && size_ == 0 && dropped_ == 0) {
+    uint64_t v;
+    [[maybe_unused]] ssize_t r = read(fd_, &v, sizeof v);
+    readable_ = false;
+  }
 }
 
 void EventQueue::push_locked(const kvt_event &e) noexcept {
@@ -48,6 +68,13 @@ void EventQueue::push_locked(const kvt_event &e) noexcept {
     } catch (const std::bad_alloc &) {
       ++dropped_;
       return;
+    }
+  }
+  if (e.type == KVT_EVENT_XFER_DONE) {
+    try {
+      xfer_queued_.insert(e.xfer);
+    } catch (const std::bad_alloc &) {
+      untracked_ = true;  // withdraw() then searches the whole queue
     }
   }
   at(size_++) = e;
@@ -70,7 +97,10 @@ size_t EventQueue::poll(kvt_event *out, size_t max) {
     dropped_ = 0;
   }
   size_t take = std::min(max - n, size_);
-  for (size_t i = 0; i < take; ++i) out[n + i] = at(i);
+  for (size_t i = 0; i < take; ++i) {
+    out[n + i] = at(i);
+    if (out[n + i].type == KVT_EVENT_XFER_DONE) xfer_queued_.erase(out[n + i].xfer);
+  }
   head_ = (head_ + take) & (ring_.size() - 1);
   size_ -= take;
   n += take;

@@ -4,6 +4,8 @@
 // never dropped, so the queue may exceed its bound by the XFER_DONE events it holds.
 #pragma once
 
+#include <absl/container/flat_hash_set.h>
+
 #include <cstdint>
 #include <mutex>
 #include <vector>
@@ -22,12 +24,15 @@ class EventQueue {
   // Appends events in order; never throws (an event that cannot be stored counts as dropped).
   void push(const kvt_event *events, size_t n) noexcept;
   size_t poll(kvt_event *out, size_t max);
+  // Removes the queued XFER_DONE event naming x, if there is one (kvt_xfer_release).
+  void withdraw(const kvt_xfer *x) noexcept;
   int fd() const noexcept { return fd_; }
 
  private:
   kvt_event &at(size_t i) noexcept { return ring_[(head_ + i) & (ring_.size() - 1)]; }
   void push_locked(const kvt_event &e) noexcept;
   void drop_oldest_block_event_locked() noexcept;
+  void erase_locked(size_t i) noexcept;
   void signal_locked() noexcept;
 
   std::mutex mu_;
@@ -35,6 +40,8 @@ class EventQueue {
   size_t head_ = 0, size_ = 0;
   size_t capacity_;
   uint64_t dropped_ = 0;  // not yet reported
+  absl::flat_hash_set<const kvt_xfer *> xfer_queued_;  // transfers with an XFER_DONE queued
+  bool untracked_ = false;  // an XFER_DONE could not be recorded in xfer_queued_
   bool readable_ = false;
   int fd_;
 };

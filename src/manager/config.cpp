@@ -34,6 +34,46 @@ kvt_status validate_layout(const kvt_manager_config &c) {
   }
   return KVT_OK;
 }
+kvt_status validate_policy(const char *name, const kvt_policy &p) {
+  if (p.flags & ~(KVT_POLICY_PRESENCE | KVT_POLICY_FREQUENCY))
+    return fail(KVT_ERR_INVALID_ARGUMENT,
+                "%s.flags is 0x%x: KVT_POLICY_PRESENCE (1) and/or KVT_POLICY_FREQUENCY (2), or 0",
+                name, p.flags);
+  if ((p.flags & KVT_POLICY_FREQUENCY) && p.min_frequency == 0)
+    return fail(KVT_ERR_INVALID_ARGUMENT, "%s.min_frequency is 0: at least 1", name);
+  return KVT_OK;
+}
+
+kvt_status validate_pipeline(const kvt_manager_config &c) {
+  constexpr uint64_t kMinute = 60'000'000;
+  if (c.max_batch_size == 0 || c.max_batch_size > 65536)
+    return fail(KVT_ERR_INVALID_ARGUMENT, "max_batch_size is %u: 1..65536", c.max_batch_size);
+  if (c.min_batch_size == 0 || c.min_batch_size > c.max_batch_size)
+    return fail(KVT_ERR_INVALID_ARGUMENT, "min_batch_size is %u: 1..max_batch_size (%u)",
+                c.min_batch_size, c.max_batch_size);
+  if (c.flush_interval_us > kMinute)
+    return fail(KVT_ERR_INVALID_ARGUMENT, "flush_interval_us is %llu: at most 60 s",
+                ull(c.flush_interval_us));
+  if (c.policy_timeout_us == 0 || c.policy_timeout_us > kMinute)
+    return fail(KVT_ERR_INVALID_ARGUMENT, "policy_timeout_us is %llu: 1 us to 60 s",
+                ull(c.policy_timeout_us));
+  if (c.sweep_interval_us < 10 || c.sweep_interval_us > kMinute)
+    return fail(KVT_ERR_INVALID_ARGUMENT, "sweep_interval_us is %llu: 10 us to 60 s",
+                ull(c.sweep_interval_us));
+  if (c.max_concurrent_transfers == 0 || c.max_concurrent_transfers > 64)
+    return fail(KVT_ERR_INVALID_ARGUMENT, "max_concurrent_transfers is %u: 1..64",
+                c.max_concurrent_transfers);
+  if (c.copy_threads == 0 || c.copy_threads > 64)
+    return fail(KVT_ERR_INVALID_ARGUMENT, "copy_threads is %u: 1..64", c.copy_threads);
+  if (kvt_status s = validate_policy("policy_g1_g2", c.policy_g1_g2); s != KVT_OK) return s;
+  if (kvt_status s = validate_policy("policy_g1_g3", c.policy_g1_g3); s != KVT_OK) return s;
+  if (kvt_status s = validate_policy("policy_g2_g3", c.policy_g2_g3); s != KVT_OK) return s;
+  if (c.g3_io > KVT_IO_THREADS)
+    return fail(KVT_ERR_INVALID_ARGUMENT, "g3_io is %u: AUTO (0), URING (1) or THREADS (2)",
+                c.g3_io);
+  if (c.reserved != 0) return fail(KVT_ERR_INVALID_ARGUMENT, "reserved must be 0");
+  return KVT_OK;
+}
 }  // namespace
 
 void config_defaults(kvt_manager_config *cfg) noexcept {
@@ -48,6 +88,15 @@ void config_defaults(kvt_manager_config *cfg) noexcept {
   cfg->g3_blocks = 0;
   cfg->event_capacity = 65536;
   cfg->g1_memory = KVT_MEMORY_AUTO;
+  cfg->max_batch_size = 64;
+  cfg->min_batch_size = 8;
+  cfg->flush_interval_us = 10000;
+  cfg->policy_timeout_us = 100000;
+  cfg->sweep_interval_us = 10000;
+  cfg->max_concurrent_transfers = 1;
+  cfg->copy_threads = 4;
+  cfg->policy_g1_g2 = cfg->policy_g1_g3 = cfg->policy_g2_g3 = {KVT_POLICY_PRESENCE, 1};
+  cfg->g3_io = KVT_IO_AUTO;
 }
 
 kvt_status config_validate(const kvt_manager_config &c) noexcept {
@@ -81,6 +130,7 @@ kvt_status config_validate(const kvt_manager_config &c) noexcept {
                 c.g1_memory);
   if (c.cuda_device < 0)
     return fail(KVT_ERR_INVALID_ARGUMENT, "cuda_device is %d", c.cuda_device);
+  if (kvt_status s = validate_pipeline(c); s != KVT_OK) return s;
   if (c.g1_layout != nullptr) return validate_layout(c);
   return KVT_OK;
 }

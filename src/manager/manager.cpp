@@ -59,6 +59,13 @@ kvt_status Manager::create(std::unique_ptr<Manager> *out, const kvt_manager_conf
     if (s != KVT_OK) return s;
     m->tiers_[t] = std::move(tier);
   }
+  m->pool_ = std::make_unique<WorkerPool>(c.copy_threads - 1);
+  if (c.g3_blocks > 0) {
+    kvt_status s = DiskEngine::create(&m->disk_, c.g3_path, c.g3_blocks, m->geo_.block_bytes(),
+                                      kvt_io_engine(c.g3_io), *m->pool_);
+    if (s != KVT_OK) return s;
+  }
+  m->pipeline_ = std::make_unique<Pipeline>(*m, c, m->disk_.get(), *m->pool_);
   *out = std::move(m);
   return KVT_OK;
 }

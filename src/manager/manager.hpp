@@ -7,6 +7,9 @@
 #include "event/event_queue.hpp"
 #include "kvtier.h"
 #include "memory/tier_memory.hpp"
+#include "pipeline/pipeline.hpp"
+#include "transfer/disk_engine.hpp"
+#include "transfer/worker_pool.hpp"
 
 namespace kvt {
 
@@ -25,6 +28,7 @@ class Manager {
   kvt_status release(const kvt_block *blocks, size_t n);
   kvt_status check();
   EventQueue &events() noexcept { return *events_; }
+  Pipeline &pipeline() noexcept { return *pipeline_; }
   uint64_t block_bytes() const noexcept { return geo_.block_bytes(); }
   uint32_t page_size() const noexcept { return page_size_; }
   const Geometry &geometry() const noexcept { return geo_; }
@@ -37,6 +41,9 @@ class Manager {
   uint32_t tag_ = 0;
   std::unique_ptr<EventQueue> events_;
   std::unique_ptr<Tier> tiers_[4];  // index by kvt_tier; null when the tier is absent
+  std::unique_ptr<WorkerPool> pool_;
+  std::unique_ptr<DiskEngine> disk_;   // G3's file, when G3 is present
+  std::unique_ptr<Pipeline> pipeline_;  // last: stopped first, while the rest still stands
 };
 
 }  // namespace kvt

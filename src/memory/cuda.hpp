@@ -8,6 +8,9 @@
 
 namespace kvt::cuda {
 
+// True when the library was built with CUDA.
+bool available() noexcept;
+
 // True when the library was built with CUDA and `device` exists at run time.
 bool device_present(int device) noexcept;
 
@@ -18,5 +21,8 @@ void free(void *p, int device) noexcept;
 // Pins host memory for fast DMA; failure leaves it pageable and is not an error.
 bool host_register(void *p, size_t bytes) noexcept;
 void host_unregister(void *p) noexcept;
+
+// True once a recorded cudaEvent_t has completed (or failed: the wait is over either way).
+bool event_done(void *event) noexcept;
 
 }  // namespace kvt::cuda

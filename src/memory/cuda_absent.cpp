@@ -3,6 +3,8 @@
 
 namespace kvt::cuda {
 
+bool available() noexcept { return false; }
+
 bool device_present(int) noexcept { return false; }
 
 kvt_status alloc(void **, size_t, int) noexcept {
@@ -12,5 +14,6 @@ kvt_status alloc(void **, size_t, int) noexcept {
 void free(void *, int) noexcept {}
 bool host_register(void *, size_t) noexcept { return false; }
 void host_unregister(void *) noexcept {}
+bool event_done(void *) noexcept { return true; }
 
 }  // namespace kvt::cuda

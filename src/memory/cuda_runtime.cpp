@@ -5,6 +5,8 @@
 
 namespace kvt::cuda {
 
+bool available() noexcept { return true; }
+
 bool device_present(int device) noexcept {
   int count = 0;
   if (cudaGetDeviceCount(&count) != cudaSuccess) {
@@ -44,5 +46,12 @@ bool host_register(void *p, size_t bytes) noexcept {
 }
 
 void host_unregister(void *p) noexcept { cudaHostUnregister(p); }
+
+bool event_done(void *event) noexcept {
+  cudaError_t e = cudaEventQuery(static_cast<cudaEvent_t>(event));
+  if (e == cudaErrorNotReady) return false;
+  if (e != cudaSuccess) cudaGetLastError();
+  return true;
+}
 
 }  // namespace kvt::cuda

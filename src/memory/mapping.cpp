@@ -2,6 +2,7 @@
 
 #include <sys/mman.h>
 
+#include <cstdlib>
 #include <new>
 
 namespace kvt {
@@ -13,6 +14,14 @@ void *map_zeroed(size_t bytes) {
   constexpr size_t kHuge = size_t{2} << 20;
   if (bytes >= kHuge) madvise(p, bytes, MADV_HUGEPAGE);  // advice only: failure is harmless
   return p;
+}
+
+void AlignedFree::operator()(void *p) const noexcept { std::free(p); }
+
+AlignedBuffer aligned_buffer(size_t bytes) {
+  void *p = std::aligned_alloc(kPage, round_to_page(bytes == 0 ? 1 : bytes));
+  if (p == nullptr) throw std::bad_alloc();
+  return AlignedBuffer(static_cast<char *>(p));
 }
 
 void unmap(void *p, size_t bytes) noexcept {

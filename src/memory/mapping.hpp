@@ -10,6 +10,15 @@ namespace kvt {
 void *map_zeroed(size_t bytes);  // throws std::bad_alloc
 void unmap(void *p, size_t bytes) noexcept;
 
+// A 4 KiB-aligned heap buffer, padded to whole 4 KiB pages: what O_DIRECT I/O needs.
+struct AlignedFree {
+  void operator()(void *p) const noexcept;
+};
+using AlignedBuffer = std::unique_ptr<char, AlignedFree>;
+AlignedBuffer aligned_buffer(size_t bytes);  // throws std::bad_alloc
+inline constexpr size_t kPage = 4096;
+inline constexpr size_t round_to_page(size_t v) { return (v + kPage - 1) / kPage * kPage; }
+
 // An allocator for big tables (the registry): map_zeroed from 2 MiB up, new below.
 template <class T>
 struct MappedAllocator {

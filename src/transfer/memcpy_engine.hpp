@@ -1,0 +1,26 @@
+// Copies between host-visible blocks: whole blocks where both sides are contiguous, chunk by
+// chunk where an engine layout scatters them, split across the worker pool when large.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "memory/tier_memory.hpp"
+#include "transfer/worker_pool.hpp"
+
+namespace kvt {
+
+// One block: a slot of a tier, or a contiguous staging buffer of block_bytes.
+struct BlockRef {
+  const TierMemory *mem = nullptr;
+  uint32_t slot = 0;
+  void *buf = nullptr;  // when set, the block is here instead
+};
+
+struct BlockCopy {
+  BlockRef dst, src;
+};
+
+void copy_blocks(const Geometry &g, const std::vector<BlockCopy> &copies, WorkerPool &pool);
+
+}  // namespace kvt
