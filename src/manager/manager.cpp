@@ -65,7 +65,12 @@ kvt_status Manager::create(std::unique_ptr<Manager> *out, const kvt_manager_conf
                                       kvt_io_engine(c.g3_io), *m->pool_);
     if (s != KVT_OK) return s;
   }
-  m->pipeline_ = std::make_unique<Pipeline>(*m, c, m->disk_.get(), *m->pool_);
+  if (m->tiers_[KVT_TIER_G1]->memory().kind() == KVT_MEMORY_CUDA) {
+    int device = c.g1_layout ? c.g1_layout->cuda_device : c.cuda_device;
+    if (kvt_status s = CudaEngine::create(&m->cuda_, device); s != KVT_OK) return s;
+  }
+  m->pipeline_ =
+      std::make_unique<Pipeline>(*m, c, m->disk_.get(), m->cuda_.get(), *m->pool_);
   *out = std::move(m);
   return KVT_OK;
 }

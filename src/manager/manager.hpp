@@ -8,6 +8,7 @@
 #include "kvtier.h"
 #include "memory/tier_memory.hpp"
 #include "pipeline/pipeline.hpp"
+#include "transfer/cuda_engine.hpp"
 #include "transfer/disk_engine.hpp"
 #include "transfer/worker_pool.hpp"
 
@@ -43,6 +44,7 @@ class Manager {
   std::unique_ptr<Tier> tiers_[4];  // index by kvt_tier; null when the tier is absent
   std::unique_ptr<WorkerPool> pool_;
   std::unique_ptr<DiskEngine> disk_;   // G3's file, when G3 is present
+  std::unique_ptr<CudaEngine> cuda_;   // when G1 is in CUDA memory
   std::unique_ptr<Pipeline> pipeline_;  // last: stopped first, while the rest still stands
 };
 

@@ -6,6 +6,7 @@
 #include "manager/manager.hpp"
 #include "memory/mapping.hpp"
 #include "pipeline/pipeline.hpp"
+#include "transfer/cuda_engine.hpp"
 #include "transfer/disk_engine.hpp"
 #include "transfer/memcpy_engine.hpp"
 
@@ -98,9 +99,44 @@ void fail_entry(kvt_status &status, std::string &message, kvt_status st, std::st
 }
 }  // namespace
 
+namespace {
+bool on_device(const BlockRef &r) { return r.mem != nullptr && !r.mem->host_visible(); }
+}  // namespace
+
+// Runs one phase of copies: host-to-host through the memcpy engine, anything touching CUDA
+// memory through the CUDA engine. A failed CUDA copy fails the containers it served.
+void Pipeline::run_copies(const std::vector<BlockCopy> &copies, const std::vector<Entry *> &owner) {
+  const Geometry &g = m_.geometry();
+  std::vector<BlockCopy> host;
+  std::vector<Segment> h2d, d2h;
+  std::vector<Entry *> h2d_owner, d2h_owner;
+  for (size_t i = 0; i < copies.size(); ++i) {
+    const BlockCopy &c = copies[i];
+    if (on_device(c.dst)) {
+      append_segments(g, c, h2d);
+      h2d_owner.push_back(owner[i]);
+    } else if (on_device(c.src)) {
+      append_segments(g, c, d2h);
+      d2h_owner.push_back(owner[i]);
+    } else {
+      host.push_back(c);
+    }
+  }
+  copy_blocks(g, host, pool_);
+  for (auto [segs, owners, to_device] : {std::tuple{&h2d, &h2d_owner, true},
+                                         std::tuple{&d2h, &d2h_owner, false}}) {
+    if (segs->empty()) continue;
+    kvt_status st = cuda_ ? cuda_->copy(*segs, to_device)
+                          : fail(KVT_ERR_UNSUPPORTED, "no CUDA copy engine for CUDA memory");
+    if (st != KVT_OK)
+      for (Entry *e : *owners) fail_entry(e->status, e->message, st, last_error());
+  }
+}
+
 void Pipeline::execute(Batch &b) {
   const Geometry &g = m_.geometry();
   std::vector<BlockCopy> before_disk, after_disk;
+  std::vector<Entry *> before_owner, after_owner;
   std::vector<DiskOp> ops;
 
   for (Entry &e : b.entries) {
@@ -121,23 +157,20 @@ void Pipeline::execute(Batch &b) {
     }
     const TierMemory *sm = src->memory().has_bytes() ? &src->memory() : nullptr;
     const TierMemory *dm = dst->memory().has_bytes() ? &dst->memory() : nullptr;
-    if ((sm && !sm->host_visible()) || (dm && !dm->host_visible())) {
-      fail_entry(e.status, e.message, KVT_ERR_UNSUPPORTED,
-                 "copies to or from CUDA memory need the CUDA copy engine, not built yet");
-      continue;
-    }
     for (size_t k = 0; k < n; ++k) {
       const SourceRef &r = x->src[e.items[k]];
       BlockRef from{sm, handle::slot(r.handle), nullptr};
       BlockRef to{dm, handle::slot(e.dst[k]), nullptr};
-      if (sm && dm) {  // host to host
+      if (sm && dm) {  // memory to memory
         before_disk.push_back({to, from});
-      } else if (dm == nullptr) {  // to G3: write the source block, gathered if scattered
-        void *data = sm->block(from.slot);
+        before_owner.push_back(&e);
+      } else if (dm == nullptr) {  // to G3: write the source block, staged if scattered or on a GPU
+        void *data = sm->host_visible() ? sm->block(from.slot) : nullptr;
         if (data == nullptr) {
           e.staging.push_back(aligned_buffer(g.block_bytes()));
           data = e.staging.back().get();
           before_disk.push_back({{nullptr, 0, data}, from});
+          before_owner.push_back(&e);
         }
         e.op[k] = int(ops.size());
         ops.push_back({true, to.slot, data, r.hash, r.parent});
@@ -149,7 +182,7 @@ void Pipeline::execute(Batch &b) {
     }
   }
 
-  copy_blocks(g, before_disk, pool_);
+  run_copies(before_disk, before_owner);
   if (!ops.empty()) disk_->run(ops);
   for (Entry &e : b.entries) {
     for (size_t k = 0; k < e.op.size(); ++k)
@@ -157,12 +190,14 @@ void Pipeline::execute(Batch &b) {
         fail_entry(e.status, e.message, ops[e.op[k]].status, disk_->describe(ops[e.op[k]]));
     if (e.status != KVT_OK || !e.x->onboard || e.staging.empty()) continue;
     // Every block of this onboard read back intact: only now may G1 see the bytes.
-    for (size_t k = 0; k < e.items.size(); ++k)
+    for (size_t k = 0; k < e.items.size(); ++k) {
       after_disk.push_back({{&m_.tier_if_present(KVT_TIER_G1)->memory(),
                              handle::slot(e.dst[k]), nullptr},
                             {nullptr, 0, e.staging[k].get()}});
+      after_owner.push_back(&e);
+    }
   }
-  copy_blocks(g, after_disk, pool_);
+  run_copies(after_disk, after_owner);
 
   for (Entry &e : b.entries) {
     kvt_xfer *x = e.x;

@@ -15,8 +15,9 @@ using std::chrono::microseconds;
 constexpr size_t kMaxOffered = size_t{1} << 20;
 }  // namespace
 
-Pipeline::Pipeline(Manager &m, const kvt_manager_config &c, DiskEngine *disk, WorkerPool &pool)
-    : m_(m), disk_(disk), pool_(pool), max_batch_(c.max_batch_size),
+Pipeline::Pipeline(Manager &m, const kvt_manager_config &c, DiskEngine *disk, CudaEngine *cuda,
+                   WorkerPool &pool)
+    : m_(m), disk_(disk), cuda_(cuda), pool_(pool), max_batch_(c.max_batch_size),
       min_batch_(c.min_batch_size), flush_interval_(microseconds(c.flush_interval_us)),
       policy_timeout_(microseconds(c.policy_timeout_us)),
       sweep_interval_(microseconds(c.sweep_interval_us)),

@@ -23,12 +23,15 @@
 namespace kvt {
 
 class Manager;
+class CudaEngine;
 class DiskEngine;
 class WorkerPool;
+struct BlockCopy;
 
 class Pipeline {
  public:
-  Pipeline(Manager &m, const kvt_manager_config &c, DiskEngine *disk, WorkerPool &pool);
+  Pipeline(Manager &m, const kvt_manager_config &c, DiskEngine *disk, CudaEngine *cuda,
+           WorkerPool &pool);
   // Cancels what has not committed, waits for copies in flight, frees every transfer and
   // fence.
   ~Pipeline();
@@ -63,6 +66,7 @@ class Pipeline {
   bool flush_ready_locked(Clock::time_point now, Clock::time_point *deadline) const;
   Batch commit_locked();
   void execute(Batch &b);  // runs without the lock
+  void run_copies(const std::vector<BlockCopy> &copies, const std::vector<Entry *> &owner);
   void end_locked(kvt_xfer *x, kvt_status st, std::string message);
   void unreserve_locked(kvt_tier dst, uint64_t hash);
   void leave_fence_locked(kvt_xfer *x);
@@ -71,6 +75,7 @@ class Pipeline {
 
   Manager &m_;
   DiskEngine *disk_;
+  CudaEngine *cuda_;  // null unless G1 is in CUDA memory
   WorkerPool &pool_;
   const uint32_t max_batch_, min_batch_;
   const Clock::duration flush_interval_, policy_timeout_, sweep_interval_;

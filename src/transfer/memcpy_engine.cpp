@@ -6,11 +6,6 @@
 namespace kvt {
 
 namespace {
-struct Segment {
-  char *dst;
-  const char *src;
-  size_t len;
-};
 // Below this a copy is not worth waking other threads for.
 constexpr size_t kSplitBytes = size_t{1} << 20;
 char *block_ptr(const BlockRef &r) {
@@ -23,20 +18,23 @@ char *chunk_ptr(const Geometry &g, const BlockRef &r, uint32_t l, uint32_t o) {
 }
 }  // namespace
 
+void append_segments(const Geometry &g, const BlockCopy &c, std::vector<Segment> &out) {
+  if (g.block_bytes() == 0) return;
+  char *d = block_ptr(c.dst), *s = block_ptr(c.src);
+  if (d != nullptr && s != nullptr) {
+    out.push_back({d, s, g.block_bytes()});
+    return;
+  }
+  for (uint32_t l = 0; l < g.num_layers; ++l)
+    for (uint32_t o = 0; o < g.num_outer; ++o)
+      out.push_back({chunk_ptr(g, c.dst, l, o), chunk_ptr(g, c.src, l, o), g.chunk_bytes});
+}
+
 void copy_blocks(const Geometry &g, const std::vector<BlockCopy> &copies, WorkerPool &pool) {
   const size_t block_bytes = g.block_bytes();
   if (block_bytes == 0) return;
   std::vector<Segment> segs;
-  for (const BlockCopy &c : copies) {
-    char *d = block_ptr(c.dst), *s = block_ptr(c.src);
-    if (d != nullptr && s != nullptr) {
-      segs.push_back({d, s, block_bytes});
-      continue;
-    }
-    for (uint32_t l = 0; l < g.num_layers; ++l)
-      for (uint32_t o = 0; o < g.num_outer; ++o)
-        segs.push_back({chunk_ptr(g, c.dst, l, o), chunk_ptr(g, c.src, l, o), g.chunk_bytes});
-  }
+  for (const BlockCopy &c : copies) append_segments(g, c, segs);
   const size_t total = block_bytes * copies.size();
   const size_t parts = std::min<size_t>(pool.threads() + 1, std::max<size_t>(1, total / kSplitBytes));
   if (parts <= 1) {

@@ -21,6 +21,17 @@ struct BlockCopy {
   BlockRef dst, src;
 };
 
+// One contiguous run of bytes to copy.
+struct Segment {
+  char *dst;
+  const char *src;
+  size_t len;
+};
+
+// The runs that make up copying one block: the whole block where both sides are contiguous,
+// else one run per (layer, outer) chunk.
+void append_segments(const Geometry &g, const BlockCopy &c, std::vector<Segment> &out);
+
 void copy_blocks(const Geometry &g, const std::vector<BlockCopy> &copies, WorkerPool &pool);
 
 }  // namespace kvt

@@ -1,0 +1,36 @@
+// Copies between CUDA device memory (G1) and host memory (G2, staging buffers): one stream
+// per direction, completion awaited through a CUDA event. Scattered chunks go through
+// cudaMemcpyBatchAsync; one cudaMemcpyAsync per chunk is kept as the baseline to beat.
+// cuda_engine.cpp implements it with CUDA; cuda_engine_absent.cpp says there is none.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "kvtier.h"
+#include "transfer/memcpy_engine.hpp"
+
+namespace kvt {
+
+class CudaEngine {
+ public:
+  enum class Method { batched, per_chunk };
+
+  // KVT_ERR_UNSUPPORTED without CUDA or without the device.
+  static kvt_status create(std::unique_ptr<CudaEngine> *out, int device);
+  ~CudaEngine();
+  CudaEngine(const CudaEngine &) = delete;
+  CudaEngine &operator=(const CudaEngine &) = delete;
+
+  // Copies every segment (host to device when to_device, else device to host) and returns
+  // once they are done; KVT_ERR_CUDA with the message set on failure.
+  kvt_status copy(const std::vector<Segment> &segs, bool to_device,
+                  Method method = Method::batched);
+
+ private:
+  CudaEngine() = default;
+  struct Streams;
+  std::unique_ptr<Streams> s_;
+};
+
+}  // namespace kvt

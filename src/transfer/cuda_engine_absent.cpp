@@ -1,0 +1,18 @@
+#include "common/error.hpp"
+#include "transfer/cuda_engine.hpp"
+
+namespace kvt {
+
+struct CudaEngine::Streams {};
+
+kvt_status CudaEngine::create(std::unique_ptr<CudaEngine> *, int) {
+  return fail(KVT_ERR_UNSUPPORTED, "this kvtier was built without CUDA");
+}
+
+CudaEngine::~CudaEngine() = default;
+
+kvt_status CudaEngine::copy(const std::vector<Segment> &, bool, Method) {
+  return fail(KVT_ERR_UNSUPPORTED, "this kvtier was built without CUDA");
+}
+
+}  // namespace kvt
