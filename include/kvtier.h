@@ -129,6 +129,12 @@ typedef enum kvt_io_engine {
   KVT_IO_THREADS = 2            /* a thread pool doing preadv/pwritev */
 } kvt_io_engine;
 
+/* How the CUDA engine copies the chunks of a batch between device and host. */
+typedef enum kvt_cuda_copy {
+  KVT_CUDA_COPY_BATCHED = 0,    /* one cudaMemcpyBatchAsync per batch and direction */
+  KVT_CUDA_COPY_PER_CHUNK = 1   /* one cudaMemcpyAsync per chunk: the baseline */
+} kvt_cuda_copy;
+
 typedef struct kvt_manager_config {
   uint32_t    struct_size;      /* set by kvt_manager_config_init */
   uint32_t    page_size;        /* tokens per block: a power of two in 1..65536 (default 16) */
@@ -162,7 +168,7 @@ typedef struct kvt_manager_config {
   kvt_policy  policy_g1_g3;
   kvt_policy  policy_g2_g3;
   uint32_t    g3_io;            /* kvt_io_engine (default AUTO) */
-  uint32_t    reserved;         /* must be 0 */
+  uint32_t    cuda_copy;        /* kvt_cuda_copy: how scattered chunks cross PCIe (default BATCHED) */
 } kvt_manager_config;
 
 /* Largest capacity of one tier, in blocks. */

@@ -60,6 +60,18 @@ TEST(BadInput, ManagerCreate) {
       {"event_capacity", [](kvt_manager_config &c) { c.event_capacity = 0; }},
       {"g1_memory", [](kvt_manager_config &c) { c.g1_memory = 9; }},
       {"cuda_device", [](kvt_manager_config &c) { c.cuda_device = -1; }},
+      {"max_batch_size", [](kvt_manager_config &c) { c.max_batch_size = 0; }},
+      {"min_batch_size", [](kvt_manager_config &c) { c.min_batch_size = c.max_batch_size + 1; }},
+      {"policy_timeout_us", [](kvt_manager_config &c) { c.policy_timeout_us = 0; }},
+      {"sweep_interval_us", [](kvt_manager_config &c) { c.sweep_interval_us = 1; }},
+      {"max_concurrent_transfers", [](kvt_manager_config &c) { c.max_concurrent_transfers = 0; }},
+      {"copy_threads", [](kvt_manager_config &c) { c.copy_threads = 65; }},
+      {"policy_g1_g2", [](kvt_manager_config &c) { c.policy_g1_g2.flags = 8; }},
+      {"policy_g2_g3", [](kvt_manager_config &c) {
+         c.policy_g2_g3 = {KVT_POLICY_FREQUENCY, 0};
+       }},
+      {"g3_io", [](kvt_manager_config &c) { c.g3_io = 3; }},
+      {"cuda_copy", [](kvt_manager_config &c) { c.cuda_copy = 2; }},
   };
   for (const Bad &b : bads) {
     kvt_manager_config bc = small_config();

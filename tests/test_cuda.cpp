@@ -20,8 +20,8 @@ bool have_device() {
                                       "engine is compiled but untested here"
 }  // namespace
 
-TEST(Cuda, G1OnDeviceRoundTripsThroughG2AndG3) {
-  REQUIRE_GPU();
+namespace {
+void round_trip(uint32_t method) {
   char tmpl[] = "/tmp/kvtier-cuda-XXXXXX";
   std::string dir = mkdtemp(tmpl);
   kvt_manager_config c = small_config(8, 8, 8);
@@ -30,6 +30,7 @@ TEST(Cuda, G1OnDeviceRoundTripsThroughG2AndG3) {
   c.chunk_bytes = 8192;
   c.g3_path = dir.c_str();
   c.min_batch_size = 1;
+  c.cuda_copy = method;
   auto m = make(c);
   ASSERT_EQ(stats(m.get(), KVT_TIER_G1).memory, uint32_t(KVT_MEMORY_CUDA));
   const size_t bytes = 4 * 2 * 8192;
@@ -95,4 +96,15 @@ TEST(Cuda, G1OnDeviceRoundTripsThroughG2AndG3) {
   EXPECT_KVT(kvt_manager_check(m.get()), KVT_OK);
   m.reset();
   std::filesystem::remove_all(dir);
+}
+}  // namespace
+
+TEST(Cuda, G1OnDeviceRoundTripsThroughG2AndG3Batched) {
+  REQUIRE_GPU();
+  round_trip(KVT_CUDA_COPY_BATCHED);
+}
+
+TEST(Cuda, G1OnDeviceRoundTripsThroughG2AndG3PerChunk) {
+  REQUIRE_GPU();
+  round_trip(KVT_CUDA_COPY_PER_CHUNK);
 }

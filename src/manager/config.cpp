@@ -71,7 +71,9 @@ kvt_status validate_pipeline(const kvt_manager_config &c) {
   if (c.g3_io > KVT_IO_THREADS)
     return fail(KVT_ERR_INVALID_ARGUMENT, "g3_io is %u: AUTO (0), URING (1) or THREADS (2)",
                 c.g3_io);
-  if (c.reserved != 0) return fail(KVT_ERR_INVALID_ARGUMENT, "reserved must be 0");
+  if (c.cuda_copy > KVT_CUDA_COPY_PER_CHUNK)
+    return fail(KVT_ERR_INVALID_ARGUMENT, "cuda_copy is %u: BATCHED (0) or PER_CHUNK (1)",
+                c.cuda_copy);
   return KVT_OK;
 }
 }  // namespace

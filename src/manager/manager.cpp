@@ -67,7 +67,9 @@ kvt_status Manager::create(std::unique_ptr<Manager> *out, const kvt_manager_conf
   }
   if (m->tiers_[KVT_TIER_G1]->memory().kind() == KVT_MEMORY_CUDA) {
     int device = c.g1_layout ? c.g1_layout->cuda_device : c.cuda_device;
-    if (kvt_status s = CudaEngine::create(&m->cuda_, device); s != KVT_OK) return s;
+    if (kvt_status s = CudaEngine::create(&m->cuda_, device, kvt_cuda_copy(c.cuda_copy));
+        s != KVT_OK)
+      return s;
   }
   m->pipeline_ =
       std::make_unique<Pipeline>(*m, c, m->disk_.get(), m->cuda_.get(), *m->pool_);

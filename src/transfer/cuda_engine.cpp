@@ -23,10 +23,12 @@ kvt_status cuda_fail(const char *what, cudaError_t e) {
 }
 }  // namespace
 
-kvt_status CudaEngine::create(std::unique_ptr<CudaEngine> *out, int device) {
+kvt_status CudaEngine::create(std::unique_ptr<CudaEngine> *out, int device,
+                              kvt_cuda_copy method) {
   if (!cuda::device_present(device))
     return fail(KVT_ERR_UNSUPPORTED, "CUDA device %d is not available", device);
   std::unique_ptr<CudaEngine> e(new CudaEngine());
+  e->method_ = method;
   e->s_ = std::make_unique<Streams>();
   Streams &s = *e->s_;
   s.device = device;
@@ -49,7 +51,7 @@ CudaEngine::~CudaEngine() {
   if (s_->d2h) cudaStreamDestroy(s_->d2h);
 }
 
-kvt_status CudaEngine::copy(const std::vector<Segment> &segs, bool to_device, Method method) {
+kvt_status CudaEngine::copy(const std::vector<Segment> &segs, bool to_device) {
   if (segs.empty()) return KVT_OK;
   Streams &s = *s_;
   std::lock_guard lock(to_device ? s.mu_h2d : s.mu_d2h);
@@ -57,7 +59,7 @@ kvt_status CudaEngine::copy(const std::vector<Segment> &segs, bool to_device, Me
   cudaEvent_t done = to_device ? s.done_h2d : s.done_d2h;
   cudaSetDevice(s.device);
   cudaError_t r = cudaSuccess;
-  if (method == Method::batched) {
+  if (method_ == KVT_CUDA_COPY_BATCHED) {
     std::vector<void *> dsts(segs.size());
     std::vector<const void *> srcs(segs.size());
     std::vector<size_t> sizes(segs.size());

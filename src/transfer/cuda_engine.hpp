@@ -14,21 +14,19 @@ namespace kvt {
 
 class CudaEngine {
  public:
-  enum class Method { batched, per_chunk };
-
   // KVT_ERR_UNSUPPORTED without CUDA or without the device.
-  static kvt_status create(std::unique_ptr<CudaEngine> *out, int device);
+  static kvt_status create(std::unique_ptr<CudaEngine> *out, int device, kvt_cuda_copy method);
   ~CudaEngine();
   CudaEngine(const CudaEngine &) = delete;
   CudaEngine &operator=(const CudaEngine &) = delete;
 
   // Copies every segment (host to device when to_device, else device to host) and returns
   // once they are done; KVT_ERR_CUDA with the message set on failure.
-  kvt_status copy(const std::vector<Segment> &segs, bool to_device,
-                  Method method = Method::batched);
+  kvt_status copy(const std::vector<Segment> &segs, bool to_device);
 
  private:
   CudaEngine() = default;
+  kvt_cuda_copy method_ = KVT_CUDA_COPY_BATCHED;
   struct Streams;
   std::unique_ptr<Streams> s_;
 };

@@ -5,13 +5,13 @@ namespace kvt {
 
 struct CudaEngine::Streams {};
 
-kvt_status CudaEngine::create(std::unique_ptr<CudaEngine> *, int) {
+kvt_status CudaEngine::create(std::unique_ptr<CudaEngine> *, int, kvt_cuda_copy) {
   return fail(KVT_ERR_UNSUPPORTED, "this kvtier was built without CUDA");
 }
 
 CudaEngine::~CudaEngine() = default;
 
-kvt_status CudaEngine::copy(const std::vector<Segment> &, bool, Method) {
+kvt_status CudaEngine::copy(const std::vector<Segment> &, bool) {
   return fail(KVT_ERR_UNSUPPORTED, "this kvtier was built without CUDA");
 }
 
