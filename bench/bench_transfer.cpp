@@ -197,7 +197,8 @@ BENCHMARK(BM_Baseline_Dd)->Arg(1)->Arg(0)->UseManualTime()->Unit(benchmark::kMil
 
 // ---- pipeline overhead: 1-block containers of 0-byte blocks, batches of 64 ----
 
-void BM_PipelinePerContainer(benchmark::State &st) {
+// A manager of 0-byte blocks whose G1 holds 64 registered blocks, hashes 1..64.
+kvt_manager *bookkeeping_manager(std::vector<kvt_block> *g1, std::vector<uint64_t> *h) {
   kvt_manager_config c;
   kvt_manager_config_init(&c);
   c.chunk_bytes = 0;
@@ -208,11 +209,18 @@ void BM_PipelinePerContainer(benchmark::State &st) {
   c.policy_g1_g2 = {KVT_POLICY_PASS_ALL, 0};
   kvt_manager *m = nullptr;
   kvt_manager_create(&m, &c);
-  std::vector<kvt_block> g1(64);
-  std::vector<uint64_t> h(64);
-  for (int i = 0; i < 64; ++i) h[i] = i + 1;
-  kvt_block_alloc(g1.data(), 64, m, KVT_TIER_G1);
-  kvt_block_register_hashes(g1.data(), m, g1.data(), h.data(), 64, 0);
+  g1->resize(64);
+  h->resize(64);
+  for (int i = 0; i < 64; ++i) (*h)[i] = i + 1;
+  kvt_block_alloc(g1->data(), 64, m, KVT_TIER_G1);
+  kvt_block_register_hashes(g1->data(), m, g1->data(), h->data(), 64, 0);
+  return m;
+}
+
+void BM_PipelinePerContainer(benchmark::State &st) {
+  std::vector<kvt_block> g1;
+  std::vector<uint64_t> h;
+  kvt_manager *m = bookkeeping_manager(&g1, &h);
   std::vector<kvt_xfer *> xs(64);
   kvt_event ev[256];
   for (auto _ : st) {
@@ -229,19 +237,9 @@ BENCHMARK(BM_PipelinePerContainer)->Unit(benchmark::kMicrosecond);
 // Baseline: what a container's blocks cost without the pipeline, called directly: retain
 // the source, allocate the destination, register it, release both.
 void BM_Baseline_DirectBookkeeping(benchmark::State &st) {
-  kvt_manager_config c;
-  kvt_manager_config_init(&c);
-  c.chunk_bytes = 0;
-  c.g1_blocks = 64;
-  c.g2_blocks = 64;
-  c.g1_memory = KVT_MEMORY_HOST;
-  kvt_manager *m = nullptr;
-  kvt_manager_create(&m, &c);
-  std::vector<kvt_block> g1(64);
-  std::vector<uint64_t> h(64);
-  for (int i = 0; i < 64; ++i) h[i] = i + 1;
-  kvt_block_alloc(g1.data(), 64, m, KVT_TIER_G1);
-  kvt_block_register_hashes(g1.data(), m, g1.data(), h.data(), 64, 0);
+  std::vector<kvt_block> g1;
+  std::vector<uint64_t> h;
+  kvt_manager *m = bookkeeping_manager(&g1, &h);
   kvt_event ev[256];
   for (auto _ : st) {
     for (int i = 0; i < 64; ++i) {

@@ -72,6 +72,25 @@ TEST(Memory, UnreferencedBlockDataIsRefused) {
   EXPECT_KVT(kvt_block_data(&p, &len, m.get(), b), KVT_ERR_STATE);
 }
 
+namespace {
+// A manager whose G1 is the engine's memory, described by one base and stride per
+// (layer, outer).
+ManagerPtr with_layout(uint32_t layers, uint32_t blocks, uint64_t chunk,
+                       const std::vector<const void *> &bases,
+                       const std::vector<uint64_t> &strides) {
+  kvt_g1_layout lay{};
+  lay.struct_size = sizeof lay;
+  lay.memory = KVT_MEMORY_HOST;
+  lay.bases = bases.data();
+  lay.strides = strides.data();
+  kvt_manager_config c = small_config(blocks, 0);
+  c.num_layers = layers;
+  c.chunk_bytes = chunk;
+  c.g1_layout = &lay;
+  return make(c);
+}
+}  // namespace
+
 // vLLM's per-layer [2, num_blocks, ...] tensors: K and V of each layer in separate regions.
 TEST(Memory, EngineLayoutPerLayerKV) {
   const uint32_t layers = 3, blocks = 5;
@@ -84,16 +103,7 @@ TEST(Memory, EngineLayoutPerLayerKV) {
       bases.push_back(mem.data() + (l * 2 + o) * blocks * chunk);
       strides.push_back(chunk);
     }
-  kvt_g1_layout lay{};
-  lay.struct_size = sizeof lay;
-  lay.memory = KVT_MEMORY_HOST;
-  lay.bases = bases.data();
-  lay.strides = strides.data();
-  kvt_manager_config c = small_config(blocks, 0);
-  c.num_layers = layers;
-  c.chunk_bytes = chunk;
-  c.g1_layout = &lay;
-  auto m = make(c);
+  auto m = with_layout(layers, blocks, chunk, bases, strides);
   auto bs = alloc(m.get(), blocks);
   for (uint32_t i = 0; i < blocks; ++i)
     for (uint32_t l = 0; l < layers; ++l)
@@ -123,16 +133,7 @@ TEST(Memory, EngineLayoutContiguous) {
     bases.push_back(mem.data() + i * chunk);
     strides.push_back(block_bytes);
   }
-  kvt_g1_layout lay{};
-  lay.struct_size = sizeof lay;
-  lay.memory = KVT_MEMORY_HOST;
-  lay.bases = bases.data();
-  lay.strides = strides.data();
-  kvt_manager_config c = small_config(blocks, 0);
-  c.num_layers = layers;
-  c.chunk_bytes = chunk;
-  c.g1_layout = &lay;
-  auto m = make(c);
+  auto m = with_layout(layers, blocks, chunk, bases, strides);
   auto bs = alloc(m.get(), blocks);
   for (uint32_t i = 0; i < blocks; ++i) {
     void *p;

@@ -62,7 +62,7 @@ kvt_status DiskEngine::create(std::unique_ptr<DiskEngine> *out, const char *dir,
   e->slot_bytes_ = e->data_bytes_ + kAlign;
   if (dir == nullptr) {
     std::string tmpl = (std::getenv("TMPDIR") ? std::getenv("TMPDIR") : "/tmp");
-    tmpl += "/kvtier-XXXXXX";
+    tmpl += "/kvtier-" + std::string(6, 'X');  // mkdtemp's template
     if (mkdtemp(tmpl.data()) == nullptr)
       return fail(KVT_ERR_IO, "G3: cannot create a temporary directory %s: %s", tmpl.c_str(),
                   std::strerror(errno));
