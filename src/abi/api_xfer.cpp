@@ -18,6 +18,16 @@ Pipeline *live_xfer(const char *fn, kvt_xfer *x, kvt_status *st) {
   return x->pipe;
 }
 
+// Runs op on the pipeline of a live transfer, inside guard().
+template <class Op>
+kvt_status on_xfer(const char *fn, kvt_xfer *x, Op &&op) noexcept {
+  return guard(fn, [&] {
+    kvt_status st;
+    Pipeline *p = live_xfer(fn, x, &st);
+    return p ? op(*p) : st;
+  });
+}
+
 Pipeline *live_fence(const char *fn, kvt_fence *f, kvt_status *st) {
   if (f == nullptr || f->magic != kvt_fence::kMagic) {
     *st = bad_object(fn, f, "fence");
@@ -108,41 +118,25 @@ KVT_API kvt_status kvt_onboard(kvt_xfer **out, kvt_manager *m, const kvt_block *
 }
 
 KVT_API kvt_status kvt_xfer_cancel(kvt_xfer *x) {
-  static constexpr const char *fn = "kvt_xfer_cancel";
-  return guard(fn, [&] {
-    kvt_status st;
-    Pipeline *p = live_xfer(fn, x, &st);
-    return p ? p->cancel(x) : st;
-  });
+  return on_xfer("kvt_xfer_cancel", x, [&](Pipeline &p) { return p.cancel(x); });
 }
 
 KVT_API kvt_status kvt_xfer_wait(kvt_xfer *x, int64_t timeout_ns) {
-  static constexpr const char *fn = "kvt_xfer_wait";
-  return guard(fn, [&] {
-    kvt_status st;
-    Pipeline *p = live_xfer(fn, x, &st);
-    return p ? p->wait(x, timeout_ns) : st;
-  });
+  return on_xfer("kvt_xfer_wait", x, [&](Pipeline &p) { return p.wait(x, timeout_ns); });
 }
 
 KVT_API kvt_status kvt_xfer_status(uint32_t *out_state, kvt_status *out_result,
                                    uint64_t *out_count, kvt_xfer *x) {
-  static constexpr const char *fn = "kvt_xfer_status";
-  return guard(fn, [&] {
-    kvt_status st;
-    Pipeline *p = live_xfer(fn, x, &st);
-    return p ? p->status(out_state, out_result, out_count, x) : st;
+  return on_xfer("kvt_xfer_status", x, [&](Pipeline &p) {
+    return p.status(out_state, out_result, out_count, x);
   });
 }
 
 KVT_API kvt_status kvt_xfer_blocks(kvt_block *out, size_t n, kvt_xfer *x) {
   static constexpr const char *fn = "kvt_xfer_blocks";
-  return guard(fn, [&] {
-    kvt_status st;
-    Pipeline *p = live_xfer(fn, x, &st);
-    if (!p) return st;
-    if (kvt_status s = check_array(fn, "out", out, n); s != KVT_OK) return s;
-    return p->blocks(out, n, x);
+  return on_xfer(fn, x, [&](Pipeline &p) {
+    kvt_status s = check_array(fn, "out", out, n);
+    return s == KVT_OK ? p.blocks(out, n, x) : s;
   });
 }
 

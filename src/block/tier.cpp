@@ -368,16 +368,21 @@ void Tier::commit_onboarded(kvt_block *out, kvt_block b, uint64_t seq_hash, uint
   commit_registration(out, s, seq_hash, parent);
 }
 
-kvt_status Tier::data(void **out_ptr, kvt_block b) {
-  Locked lock(*this);
-  uint32_t s = 0;
-  if (kvt_status st = resolve(b, &s); st != KVT_OK) return st;
-  if (slots_[s].refs == 0)
+kvt_status Tier::resolve_bytes_locked(kvt_block b, uint32_t *s) const noexcept {
+  if (kvt_status st = resolve(b, s); st != KVT_OK) return st;
+  if (slots_[*s].refs == 0)
     return fail(KVT_ERR_STATE, "block 0x%llx holds no reference: match or retain it first",
                 ull(b));
   if (!memory_.has_bytes())
     return fail(KVT_ERR_UNSUPPORTED, "G%d blocks are not in memory (G3 lives on disk)",
                 int(id_));
+  return KVT_OK;
+}
+
+kvt_status Tier::data(void **out_ptr, kvt_block b) {
+  Locked lock(*this);
+  uint32_t s = 0;
+  if (kvt_status st = resolve_bytes_locked(b, &s); st != KVT_OK) return st;
   if (!memory_.host_visible())
     return fail(KVT_ERR_UNSUPPORTED, "G%d is in CUDA device memory, not host-visible",
                 int(id_));
@@ -392,13 +397,7 @@ kvt_status Tier::data(void **out_ptr, kvt_block b) {
 kvt_status Tier::chunk(void **out_ptr, kvt_block b, uint32_t layer, uint32_t outer) {
   Locked lock(*this);
   uint32_t s = 0;
-  if (kvt_status st = resolve(b, &s); st != KVT_OK) return st;
-  if (slots_[s].refs == 0)
-    return fail(KVT_ERR_STATE, "block 0x%llx holds no reference: match or retain it first",
-                ull(b));
-  if (!memory_.has_bytes())
-    return fail(KVT_ERR_UNSUPPORTED, "G%d blocks are not in memory (G3 lives on disk)",
-                int(id_));
+  if (kvt_status st = resolve_bytes_locked(b, &s); st != KVT_OK) return st;
   *out_ptr = memory_.chunk(s, layer, outer);
   return KVT_OK;
 }

@@ -115,6 +115,8 @@ class Tier {
   // Validates a handle; on success *out is its slot index.
   kvt_status resolve(kvt_block b, uint32_t *out) const noexcept;
   kvt_status expect(kvt_block b, uint32_t *out, State want, const char *op) const noexcept;
+  // A referenced block of a tier that holds bytes (not G3): for data and chunk access.
+  kvt_status resolve_bytes_locked(kvt_block b, uint32_t *s) const noexcept;
   uint32_t take_free_slot() noexcept;
   uint32_t evict_one() noexcept;
   void free_slot(uint32_t s) noexcept;        // mutable block back to the free list

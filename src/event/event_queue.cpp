@@ -27,6 +27,13 @@ void EventQueue::signal_locked() noexcept {
   readable_ = true;
 }
 
+void EventQueue::unsignal_if_drained_locked() noexcept {
+  if (!readable_ || size_ > 0 || dropped_ > 0) return;
+  uint64_t v;
+  [[maybe_unused]] ssize_t r = read(fd_, &v, sizeof v);
+  readable_ = false;
+}
+
 void EventQueue::erase_locked(size_t i) noexcept {
   for (; i > 0; --i) at(i) = at(i - 1);  // close the gap from the front
   head_ = (head_ + 1) & (ring_.size() - 1);
@@ -50,11 +57,7 @@ void EventQueue::withdraw(const kvt_xfer *x) noexcept {
       break;
     }
   }
-  if (readable_ && size_ == 0 && dropped_ == 0) {
-    uint64_t v;
-    [[maybe_unused]] ssize_t r = read(fd_, &v, sizeof v);
-    readable_ = false;
-  }
+  unsignal_if_drained_locked();
 }
 
 void EventQueue::push_locked(const kvt_event &e) noexcept {
@@ -104,11 +107,7 @@ size_t EventQueue::poll(kvt_event *out, size_t max) {
   head_ = (head_ + take) & (ring_.size() - 1);
   size_ -= take;
   n += take;
-  if (readable_ && size_ == 0 && dropped_ == 0) {
-    uint64_t v;
-    [[maybe_unused]] ssize_t r = read(fd_, &v, sizeof v);
-    readable_ = false;
-  }
+  unsignal_if_drained_locked();
   return n;
 }
 

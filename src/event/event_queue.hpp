@@ -34,6 +34,7 @@ class EventQueue {
   void drop_oldest_block_event_locked() noexcept;
   void erase_locked(size_t i) noexcept;
   void signal_locked() noexcept;
+  void unsignal_if_drained_locked() noexcept;
 
   std::mutex mu_;
   std::vector<kvt_event> ring_;  // power-of-two size, grown on demand

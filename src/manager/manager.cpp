@@ -40,7 +40,6 @@ kvt_status init_g1(TierMemory &mem, const kvt_manager_config &c, const Geometry 
 kvt_status Manager::create(std::unique_ptr<Manager> *out, const kvt_manager_config &c) {
   if (kvt_status s = config_validate(c); s != KVT_OK) return s;
   std::unique_ptr<Manager> m(new Manager());
-  m->page_size_ = c.page_size;
   m->geo_ = Geometry{c.num_layers, c.num_outer, c.chunk_bytes};
   m->tag_ = next_tag();
   m->events_ = std::make_unique<EventQueue>(c.event_capacity);

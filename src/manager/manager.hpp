@@ -31,13 +31,11 @@ class Manager {
   EventQueue &events() noexcept { return *events_; }
   Pipeline &pipeline() noexcept { return *pipeline_; }
   uint64_t block_bytes() const noexcept { return geo_.block_bytes(); }
-  uint32_t page_size() const noexcept { return page_size_; }
   const Geometry &geometry() const noexcept { return geo_; }
 
  private:
   Manager() = default;
 
-  uint32_t page_size_ = 0;
   Geometry geo_{};
   uint32_t tag_ = 0;
   std::unique_ptr<EventQueue> events_;

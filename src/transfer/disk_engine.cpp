@@ -76,7 +76,6 @@ kvt_status DiskEngine::create(std::unique_ptr<DiskEngine> *out, const char *dir,
              std::to_string(serial.fetch_add(1)) + ".bin";
   int flags = O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC;
   e->fd_ = open(e->path_.c_str(), flags | O_DIRECT, 0600);
-  e->direct_ = e->fd_ >= 0;
   if (e->fd_ < 0 && errno == EINVAL) {
     e->fd_ = open(e->path_.c_str(), flags, 0600);
     if (e->fd_ >= 0)

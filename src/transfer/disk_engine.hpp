@@ -41,10 +41,6 @@ class DiskEngine {
   // A message for a failed operation.
   std::string describe(const DiskOp &op) const;
 
-  const std::string &path() const noexcept { return path_; }
-  bool direct_io() const noexcept { return direct_; }
-  bool uses_uring() const noexcept { return ring_ != nullptr; }
-
  private:
   struct Fault;  // test seam: KVTIER_FAULT_G3=read|write:ERRNO:SKIP:COUNT
   struct Prepared;
@@ -55,7 +51,7 @@ class DiskEngine {
 
   WorkerPool &pool_;
   std::string dir_, path_;
-  bool own_dir_ = false, direct_ = false;
+  bool own_dir_ = false;
   int fd_ = -1;
   uint64_t block_bytes_ = 0, data_bytes_ = 0, slot_bytes_ = 0;
   std::unique_ptr<io_uring> ring_;
