@@ -99,91 +99,111 @@ kvt_status run_xfer(kvt_xfer *x) {
 void BM_OffloadG1toG2(benchmark::State &st) {
   const uint64_t chunk = uint64_t(st.range(0));
   const bool scattered = st.range(1) != 0;
+  const auto layers = uint32_t(st.range(2));
+  const auto n = uint32_t(st.range(3));
   Setup s;
-  setup(s, 32, chunk, 64, scattered, 0, 1);
-  kvt_event ev[256];
+  setup(s, layers, chunk, n, scattered, 0, 1);
+  std::vector<kvt_event> ev(4096);
   for (auto _ : st) {
     kvt_xfer *x = nullptr;
     auto t0 = Clock::now();
-    kvt_offload(&x, s.m, s.g1.data(), 64, KVT_TIER_G2, nullptr, 0);
+    kvt_offload(&x, s.m, s.g1.data(), n, KVT_TIER_G2, nullptr, 0);
     if (run_xfer(x) != KVT_OK) st.SkipWithError(kvt_last_error());
     st.SetIterationTime(std::chrono::duration<double>(Clock::now() - t0).count());
     // Evict the copies so that the next offload copies again.
-    std::vector<kvt_block> b(64);
-    kvt_block_alloc(b.data(), 64, s.m, KVT_TIER_G2);
-    kvt_block_release(s.m, b.data(), 64);
-    while (kvt_poll(s.m, ev, 256) > 0) {
+    std::vector<kvt_block> b(n);
+    kvt_block_alloc(b.data(), n, s.m, KVT_TIER_G2);
+    kvt_block_release(s.m, b.data(), n);
+    while (kvt_poll(s.m, ev.data(), ev.size()) > 0) {
     }
   }
-  st.SetBytesProcessed(st.iterations() * 64 * 32 * 2 * chunk);
+  st.SetBytesProcessed(int64_t(st.iterations() * n * layers * 2 * chunk));
 }
-BENCHMARK(BM_OffloadG1toG2)->Args({64 << 10, 0})->Args({8 << 10, 0})->Args({8 << 10, 1})
+// Args: chunk bytes, scattered, layers, blocks per transfer. The last is kvtier-replay's
+// default geometry (32 KiB blocks), over 32 MiB so that caches do not flatter it.
+BENCHMARK(BM_OffloadG1toG2)->Args({64 << 10, 0, 32, 64})->Args({8 << 10, 0, 32, 64})
+    ->Args({8 << 10, 1, 32, 64})->Args({16 << 10, 0, 1, 1024})
     ->UseManualTime()->Unit(benchmark::kMillisecond);
 
+// Args: bytes of one chunk, blocks; the same bytes as the offloads above.
 void BM_Baseline_Memcpy(benchmark::State &st) {
-  const size_t bytes = 64 * 32 * 2 * size_t(st.range(0));
+  const size_t bytes = size_t(st.range(1)) * 32 * 2 * size_t(st.range(0));
   std::vector<char> a(bytes, 1), b(bytes, 0);
   for (auto _ : st) {
     std::memcpy(b.data(), a.data(), bytes);
     benchmark::DoNotOptimize(b.data());
   }
-  st.SetBytesProcessed(st.iterations() * bytes);
+  st.SetBytesProcessed(int64_t(st.iterations() * bytes));
 }
-BENCHMARK(BM_Baseline_Memcpy)->Arg(64 << 10)->Arg(8 << 10)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_Baseline_Memcpy)->Args({64 << 10, 64})->Args({8 << 10, 64})
+    ->Args({512, 1024})->Unit(benchmark::kMillisecond);
 
-// ---- G3: writes (offload G1 -> G3) and reads (onboard G3 -> G1), 4 MiB blocks ----
+// ---- G3: writes (offload G1 -> G3) and reads (onboard G3 -> G1) ----
+// Args: layers, chunk bytes, blocks per transfer. 32 x 2 x 64 KiB = 4 MiB blocks; and
+// kvtier-replay's default geometry, 1 x 2 x 16 KiB = 32 KiB blocks, 1024 per transfer.
 
 void BM_OffloadG1toG3(benchmark::State &st) {
+  const auto layers = uint32_t(st.range(0));
+  const auto chunk = uint64_t(st.range(1));
+  const auto n = uint32_t(st.range(2));
   Setup s;
-  setup(s, 32, 64 << 10, 64, false, 64, 2);
-  kvt_event ev[256];
+  setup(s, layers, chunk, n, false, n, 2);
+  std::vector<kvt_event> ev(4096);
   for (auto _ : st) {
     kvt_xfer *x = nullptr;
     auto t0 = Clock::now();
-    kvt_offload(&x, s.m, s.g1.data(), 64, KVT_TIER_G3, nullptr, 0);
+    kvt_offload(&x, s.m, s.g1.data(), n, KVT_TIER_G3, nullptr, 0);
     if (run_xfer(x) != KVT_OK) st.SkipWithError(kvt_last_error());
     st.SetIterationTime(std::chrono::duration<double>(Clock::now() - t0).count());
-    std::vector<kvt_block> b(64);
-    kvt_block_alloc(b.data(), 64, s.m, KVT_TIER_G3);
-    kvt_block_release(s.m, b.data(), 64);
-    while (kvt_poll(s.m, ev, 256) > 0) {
+    std::vector<kvt_block> b(n);
+    kvt_block_alloc(b.data(), n, s.m, KVT_TIER_G3);
+    kvt_block_release(s.m, b.data(), n);
+    while (kvt_poll(s.m, ev.data(), ev.size()) > 0) {
     }
   }
-  st.SetBytesProcessed(st.iterations() * 64 * (4 << 20));
+  st.SetBytesProcessed(int64_t(st.iterations() * n * layers * 2 * chunk));
 }
-BENCHMARK(BM_OffloadG1toG3)->UseManualTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_OffloadG1toG3)->Args({32, 64 << 10, 64})->Args({1, 16 << 10, 1024})
+    ->UseManualTime()->Unit(benchmark::kMillisecond);
 
 void BM_OnboardG3toG1(benchmark::State &st) {
+  const auto layers = uint32_t(st.range(0));
+  const auto chunk = uint64_t(st.range(1));
+  const auto n = uint32_t(st.range(2));
   Setup s;
-  setup(s, 32, 64 << 10, 64, false, 64, 3);
+  setup(s, layers, chunk, n, false, n, 3);
   kvt_xfer *x = nullptr;
-  kvt_offload(&x, s.m, s.g1.data(), 64, KVT_TIER_G3, nullptr, 0);
+  kvt_offload(&x, s.m, s.g1.data(), n, KVT_TIER_G3, nullptr, 0);
   run_xfer(x);
-  kvt_block_release(s.m, s.g1.data(), 64);
-  std::vector<kvt_block> src(64), dst(64);
-  size_t n = 0;
-  kvt_match_prefix(&n, src.data(), s.m, KVT_TIER_G3, s.hashes.data(), 64);
+  kvt_block_release(s.m, s.g1.data(), n);
+  std::vector<kvt_block> src(n), dst(n);
+  size_t found = 0;
+  kvt_match_prefix(&found, src.data(), s.m, KVT_TIER_G3, s.hashes.data(), n);
   for (auto _ : st) {
-    kvt_block_alloc(dst.data(), 64, s.m, KVT_TIER_G1);  // evicts the last onboard's copies
+    kvt_block_alloc(dst.data(), n, s.m, KVT_TIER_G1);  // evicts the last onboard's copies
     auto t0 = Clock::now();
-    kvt_onboard(&x, s.m, src.data(), dst.data(), 64, nullptr, 0);
+    kvt_onboard(&x, s.m, src.data(), dst.data(), n, nullptr, 0);
     if (kvt_xfer_wait(x, -1) != KVT_OK) st.SkipWithError(kvt_last_error());
     st.SetIterationTime(std::chrono::duration<double>(Clock::now() - t0).count());
-    kvt_xfer_blocks(dst.data(), 64, x);
+    kvt_xfer_blocks(dst.data(), n, x);
     kvt_xfer_release(x);
-    kvt_block_release(s.m, dst.data(), 64);
+    kvt_block_release(s.m, dst.data(), n);
   }
-  kvt_block_release(s.m, src.data(), 64);
-  st.SetBytesProcessed(st.iterations() * 64 * (4 << 20));
+  kvt_block_release(s.m, src.data(), n);
+  st.SetBytesProcessed(int64_t(st.iterations() * n * layers * 2 * chunk));
 }
-BENCHMARK(BM_OnboardG3toG1)->UseManualTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_OnboardG3toG1)->Args({32, 64 << 10, 64})->Args({1, 16 << 10, 1024})
+    ->UseManualTime()->Unit(benchmark::kMillisecond);
 
-// dd with O_DIRECT, 64 x 4 MiB, on the same filesystem as the G3 file.
+// dd with O_DIRECT on the same filesystem as the G3 file. Args: write, block KiB, blocks:
+// the same sizes as the G3 benchmarks above.
 void BM_Baseline_Dd(benchmark::State &st) {
   const bool write = st.range(0) != 0;
+  const std::string geometry = " bs=" + std::to_string(st.range(1)) + "K count=" +
+                               std::to_string(st.range(2));
   std::string file = std::string(g3_dir()) + "/dd-baseline.bin";
-  std::string wr = "dd if=/dev/zero of=" + file + " bs=4M count=64 oflag=direct status=none";
-  std::string rd = "dd if=" + file + " of=/dev/null bs=4M count=64 iflag=direct status=none";
+  std::string wr = "dd if=/dev/zero of=" + file + geometry + " oflag=direct status=none";
+  std::string rd = "dd if=" + file + " of=/dev/null" + geometry + " iflag=direct status=none";
   if (!write && std::system(wr.c_str()) != 0) st.SkipWithError("dd failed");
   for (auto _ : st) {
     auto t0 = Clock::now();
@@ -191,9 +211,10 @@ void BM_Baseline_Dd(benchmark::State &st) {
     st.SetIterationTime(std::chrono::duration<double>(Clock::now() - t0).count());
   }
   std::filesystem::remove(file);
-  st.SetBytesProcessed(st.iterations() * 64 * (4 << 20));
+  st.SetBytesProcessed(int64_t(st.iterations() * st.range(1) * 1024 * st.range(2)));
 }
-BENCHMARK(BM_Baseline_Dd)->Arg(1)->Arg(0)->UseManualTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_Baseline_Dd)->Args({1, 4096, 64})->Args({0, 4096, 64})->Args({1, 32, 1024})
+    ->Args({0, 32, 1024})->UseManualTime()->Unit(benchmark::kMillisecond);
 
 // ---- pipeline overhead: 1-block containers of 0-byte blocks, batches of 64 ----
 

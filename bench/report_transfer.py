@@ -14,19 +14,29 @@ def gbps(name):
 
 rows = []
 for run, label, base, target in (
-        ("BM_OffloadG1toG2/65536/0/manual_time", "G1 stand-in -> G2, 32 x 2 x 64 KiB chunks (4 MiB blocks), batch 64",
-         "BM_Baseline_Memcpy/65536", ">= 0.9x"),
-        ("BM_OffloadG1toG2/8192/0/manual_time", "the same with 32 x 2 x 8 KiB chunks, G1 stand-in (contiguous blocks)",
-         "BM_Baseline_Memcpy/8192", ">= 0.7x"),
-        ("BM_OffloadG1toG2/8192/1/manual_time", "the same, G1 an engine layout (64 scattered 8 KiB chunks per block)",
-         "BM_Baseline_Memcpy/8192", ">= 0.7x"),
-        ("BM_OffloadG1toG3/manual_time", "G1 -> G3 write, 4 MiB blocks, batch 64 (O_DIRECT, io_uring)",
-         "BM_Baseline_Dd/1/manual_time", ">= 0.8x"),
-        ("BM_OnboardG3toG1/manual_time", "G3 -> G1 read (checksum verified), 4 MiB blocks, batch 64",
-         "BM_Baseline_Dd/0/manual_time", ">= 0.8x")):
+        ("BM_OffloadG1toG2/65536/0/32/64/manual_time", "G1 stand-in -> G2, 32 x 2 x 64 KiB chunks (4 MiB blocks), batch 64",
+         "BM_Baseline_Memcpy/65536/64", ">= 0.9x"),
+        ("BM_OffloadG1toG2/8192/0/32/64/manual_time", "the same with 32 x 2 x 8 KiB chunks, G1 stand-in (contiguous blocks)",
+         "BM_Baseline_Memcpy/8192/64", ">= 0.7x"),
+        ("BM_OffloadG1toG2/8192/1/32/64/manual_time", "the same, G1 an engine layout (64 scattered 8 KiB chunks per block)",
+         "BM_Baseline_Memcpy/8192/64", ">= 0.7x"),
+        ("BM_OffloadG1toG2/16384/0/1/1024/manual_time", "G1 stand-in -> G2, replay geometry: 1024 blocks of 1 x 2 x 16 KiB",
+         "BM_Baseline_Memcpy/512/1024", ">= 0.7x"),
+        ("BM_OffloadG1toG3/32/65536/64/manual_time", "G1 -> G3 write, 4 MiB blocks, batch 64 (O_DIRECT, io_uring)",
+         "BM_Baseline_Dd/1/4096/64/manual_time", ">= 0.8x"),
+        ("BM_OnboardG3toG1/32/65536/64/manual_time", "G3 -> G1 read (checksum verified), 4 MiB blocks, batch 64",
+         "BM_Baseline_Dd/0/4096/64/manual_time", ">= 0.8x"),
+        ("BM_OffloadG1toG3/1/16384/1024/manual_time", "G1 -> G3 write, replay geometry: 1024 blocks of 32 KiB",
+         "BM_Baseline_Dd/1/32/1024/manual_time", ">= 0.8x"),
+        ("BM_OnboardG3toG1/1/16384/1024/manual_time", "G3 -> G1 read, replay geometry: 1024 blocks of 32 KiB",
+         "BM_Baseline_Dd/0/32/1024/manual_time", ">= 0.8x")):
     k, b = gbps(run), gbps(base)
-    what = "plain memcpy" if "Memcpy" in base else ("dd bs=4M oflag=direct" if "/1/" in base
-                                                      else "dd bs=4M iflag=direct")
+    if "Memcpy" in base:
+        what = "plain memcpy"
+    else:
+        bs = base.split("/")[2]
+        bs = "4M" if bs == "4096" else bs + "K"
+        what = "dd bs=%s %s=direct" % (bs, "oflag" if "Dd/1/" in base else "iflag")
     rows.append((label, "%.2f GB/s" % k, "%s: %.2f GB/s" % (what, b), "%.2fx" % (k / b), target))
 pc = med["BM_PipelinePerContainer"]
 direct = med["BM_Baseline_DirectBookkeeping"]

@@ -221,6 +221,27 @@ typedef struct kvt_tier_stats {
  * A tier of capacity 0 reports all zeros. */
 KVT_API kvt_status kvt_tier_stats_get(kvt_tier_stats *out, kvt_manager *m, kvt_tier tier);
 
+/* Counters of one transfer direction: G1->G2, G1->G3, G2->G3 (offloads), G2->G1, G3->G1
+ * (onboards). */
+typedef struct kvt_transfer_stats {
+  uint32_t struct_size;         /* set by the caller: sizeof(kvt_transfer_stats) */
+  uint32_t reserved;
+  uint64_t completed;           /* transfers that ended with KVT_OK */
+  uint64_t cancelled;           /* ended with KVT_ERR_CANCELLED */
+  uint64_t failed;              /* ended with any other error */
+  uint64_t blocks;              /* blocks copied and registered at the destination */
+  uint64_t bytes;               /* blocks * block bytes */
+  uint64_t busy_ns;             /* time the copy engines spent on this direction; a batch
+                                   phase serving several directions is shared by bytes */
+} kvt_transfer_stats;
+
+/* Fills *out (struct_size set by the caller) with the counters of transfers from src to dst
+ * since the manager was created. bytes / busy_ns is the engines' bandwidth, without the time
+ * transfers spent waiting in the pipeline. KVT_ERR_INVALID_ARGUMENT for a pair that is not a
+ * direction. */
+KVT_API kvt_status kvt_transfer_stats_get(kvt_transfer_stats *out, kvt_manager *m,
+                                          kvt_tier src, kvt_tier dst);
+
 /* ---------------------------------------------------------------------------------------
  * Hashing (DESIGN section 4): chained xxh3-64, compatible with NVIDIA Dynamo's KVBM.
  *   salt_hash     = XXH3_64bits_withSeed(salt, len, 0)
@@ -372,6 +393,14 @@ KVT_API kvt_status kvt_block_register_hashes(kvt_block *out, kvt_manager *m,
  * and releases with kvt_block_release. out_blocks: borrowed, room for n handles. */
 KVT_API kvt_status kvt_match_prefix(size_t *out_n, kvt_block *out_blocks, kvt_manager *m,
                                     kvt_tier tier, const uint64_t *seq_hashes, size_t n);
+
+/* The blocks that the next allocations in a tier would evict, in that order: up to max
+ * inactive blocks, least recently released first. *out_n receives how many. Nothing is
+ * pinned or changed, so a handle may go stale as soon as another call evicts it. This is
+ * for write-back offload (SGLang HiCache's write_back): offload these blocks, wait, then
+ * allocate over them. out: borrowed, room for max handles. */
+KVT_API kvt_status kvt_tier_evictable(size_t *out_n, kvt_block *out, size_t max,
+                                      kvt_manager *m, kvt_tier tier);
 
 /* ---------------------------------------------------------------------------------------
  * Fences: preconditions the host signals (DESIGN section 6)

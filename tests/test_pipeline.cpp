@@ -200,6 +200,30 @@ TEST(Pipeline, G1ToG3DirectlyAndG2ToG1) {
     ASSERT_KVT_OK(kvt_block_release(m.get(), src.data(), 2));
     evict_all(m.get(), KVT_TIER_G1);
   }
+  // Every direction used counted its one transfer, its blocks and some engine time.
+  const uint64_t block_bytes = stats(m.get(), KVT_TIER_G1).block_bytes;
+  for (auto [from, to] : {std::pair{KVT_TIER_G1, KVT_TIER_G3}, {KVT_TIER_G1, KVT_TIER_G2},
+                          {KVT_TIER_G2, KVT_TIER_G1}, {KVT_TIER_G3, KVT_TIER_G1}}) {
+    kvt_transfer_stats t{};
+    t.struct_size = sizeof t;
+    ASSERT_KVT_OK(kvt_transfer_stats_get(&t, m.get(), from, to));
+    EXPECT_EQ(t.completed, 1u);
+    EXPECT_EQ(t.cancelled + t.failed, 0u);
+    EXPECT_EQ(t.blocks, 2u);
+    EXPECT_EQ(t.bytes, 2 * block_bytes);
+    EXPECT_GT(t.busy_ns, 0u);
+  }
+  kvt_transfer_stats t{};
+  t.struct_size = sizeof t;
+  ASSERT_KVT_OK(kvt_transfer_stats_get(&t, m.get(), KVT_TIER_G2, KVT_TIER_G3));
+  EXPECT_EQ(t.completed + t.blocks + t.busy_ns, 0u);
+  EXPECT_KVT(kvt_transfer_stats_get(&t, m.get(), KVT_TIER_G3, KVT_TIER_G2),
+             KVT_ERR_INVALID_ARGUMENT);
+  EXPECT_KVT(kvt_transfer_stats_get(&t, m.get(), KVT_TIER_G1, KVT_TIER_G1),
+             KVT_ERR_INVALID_ARGUMENT);
+  t.struct_size = 8;
+  EXPECT_KVT(kvt_transfer_stats_get(&t, m.get(), KVT_TIER_G1, KVT_TIER_G2),
+             KVT_ERR_INVALID_ARGUMENT);
   EXPECT_KVT(kvt_manager_check(m.get()), KVT_OK);
 }
 

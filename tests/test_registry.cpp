@@ -147,6 +147,36 @@ TEST(Eviction, TailFirstWithinOneReleaseAndLruAcrossCalls) {
   EXPECT_EQ(stats(m.get(), KVT_TIER_G1).evictions, 6u);
 }
 
+// kvt_tier_evictable names the victims of the next allocations, in order, and changes nothing.
+TEST(Eviction, EvictableListsTheNextVictimsInOrder) {
+  auto m = make(small_config(6, 0));
+  auto a = store(m.get(), {11, 12, 13});
+  auto b = store(m.get(), {21, 22});
+  ASSERT_KVT_OK(kvt_block_release(m.get(), a.data(), 3));
+  kvt_block out[8];
+  size_t n = 99;
+  ASSERT_KVT_OK(kvt_tier_evictable(&n, out, 8, m.get(), KVT_TIER_G1));
+  ASSERT_EQ(n, 3u);
+  EXPECT_EQ(out[0], a[2]);
+  EXPECT_EQ(out[1], a[1]);
+  EXPECT_EQ(out[2], a[0]);
+  ASSERT_KVT_OK(kvt_tier_evictable(&n, out, 2, m.get(), KVT_TIER_G1));
+  EXPECT_EQ(n, 2u);
+  EXPECT_EQ(stats(m.get(), KVT_TIER_G1).inactive, 3u);
+  drain(m.get());
+  alloc(m.get(), 2);  // one never-used slot, then the first victim
+  auto ev = drain(m.get());
+  ASSERT_EQ(ev.size(), 1u);
+  EXPECT_EQ(ev[0].hash, 13u);
+  EXPECT_KVT(kvt_tier_evictable(nullptr, out, 8, m.get(), KVT_TIER_G1),
+             KVT_ERR_INVALID_ARGUMENT);
+  EXPECT_KVT(kvt_tier_evictable(&n, nullptr, 8, m.get(), KVT_TIER_G1),
+             KVT_ERR_INVALID_ARGUMENT);
+  EXPECT_KVT(kvt_tier_evictable(&n, out, 8, m.get(), KVT_TIER_G3), KVT_ERR_INVALID_ARGUMENT);
+  ASSERT_KVT_OK(kvt_block_release(m.get(), b.data(), 2));
+  EXPECT_KVT(kvt_manager_check(m.get()), KVT_OK);
+}
+
 TEST(Eviction, NeverRegisteredFreeSlotsGoFirst) {
   auto m = make(small_config(4, 0));
   auto a = store(m.get(), {1, 2});

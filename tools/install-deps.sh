@@ -5,7 +5,8 @@ set -euo pipefail
 pkgs=(build-essential cmake pkg-config
       libxxhash-dev libabsl-dev liburing-dev
       libgtest-dev libbenchmark-dev
-      python3-cffi)
+      libcli11-dev nlohmann-json3-dev
+      python3-cffi python3-pytest)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

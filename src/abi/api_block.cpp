@@ -167,4 +167,18 @@ KVT_API kvt_status kvt_match_prefix(size_t *out_n, kvt_block *out_blocks, kvt_ma
   });
 }
 
+KVT_API kvt_status kvt_tier_evictable(size_t *out_n, kvt_block *out, size_t max,
+                                      kvt_manager *m, kvt_tier tier) {
+  static constexpr const char *fn = "kvt_tier_evictable";
+  return guard(fn, [&] {
+    kvt_status st;
+    Manager *mgr = manager(fn, m, &st);
+    if (!mgr) return st;
+    if (out_n == nullptr) return null_arg(fn, "out_n");
+    if (kvt_status s = check_array(fn, "out", out, max); s != KVT_OK) return s;
+    Tier *t = mgr->tier(tier_number(tier));
+    return t ? t->evictable(out_n, out, max) : KVT_ERR_INVALID_ARGUMENT;
+  });
+}
+
 }  // extern "C"

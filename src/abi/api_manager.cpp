@@ -70,6 +70,21 @@ KVT_API kvt_status kvt_tier_stats_get(kvt_tier_stats *out, kvt_manager *m, kvt_t
   });
 }
 
+KVT_API kvt_status kvt_transfer_stats_get(kvt_transfer_stats *out, kvt_manager *m,
+                                          kvt_tier src, kvt_tier dst) {
+  static constexpr const char *fn = "kvt_transfer_stats_get";
+  return guard(fn, [&] {
+    kvt_status st;
+    Manager *mgr = manager(fn, m, &st);
+    if (!mgr) return st;
+    if (out == nullptr) return null_arg(fn, "out");
+    if (out->struct_size != sizeof(kvt_transfer_stats))
+      return fail(KVT_ERR_INVALID_ARGUMENT, "%s: out->struct_size is %u, expected %zu", fn,
+                  out->struct_size, sizeof(kvt_transfer_stats));
+    return mgr->pipeline().transfer_stats(out, tier_number(src), tier_number(dst));
+  });
+}
+
 KVT_API size_t kvt_poll(kvt_manager *m, kvt_event *out, size_t max) {
   static constexpr const char *fn = "kvt_poll";
   size_t n = 0;

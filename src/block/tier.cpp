@@ -305,6 +305,14 @@ kvt_status Tier::match(size_t *out_n, kvt_block *out, const uint64_t *hashes, si
   return KVT_OK;
 }
 
+kvt_status Tier::evictable(size_t *out_n, kvt_block *out, size_t max) {
+  Locked lock(*this);
+  size_t i = 0;
+  for (uint32_t s = lru_head_; s != kNil && i < max; s = slots_[s].next) out[i++] = handle_of(s);
+  *out_n = i;
+  return KVT_OK;
+}
+
 kvt_status Tier::info(kvt_block_info *out, kvt_block b) {
   Locked lock(*this);
   uint32_t s = 0;

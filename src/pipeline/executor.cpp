@@ -28,7 +28,15 @@ struct Pipeline::Entry {
 
 struct Pipeline::Batch {
   std::vector<Entry> entries;
+  double busy_ns[5] = {};
 };
+
+void Pipeline::charge(Batch &b, Clock::duration t, const std::vector<Entry *> &owners) {
+  if (owners.empty()) return;
+  double per = double(std::chrono::nanoseconds(t).count()) / double(owners.size());
+  for (Entry *e : owners)
+    if (int d = direction(e->x->src_tier, e->x->dst_tier); d >= 0) b.busy_ns[d] += per;
+}
 
 bool Pipeline::flush_ready_locked(Clock::time_point now, Clock::time_point *deadline) const {
   *deadline = Clock::time_point::max();
@@ -83,6 +91,7 @@ void Pipeline::executor_loop() {
     lock.unlock();
     execute(b);
     lock.lock();
+    for (int d = 0; d < 5; ++d) stats_[d].busy_ns += uint64_t(b.busy_ns[d]);
     for (Entry &e : b.entries) {
       e.x->count = e.count;
       e.x->final_blocks = std::move(e.final_blocks);
@@ -138,6 +147,7 @@ void Pipeline::execute(Batch &b) {
   std::vector<BlockCopy> before_disk, after_disk;
   std::vector<Entry *> before_owner, after_owner;
   std::vector<DiskOp> ops;
+  std::vector<Entry *> op_owner;
 
   for (Entry &e : b.entries) {
     kvt_xfer *x = e.x;
@@ -174,16 +184,23 @@ void Pipeline::execute(Batch &b) {
         }
         e.op[k] = int(ops.size());
         ops.push_back({true, to.slot, data, r.hash, r.parent});
+        op_owner.push_back(&e);
       } else {  // from G3 to G1: read into staging, check, then scatter into the block
         e.staging.push_back(aligned_buffer(g.block_bytes()));
         e.op[k] = int(ops.size());
         ops.push_back({false, from.slot, e.staging.back().get(), r.hash, r.parent});
+        op_owner.push_back(&e);
       }
     }
   }
 
+  Clock::time_point t0 = Clock::now();
   run_copies(before_disk, before_owner);
+  Clock::time_point t1 = Clock::now();
   if (!ops.empty()) disk_->run(ops);
+  Clock::time_point t2 = Clock::now();
+  charge(b, t1 - t0, before_owner);
+  charge(b, t2 - t1, op_owner);
   for (Entry &e : b.entries) {
     for (size_t k = 0; k < e.op.size(); ++k)
       if (e.op[k] >= 0 && ops[e.op[k]].status != KVT_OK)
@@ -197,7 +214,9 @@ void Pipeline::execute(Batch &b) {
       after_owner.push_back(&e);
     }
   }
+  t2 = Clock::now();
   run_copies(after_disk, after_owner);
+  charge(b, Clock::now() - t2, after_owner);
 
   for (Entry &e : b.entries) {
     kvt_xfer *x = e.x;

@@ -43,6 +43,23 @@ Pipeline::~Pipeline() {
   for (auto &t : executors_) t.join();
 }
 
+int Pipeline::direction(int src, int dst) noexcept {
+  if (src == KVT_TIER_G1) return dst == KVT_TIER_G2 ? 0 : dst == KVT_TIER_G3 ? 1 : -1;
+  if (dst == KVT_TIER_G1) return src == KVT_TIER_G2 ? 3 : src == KVT_TIER_G3 ? 4 : -1;
+  return src == KVT_TIER_G2 && dst == KVT_TIER_G3 ? 2 : -1;
+}
+
+kvt_status Pipeline::transfer_stats(kvt_transfer_stats *out, int src, int dst) {
+  int d = direction(src, dst);
+  if (d < 0)
+    return fail(KVT_ERR_INVALID_ARGUMENT, "kvt_transfer_stats_get: G%d -> G%d is not a "
+                "transfer direction", src, dst);
+  std::lock_guard lock(mu_);
+  *out = stats_[d];
+  out->struct_size = sizeof *out;
+  return KVT_OK;
+}
+
 const kvt_policy &Pipeline::policy(kvt_tier src, kvt_tier dst) const {
   if (src == KVT_TIER_G1) return policies_[dst == KVT_TIER_G2 ? 0 : 1];
   return policies_[2];
@@ -250,6 +267,16 @@ void Pipeline::end_locked(kvt_xfer *x, kvt_status st, std::string message) {
   x->reserved.clear();
   x->state = st == KVT_OK ? KVT_XFER_DONE
              : st == KVT_ERR_CANCELLED ? KVT_XFER_CANCELLED : KVT_XFER_FAILED;
+  if (int d = direction(x->src_tier, x->dst_tier); d >= 0) {
+    kvt_transfer_stats &t = stats_[d];
+    if (st == KVT_OK) {
+      ++t.completed;
+      t.blocks += x->count;
+      t.bytes += x->count * m_.block_bytes();
+    } else {
+      ++(st == KVT_ERR_CANCELLED ? t.cancelled : t.failed);
+    }
+  }
   x->result = st;
   x->message = std::move(message);
   done_cv_.notify_all();

@@ -47,6 +47,8 @@ class Pipeline {
   kvt_status status(uint32_t *state, kvt_status *result, uint64_t *count, kvt_xfer *x);
   kvt_status blocks(kvt_block *out, size_t n, kvt_xfer *x);
   void release(kvt_xfer *x);
+  // Counters of one direction; KVT_ERR_INVALID_ARGUMENT when src -> dst is not one.
+  kvt_status transfer_stats(kvt_transfer_stats *out, int src, int dst);
 
   kvt_status fence_create(kvt_fence **out, void *cuda_event);
   kvt_status fence_signal(kvt_fence *f);
@@ -72,6 +74,10 @@ class Pipeline {
   void leave_fence_locked(kvt_xfer *x);
   void maybe_free_fence_locked(kvt_fence *f);
   const kvt_policy &policy(kvt_tier src, kvt_tier dst) const;
+  // 0..4 for G1->G2, G1->G3, G2->G3, G2->G1, G3->G1; -1 for anything else.
+  static int direction(int src, int dst) noexcept;
+  // Shares a batch phase's duration among the directions of the blocks it moved.
+  static void charge(Batch &b, Clock::duration t, const std::vector<Entry *> &owners);
 
   Manager &m_;
   DiskEngine *disk_;
@@ -91,6 +97,7 @@ class Pipeline {
   absl::flat_hash_map<kvt_xfer *, std::unique_ptr<kvt_xfer>> xfers_;
   absl::flat_hash_map<kvt_fence *, std::unique_ptr<kvt_fence>> fences_;
   size_t cuda_fences_waiting_ = 0;
+  kvt_transfer_stats stats_[5]{};
   bool stopping_ = false;
   std::thread progress_;
   std::vector<std::thread> executors_;

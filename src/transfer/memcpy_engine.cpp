@@ -1,13 +1,48 @@
 #include "transfer/memcpy_engine.hpp"
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 namespace kvt {
 
 namespace {
 // Below this a copy is not worth waking other threads for.
 constexpr size_t kSplitBytes = size_t{1} << 20;
+// Copies with non-temporal stores where the copy is large: the destination is a block in a
+// lower tier (or a device-bound one), which nobody reads soon, so filling caches with it, and
+// reading it in first to do so, only halves the bandwidth.
+void copy(char *dst, const char *src, size_t len) {
+#if defined(__SSE2__)
+  constexpr size_t kStreamBytes = 16 << 10;
+  if (len >= kStreamBytes) {
+    size_t head = (16 - reinterpret_cast<uintptr_t>(dst) % 16) % 16;
+    std::memcpy(dst, src, head);
+    dst += head;
+    src += head;
+    len -= head;
+    size_t i = 0;
+    for (; i + 64 <= len; i += 64) {
+      __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i *>(src + i));
+      __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i *>(src + i + 16));
+      __m128i c = _mm_loadu_si128(reinterpret_cast<const __m128i *>(src + i + 32));
+      __m128i d = _mm_loadu_si128(reinterpret_cast<const __m128i *>(src + i + 48));
+      _mm_stream_si128(reinterpret_cast<__m128i *>(dst + i), a);
+      _mm_stream_si128(reinterpret_cast<__m128i *>(dst + i + 16), b);
+      _mm_stream_si128(reinterpret_cast<__m128i *>(dst + i + 32), c);
+      _mm_stream_si128(reinterpret_cast<__m128i *>(dst + i + 48), d);
+    }
+    std::memcpy(dst + i, src + i, len - i);
+    _mm_sfence();  // the stores are visible before the transfer is reported done
+    return;
+  }
+#endif
+  std::memcpy(dst, src, len);
+}
+
 char *block_ptr(const BlockRef &r) {
   return r.buf ? static_cast<char *>(r.buf) : static_cast<char *>(r.mem->block(r.slot));
 }
@@ -38,7 +73,7 @@ void copy_blocks(const Geometry &g, const std::vector<BlockCopy> &copies, Worker
   const size_t total = block_bytes * copies.size();
   const size_t parts = std::min<size_t>(pool.threads() + 1, std::max<size_t>(1, total / kSplitBytes));
   if (parts <= 1) {
-    for (const Segment &s : segs) std::memcpy(s.dst, s.src, s.len);
+    for (const Segment &s : segs) copy(s.dst, s.src, s.len);
     return;
   }
   // Each part copies an equal share of the bytes, cutting segments where needed.
@@ -47,7 +82,7 @@ void copy_blocks(const Geometry &g, const std::vector<BlockCopy> &copies, Worker
     size_t begin = p * share, end = std::min(total, begin + share), at = 0;
     for (const Segment &s : segs) {
       size_t lo = std::max(begin, at), hi = std::min(end, at + s.len);
-      if (lo < hi) std::memcpy(s.dst + (lo - at), s.src + (lo - at), hi - lo);
+      if (lo < hi) copy(s.dst + (lo - at), s.src + (lo - at), hi - lo);
       at += s.len;
       if (at >= end) break;
     }

@@ -1,0 +1,176 @@
+"""kvtier-replay against the independent oracle, its invariants in every configuration, its
+outputs, and its handling of bad input. Run by ctest with KVTIER_REPLAY set to the binary."""
+import csv
+import json
+import os
+import random
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+REPLAY = os.environ.get("KVTIER_REPLAY", str(ROOT / "build" / "bin" / "kvtier-replay"))
+ORACLE = ROOT / "tools" / "replay" / "oracle.py"
+TRACE = ROOT / "examples" / "traces" / "conversation_trace.jsonl"
+TINY = ["--chunk-bytes", "64", "--no-progress"]
+
+
+def replay(*args, check=True):
+    p = subprocess.run([REPLAY, *map(str, args)], capture_output=True, text=True, timeout=600)
+    assert p.returncode >= 0, f"killed by signal {-p.returncode}: {p.stderr}"
+    if check:
+        assert p.returncode == 0, p.stderr
+    return p
+
+
+def replay_json(*args):
+    return json.loads(replay(*args, "--json").stdout)
+
+
+def oracle(trace, capacities):
+    out = subprocess.run([sys.executable, ORACLE, trace, *map(str, capacities)],
+                         capture_output=True, text=True, check=True).stdout
+    return {int(k): v for k, v in json.loads(out).items()}
+
+
+@pytest.fixture(scope="module")
+def small_trace(tmp_path_factory):
+    """Requests that share prefixes of different lengths, like conversations and few-shot
+    prompts, with ids drawn so that equal ids always follow equal prefixes."""
+    rng = random.Random(7)
+    prefixes, next_id, lines = [[]], 0, []
+    for i in range(400):
+        base = list(rng.choice(prefixes))
+        base = base[: rng.randint(0, min(len(base), 18))]  # chains of at most 30 blocks
+        tail = list(range(next_id, next_id + rng.randint(1, 12)))
+        next_id += len(tail)
+        chain = base + tail
+        prefixes.append(chain)
+        lines.append(json.dumps({"timestamp": i * 50, "input_length": 512 * len(chain),
+                                 "output_length": 1, "hash_ids": chain}))
+    path = tmp_path_factory.mktemp("trace") / "small.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def check_invariants(r):
+    assert r["g1_hit_blocks"] + r["g2_hit_blocks"] + r["g3_hit_blocks"] + r["miss_blocks"] \
+        == r["blocks"]
+    assert r["mismatched_blocks"] == 0
+    assert r["verified_blocks"] == r["onboarded_blocks"]
+    assert r["failed_transfers"] == 0
+
+
+@pytest.mark.parametrize("capacity", [300, 4000, 20000, 200000])
+def test_g1_hits_equal_the_oracle_on_the_shipped_trace(capacity):
+    r = replay_json("--trace", TRACE, "--g1-blocks", capacity, "--g2-blocks", 0,
+                    "--g3-blocks", 0, *TINY)
+    assert r["requests"] == 12031 and r["blocks"] == 288500
+    assert r["g1_hit_blocks"] == oracle(TRACE, [capacity])[capacity]
+    check_invariants(r)
+
+
+def test_g1_hits_equal_the_oracle_on_a_generated_trace(small_trace):
+    capacities = [30, 40, 150, 600, 5000]
+    want = oracle(small_trace, capacities)
+    assert len(set(want.values())) > 2, "the trace should tell capacities apart"
+    for c in capacities:
+        r = replay_json("--trace", small_trace, "--g1-blocks", c, "--g2-blocks", 0,
+                        "--g3-blocks", 0, *TINY)
+        assert r["g1_hit_blocks"] == want[c], c
+
+
+@pytest.mark.parametrize("extra", [
+    ["--offload", "eager"],
+    ["--offload", "lazy"],
+    ["--offload", "eager", "--concurrency", "4"],
+    ["--offload", "lazy", "--concurrency", "3"],
+    ["--policy", "frequency:2"],
+    ["--g2-blocks", "0"],
+    ["--g3-blocks", "0", "--offload", "lazy"],
+])
+def test_three_tiers_move_real_bytes_and_verify_them(small_trace, tmp_path, extra):
+    args = ["--trace", small_trace, "--g1-blocks", 40, "--g2-blocks", 120, "--g3-blocks", 400,
+            "--layers", 2, "--chunk-bytes", 4096, "--g3-path", tmp_path, "--no-progress", *extra]
+    r = replay_json(*args)
+    check_invariants(r)
+    assert r["requests"] == 400
+    if "--concurrency" not in extra and "frequency:2" not in extra:
+        lower = r["g2_hit_blocks"] + r["g3_hit_blocks"]
+        assert lower > 0, "a G1 this small must send some hits to the lower tiers"
+        assert r["onboarded_blocks"] == lower
+    assert r["offloaded_blocks"] > 0
+    assert list(tmp_path.iterdir()) == [], "the G3 file must be gone after the run"
+
+
+def test_the_summary_names_every_number(small_trace):
+    out = replay("--trace", small_trace, "--g1-blocks", 40, "--g2-blocks", 100,
+                 "--g3-blocks", 300, "--no-progress").stdout
+    for word in ["hits", "G1", "G2", "G3", "misses", "G1->G2", "G2->G1", "GB/s", "verified",
+                 "0 mismatched", "wall"]:
+        assert word in out, word
+
+
+def test_timeline_and_plot(small_trace, tmp_path):
+    csv_path, svg_path = tmp_path / "t.csv", tmp_path / "p.svg"
+    r = replay_json("--trace", small_trace, "--g1-blocks", 40, "--g2-blocks", 100,
+                    "--g3-blocks", 0, "--interval", 2, "--timeline", csv_path,
+                    "--plot", svg_path, *TINY)
+    rows = list(csv.DictReader(csv_path.open()))
+    assert len(rows) == 10  # 400 requests 50 ms apart in 2 s intervals
+    assert sum(int(x["requests"]) for x in rows) == 400
+    assert sum(int(x["blocks"]) for x in rows) == r["blocks"]
+    for x in rows:
+        assert 0 <= float(x["hit_rate"]) <= 1
+    root = ET.parse(svg_path).getroot()
+    assert root.tag.endswith("svg")
+    assert len(root.findall("{http://www.w3.org/2000/svg}polygon")) == 3
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--trace", "/nonexistent/trace.jsonl"], "cannot open"),
+    (["--g1-blocks", "-5"], "--g1-blocks must be in 1.."),
+    (["--g2-blocks", "-1"], "--g2-blocks must be in 0.."),
+    (["--g3-blocks", "99999999999"], "--g3-blocks must be in 0.."),
+    (["--g1-blocks", "0"], "--g1-blocks must be in 1.."),
+    (["--g1-blocks", "10"], "G1 is smaller than one request: the request on line"),
+    (["--g1-blocks", "200000000", "--chunk-bytes", "1048576"], "host memory"),
+    (["--concurrency", "0"], "--concurrency must be in"),
+    (["--offload", "sometimes"], "--offload must be eager or lazy"),
+    (["--policy", "frequency:x"], "--policy frequency:N"),
+    (["--policy", "lru"], "--policy must be presence or frequency:N"),
+    (["--page-size", "300"], "page_size"),
+    (["--g1-blocks", "abc"], "g1-blocks"),
+])
+def test_bad_arguments_fail_cleanly(args, message):
+    if "--trace" not in args:
+        args = ["--trace", TRACE, *args]
+    p = replay(*args, "--no-progress", check=False)
+    assert p.returncode > 0
+    assert message in p.stderr, p.stderr
+
+
+@pytest.mark.parametrize("content, line", [
+    ('{"timestamp": 0, "hash_ids": [1, 2]}\n{"timestamp": 1, "hash_ids": [1, 2\n', 2),
+    ('{"timestamp": 0, "hash_ids": [1]}\n\n[1, 2]\n', 3),
+    ('{"timestamp": 0, "hash_ids": [-1]}\n', 1),
+    ('{"timestamp": 0, "hash_ids": [99999999999]}\n', 1),
+    ('{"timestamp": "soon", "hash_ids": [1]}\n', 1),
+    ('{"timestamp": 0}\n', 1),
+])
+def test_malformed_lines_are_named(tmp_path, content, line):
+    path = tmp_path / "bad.jsonl"
+    path.write_text(content)
+    p = replay("--trace", path, *TINY, check=False)
+    assert p.returncode > 0
+    assert f"bad.jsonl:{line}:" in p.stderr, p.stderr
+
+
+def test_empty_trace(tmp_path):
+    path = tmp_path / "empty.jsonl"
+    path.write_text("\n")
+    p = replay("--trace", path, *TINY, check=False)
+    assert p.returncode > 0 and "no requests" in p.stderr

@@ -1,0 +1,136 @@
+// kvtier-replay: what tiering does for a recorded serving trace, and how fast kvtier does it.
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
+#include <CLI/CLI.hpp>
+
+#include "kvtier.h"
+#include "options.hpp"
+#include "replayer.hpp"
+#include "report.hpp"
+#include "trace.hpp"
+
+using namespace kvt::replay;
+
+namespace {
+
+int usage_error(const std::string &why) {
+  std::fprintf(stderr, "kvtier-replay: %s\n", why.c_str());
+  return 2;
+}
+
+// A count from the command line: kept signed while parsing, so that "-5" is reported as a
+// negative count rather than wrapped or refused with a generic message.
+bool in_range(const char *name, long long v, long long lo, long long hi, std::string *error) {
+  if (v >= lo && v <= hi) return true;
+  *error = std::string(name) + " must be in " + std::to_string(lo) + ".." +
+           std::to_string(hi) + ", not " + std::to_string(v);
+  return false;
+}
+
+}  // namespace
+
+int main(int argc, char **argv) {
+  Options o;
+  long long page = o.page_size, g1 = o.g1_blocks, g2 = o.g2_blocks, g3 = o.g3_blocks;
+  long long layers = o.layers, outer = o.outer, chunk = o.chunk_bytes, conc = o.concurrency;
+  std::string offload = "eager", policy = "presence";
+  bool no_progress = false;
+
+  CLI::App app{"kvtier-replay: replays a serving trace through kvtier's tiers (G1, G2, G3) "
+               "with real hashing and real copies, and reports hits, transfers and speed."};
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);  // last wins
+  app.add_option("--trace", o.trace, "trace file, one JSON request per line (Mooncake form)")
+      ->required();
+  app.add_option("--page-size", page, "tokens per block (512)");
+  app.add_option("--g1-blocks", g1, "G1 capacity in blocks (4000)");
+  app.add_option("--g2-blocks", g2, "G2 (host) capacity in blocks; 0 leaves G2 out (20000)");
+  app.add_option("--g3-blocks", g3, "G3 (disk) capacity in blocks; 0 leaves G3 out (60000)");
+  app.add_option("--layers", layers, "layers per block (1)");
+  app.add_option("--outer", outer, "2: separate K and V; 1: fused (2)");
+  app.add_option("--chunk-bytes", chunk, "bytes of one (layer, K/V) chunk (16384)");
+  app.add_option("--concurrency", conc, "requests in flight, started in trace order (1)");
+  app.add_option("--offload", offload, "eager: offload new blocks as they are registered; "
+                                       "lazy: when they leave their tier (eager)");
+  app.add_option("--policy", policy, "presence, or frequency:N (presence)");
+  app.add_option("--g3-path", o.g3_path, "directory for G3's file (a temporary directory)");
+  app.add_flag("--json", o.json, "print one JSON object on stdout instead of the summary");
+  app.add_option("--timeline", o.timeline_csv, "write per-interval hit rates and bandwidths "
+                                               "as CSV");
+  app.add_option("--plot", o.plot_svg, "write an SVG of hit rate per tier over trace time");
+  app.add_option("--interval", o.interval_s, "timeline interval in trace seconds (60)");
+  app.add_flag("--no-progress", no_progress, "no progress bar on stderr");
+  CLI11_PARSE(app, argc, argv);
+
+  std::string err;
+  if (!in_range("--page-size", page, 1, 65536, &err) ||
+      !in_range("--g1-blocks", g1, 1, KVT_MAX_TIER_BLOCKS, &err) ||
+      !in_range("--g2-blocks", g2, 0, KVT_MAX_TIER_BLOCKS, &err) ||
+      !in_range("--g3-blocks", g3, 0, KVT_MAX_TIER_BLOCKS, &err) ||
+      !in_range("--layers", layers, 1, 65536, &err) ||
+      !in_range("--outer", outer, 1, 2, &err) ||
+      !in_range("--chunk-bytes", chunk, 0, 1ll << 30, &err) ||
+      !in_range("--concurrency", conc, 1, 4096, &err))
+    return usage_error(err);
+  o.page_size = uint32_t(page);
+  o.g1_blocks = uint64_t(g1);
+  o.g2_blocks = uint64_t(g2);
+  o.g3_blocks = uint64_t(g3);
+  o.layers = uint32_t(layers);
+  o.outer = uint32_t(outer);
+  o.chunk_bytes = uint64_t(chunk);
+  o.concurrency = uint32_t(conc);
+  o.progress = !no_progress && !o.json;
+  if (offload == "eager") o.offload = Offload::Eager;
+  else if (offload == "lazy") o.offload = Offload::Lazy;
+  else return usage_error("--offload must be eager or lazy, not \"" + offload + "\"");
+  if (policy.rfind("frequency:", 0) == 0) {
+    char *end = nullptr;
+    long long n = std::strtoll(policy.c_str() + 10, &end, 10);
+    if (*end != '\0' || policy.size() == 10 || !in_range("frequency:N", n, 1, 1 << 20, &err))
+      return usage_error("--policy frequency:N needs an N in 1..1048576, not \"" + policy + "\"");
+    o.min_frequency = uint32_t(n);
+  } else if (policy != "presence") {
+    return usage_error("--policy must be presence or frequency:N, not \"" + policy + "\"");
+  }
+  if (!(o.interval_s > 0) || o.interval_s > 1e9)
+    return usage_error("--interval must be a positive number of seconds");
+  const double host_bytes = double(o.g1_blocks + o.g2_blocks) * double(o.block_bytes());
+  const double ram = double(sysconf(_SC_PHYS_PAGES)) * double(sysconf(_SC_PAGE_SIZE));
+  if (host_bytes > 0.8 * ram) {
+    char b[200];
+    std::snprintf(b, sizeof b, "G1 and G2 would need %.1f GB of host memory; this machine "
+                  "has %.1f GB", host_bytes / 1e9, ram / 1e9);
+    return usage_error(b);
+  }
+
+  Trace trace;
+  if (!load_trace(o.trace, &trace, &err)) return usage_error(err);
+  for (const Request &r : trace.requests) {
+    uint64_t need = r.n_ids * 512 / o.page_size;
+    if (need > o.g1_blocks)
+      return usage_error("G1 is smaller than one request: the request on line " +
+                         std::to_string(r.line) + " needs " + std::to_string(need) +
+                         " blocks, --g1-blocks is " + std::to_string(o.g1_blocks));
+  }
+
+  Result r;
+  if (!run_replay(o, trace, &r, &err)) {
+    std::fprintf(stderr, "kvtier-replay: %s\n", err.c_str());
+    return 1;
+  }
+  if (o.json) print_json(stdout, o, trace, r);
+  else print_summary(stdout, o, trace, r);
+  if (!o.timeline_csv.empty() && !write_timeline(o.timeline_csv, o, r, &err)) {
+    std::fprintf(stderr, "kvtier-replay: %s\n", err.c_str());
+    return 1;
+  }
+  if (!o.plot_svg.empty() && !write_plot(o.plot_svg, o, trace, r, &err)) {
+    std::fprintf(stderr, "kvtier-replay: %s\n", err.c_str());
+    return 1;
+  }
+  return r.mismatched == 0 ? 0 : 1;
+}

@@ -1,0 +1,47 @@
+// Drives the real library over a trace the way a serving engine would: hash, match down the
+// tiers, onboard, compute, register, offload, release.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "options.hpp"
+#include "trace.hpp"
+
+namespace kvt::replay {
+
+// Transfer directions, in kvt_transfer_stats order.
+enum Direction { G1G2, G1G3, G2G3, G2G1, G3G1, kDirections };
+inline constexpr const char *kDirectionNames[kDirections] = {"G1->G2", "G1->G3", "G2->G3",
+                                                             "G2->G1", "G3->G1"};
+
+// Counters of one timeline interval (requests by trace arrival time).
+struct Interval {
+  uint64_t requests = 0, blocks = 0, hits[4] = {}, misses = 0;  // hits[tier]
+  uint64_t offload_bytes = 0, onboard_bytes = 0;
+  double wall_begin = 0, wall_end = 0;  // seconds since the replay began
+};
+
+struct DirectionTotals {
+  uint64_t completed = 0, cancelled = 0, failed = 0, blocks = 0, bytes = 0, busy_ns = 0;
+};
+
+struct Result {
+  uint64_t requests = 0, blocks = 0, hits[4] = {}, misses = 0;
+  uint64_t verified = 0, mismatched = 0;
+  uint64_t alloc_waits = 0;  // allocations that waited for G1 space held by transfers
+  DirectionTotals dir[kDirections];
+  double seconds = 0;
+  std::vector<Interval> timeline;
+
+  uint64_t hit_blocks() const { return hits[1] + hits[2] + hits[3]; }
+  uint64_t offloaded_blocks() const { return dir[G1G2].blocks + dir[G1G3].blocks + dir[G2G3].blocks; }
+  uint64_t onboarded_blocks() const { return dir[G2G1].blocks + dir[G3G1].blocks; }
+};
+
+// Replays the trace. False with *error when the library refuses the configuration or a call
+// fails in a way a serving engine could not recover from.
+bool run_replay(const Options &o, const Trace &t, Result *out, std::string *error);
+
+}  // namespace kvt::replay

@@ -1,0 +1,232 @@
+#include "report.hpp"
+
+#include <array>
+#include <fstream>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace kvt::replay {
+
+namespace {
+
+double pct(uint64_t a, uint64_t b) { return b ? 100.0 * double(a) / double(b) : 0.0; }
+double gb(uint64_t bytes) { return double(bytes) / 1e9; }
+// Engine bandwidth: bytes over the time the copy engines spent on them.
+double gbps(const DirectionTotals &d) { return d.busy_ns ? double(d.bytes) / double(d.busy_ns) : 0; }
+
+std::string tier_size(uint64_t blocks, uint64_t block_bytes) {
+  char b[64];
+  std::snprintf(b, sizeof b, "%llu blocks (%.2f GB)", (unsigned long long)blocks,
+                gb(blocks * block_bytes));
+  return b;
+}
+
+std::string policy_name(const Options &o) {
+  return o.min_frequency ? "frequency:" + std::to_string(o.min_frequency) : "presence";
+}
+
+}  // namespace
+
+void print_summary(std::FILE *f, const Options &o, const Trace &t, const Result &r) {
+  const uint64_t bb = o.block_bytes();
+  std::fprintf(f, "kvtier-replay %s\n", o.trace.c_str());
+  std::fprintf(f, "  trace     %zu requests, %llu blocks of %u tokens\n", t.requests.size(),
+               (unsigned long long)r.blocks, o.page_size);
+  std::fprintf(f, "  block     %u layer(s) x %u x %llu B = %llu B\n", o.layers, o.outer,
+               (unsigned long long)o.chunk_bytes, (unsigned long long)bb);
+  std::fprintf(f, "  G1        %s of host memory, standing in for GPU memory\n",
+               tier_size(o.g1_blocks, bb).c_str());
+  if (o.g2_blocks) std::fprintf(f, "  G2        %s of host memory\n", tier_size(o.g2_blocks, bb).c_str());
+  if (o.g3_blocks)
+    std::fprintf(f, "  G3        %s on disk in %s\n", tier_size(o.g3_blocks, bb).c_str(),
+                 o.g3_path.empty() ? "a temporary directory" : o.g3_path.c_str());
+  std::fprintf(f, "  offload   %s, policy %s, %u request(s) in flight\n\n",
+               o.offload == Offload::Eager ? "eager" : "lazy", policy_name(o).c_str(),
+               o.concurrency);
+
+  std::fprintf(f, "hits        G1 %llu (%.1f%%)  G2 %llu (%.1f%%)  G3 %llu (%.1f%%)  "
+               "all tiers %llu (%.1f%%)\n",
+               (unsigned long long)r.hits[1], pct(r.hits[1], r.blocks),
+               (unsigned long long)r.hits[2], pct(r.hits[2], r.blocks),
+               (unsigned long long)r.hits[3], pct(r.hits[3], r.blocks),
+               (unsigned long long)r.hit_blocks(), pct(r.hit_blocks(), r.blocks));
+  std::fprintf(f, "misses      %llu (%.1f%%), computed and registered\n",
+               (unsigned long long)r.misses, pct(r.misses, r.blocks));
+  std::fprintf(f, "transfers   direction  blocks      bytes       engine bandwidth  "
+               "cancelled  failed\n");
+  for (int d = 0; d < kDirections; ++d) {
+    const DirectionTotals &x = r.dir[d];
+    if (x.completed + x.cancelled + x.failed == 0) continue;
+    std::fprintf(f, "            %-9s  %-10llu  %6.2f GB   %6.2f GB/s        %-9llu  %llu\n",
+                 kDirectionNames[d], (unsigned long long)x.blocks, gb(x.bytes), gbps(x),
+                 (unsigned long long)x.cancelled, (unsigned long long)x.failed);
+  }
+  std::fprintf(f, "            offloaded %llu blocks, onboarded %llu blocks\n",
+               (unsigned long long)r.offloaded_blocks(),
+               (unsigned long long)r.onboarded_blocks());
+  std::fprintf(f, "verified    %llu onboarded blocks hold the bytes of their hash, "
+               "%llu mismatched\n",
+               (unsigned long long)r.verified, (unsigned long long)r.mismatched);
+  std::fprintf(f, "wall        %.2f s: %.0f requests/s, %.0f blocks/s\n", r.seconds,
+               double(r.requests) / r.seconds, double(r.blocks) / r.seconds);
+}
+
+void print_json(std::FILE *f, const Options &o, const Trace &t, const Result &r) {
+  nlohmann::ordered_json j;
+  j["trace"] = o.trace;
+  j["requests"] = r.requests;
+  j["blocks"] = r.blocks;
+  j["g1_hit_blocks"] = r.hits[1];
+  j["g2_hit_blocks"] = r.hits[2];
+  j["g3_hit_blocks"] = r.hits[3];
+  j["miss_blocks"] = r.misses;
+  j["hit_rate"] = r.blocks ? double(r.hit_blocks()) / double(r.blocks) : 0.0;
+  j["offloaded_blocks"] = r.offloaded_blocks();
+  j["onboarded_blocks"] = r.onboarded_blocks();
+  j["verified_blocks"] = r.verified;
+  j["mismatched_blocks"] = r.mismatched;
+  uint64_t cancelled = 0, failed = 0;
+  nlohmann::ordered_json dirs = nlohmann::ordered_json::object();
+  for (int d = 0; d < kDirections; ++d) {
+    const DirectionTotals &x = r.dir[d];
+    cancelled += x.cancelled;
+    failed += x.failed;
+    dirs[kDirectionNames[d]] = {{"transfers", x.completed}, {"cancelled", x.cancelled},
+                                {"failed", x.failed},       {"blocks", x.blocks},
+                                {"bytes", x.bytes},         {"busy_seconds", x.busy_ns / 1e9},
+                                {"gb_per_s", gbps(x)}};
+  }
+  j["cancelled_transfers"] = cancelled;
+  j["failed_transfers"] = failed;
+  j["transfers"] = dirs;
+  j["alloc_waits"] = r.alloc_waits;
+  j["seconds"] = r.seconds;
+  j["config"] = {{"page_size", o.page_size},     {"g1_blocks", o.g1_blocks},
+                 {"g2_blocks", o.g2_blocks},     {"g3_blocks", o.g3_blocks},
+                 {"layers", o.layers},           {"outer", o.outer},
+                 {"chunk_bytes", o.chunk_bytes}, {"block_bytes", o.block_bytes()},
+                 {"concurrency", o.concurrency},
+                 {"offload", o.offload == Offload::Eager ? "eager" : "lazy"},
+                 {"policy", policy_name(o)},     {"trace_requests", t.requests.size()}};
+  std::fprintf(f, "%s\n", j.dump(2).c_str());
+}
+
+bool write_timeline(const std::string &path, const Options &o, const Result &r,
+                    std::string *error) {
+  std::ofstream out(path);
+  if (!out) {
+    *error = path + ": cannot write the timeline";
+    return false;
+  }
+  out << "interval_begin_s,interval_end_s,requests,blocks,g1_hit_rate,g2_hit_rate,"
+         "g3_hit_rate,hit_rate,offload_bytes,onboard_bytes,wall_s,offload_gb_per_s,"
+         "onboard_gb_per_s\n";
+  for (size_t i = 0; i < r.timeline.size(); ++i) {
+    const Interval &v = r.timeline[i];
+    const double wall = v.requests ? v.wall_end - v.wall_begin : 0;
+    auto rate = [&](uint64_t h) { return v.blocks ? double(h) / double(v.blocks) : 0.0; };
+    auto bw = [&](uint64_t b) { return wall > 0 ? double(b) / wall / 1e9 : 0.0; };
+    char line[512];
+    std::snprintf(line, sizeof line,
+                  "%.0f,%.0f,%llu,%llu,%.4f,%.4f,%.4f,%.4f,%llu,%llu,%.6f,%.3f,%.3f\n",
+                  double(i) * o.interval_s, double(i + 1) * o.interval_s,
+                  (unsigned long long)v.requests, (unsigned long long)v.blocks,
+                  rate(v.hits[1]), rate(v.hits[2]), rate(v.hits[3]),
+                  rate(v.hits[1] + v.hits[2] + v.hits[3]), (unsigned long long)v.offload_bytes,
+                  (unsigned long long)v.onboard_bytes, wall, bw(v.offload_bytes),
+                  bw(v.onboard_bytes));
+    out << line;
+  }
+  if (!out.flush()) {
+    *error = path + ": write error";
+    return false;
+  }
+  return true;
+}
+
+// Hit rate per tier over trace time, as stacked areas: G1 at the bottom, then G2 and G3, so
+// that the top edge is the overall hit rate.
+bool write_plot(const std::string &path, const Options &o, const Trace &t, const Result &r,
+                std::string *error) {
+  std::ofstream out(path);
+  if (!out) {
+    *error = path + ": cannot write the plot";
+    return false;
+  }
+  const double W = 900, H = 420, left = 60, right = 150, top = 40, bottom = 50;
+  const double pw = W - left - right, ph = H - top - bottom;
+  const size_t n = r.timeline.size();
+  const double minutes = double(n) * o.interval_s / 60.0;
+  auto x = [&](double i) { return left + pw * i / double(n); };
+  auto y = [&](double rate) { return top + ph * (1.0 - rate); };
+  char buf[256];
+  out << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << W << "\" height=\"" << H
+      << "\" font-family=\"sans-serif\" font-size=\"12\">\n"
+      << "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n";
+  std::snprintf(buf, sizeof buf,
+                "<text x=\"%g\" y=\"22\" font-size=\"15\">kvtier-replay: hit rate per tier, "
+                "%zu requests</text>\n",
+                left, t.requests.size());
+  out << buf;
+  // Cumulative rates per interval: G1, G1+G2, G1+G2+G3.
+  std::vector<std::array<double, 4>> cum(n);
+  for (size_t i = 0; i < n; ++i) {
+    const Interval &v = r.timeline[i];
+    double b = v.blocks ? double(v.blocks) : 1.0;
+    cum[i][0] = 0;
+    for (int k = 1; k <= 3; ++k) cum[i][k] = cum[i][k - 1] + double(v.hits[k]) / b;
+  }
+  const char *colors[] = {"", "#1f77b4", "#ff7f0e", "#2ca02c"};
+  const char *names[] = {"", "G1 hits", "G2 hits", "G3 hits"};
+  for (int k = 1; k <= 3; ++k) {
+    out << "<polygon fill=\"" << colors[k] << "\" fill-opacity=\"0.8\" points=\"";
+    for (size_t i = 0; i < n; ++i) {  // upper edge, left to right, a step per interval
+      std::snprintf(buf, sizeof buf, "%.1f,%.1f %.1f,%.1f ", x(double(i)), y(cum[i][k]),
+                    x(double(i + 1)), y(cum[i][k]));
+      out << buf;
+    }
+    for (size_t i = n; i-- > 0;) {  // lower edge back
+      std::snprintf(buf, sizeof buf, "%.1f,%.1f %.1f,%.1f ", x(double(i + 1)),
+                    y(cum[i][k - 1]), x(double(i)), y(cum[i][k - 1]));
+      out << buf;
+    }
+    out << "\"/>\n";
+    std::snprintf(buf, sizeof buf,
+                  "<rect x=\"%g\" y=\"%g\" width=\"14\" height=\"14\" fill=\"%s\"/>"
+                  "<text x=\"%g\" y=\"%g\">%s</text>\n",
+                  W - right + 15, top + 24.0 * (3 - k), colors[k], W - right + 35,
+                  top + 24.0 * (3 - k) + 11, names[k]);
+    out << buf;
+  }
+  // Axes, grid and labels.
+  for (int p = 0; p <= 100; p += 20) {
+    std::snprintf(buf, sizeof buf,
+                  "<line x1=\"%g\" y1=\"%.1f\" x2=\"%g\" y2=\"%.1f\" stroke=\"#ccc\"/>"
+                  "<text x=\"%g\" y=\"%.1f\" text-anchor=\"end\">%d%%</text>\n",
+                  left, y(p / 100.0), left + pw, y(p / 100.0), left - 6, y(p / 100.0) + 4, p);
+    out << buf;
+  }
+  const int ticks = 6;
+  for (int k = 0; k <= ticks; ++k) {
+    double m = minutes * k / ticks;
+    std::snprintf(buf, sizeof buf,
+                  "<text x=\"%.1f\" y=\"%g\" text-anchor=\"middle\">%.0f</text>\n",
+                  left + pw * k / ticks, top + ph + 18, m);
+    out << buf;
+  }
+  std::snprintf(buf, sizeof buf,
+                "<text x=\"%g\" y=\"%g\" text-anchor=\"middle\">trace time (minutes), "
+                "%g s intervals</text>\n"
+                "<rect x=\"%g\" y=\"%g\" width=\"%g\" height=\"%g\" fill=\"none\" "
+                "stroke=\"black\"/>\n",
+                left + pw / 2, H - 12, o.interval_s, left, top, pw, ph);
+  out << buf << "</svg>\n";
+  if (!out.flush()) {
+    *error = path + ": write error";
+    return false;
+  }
+  return true;
+}
+
+}  // namespace kvt::replay

@@ -1,0 +1,29 @@
+// A serving trace in Mooncake's JSONL form: one request per line, each a chain of block ids.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace kvt::replay {
+
+struct Request {
+  uint64_t timestamp_ms;
+  size_t first_id, n_ids;  // its ids are Trace::ids[first_id, first_id + n_ids)
+  size_t line;             // 1-based line in the file, for messages
+};
+
+struct Trace {
+  std::vector<Request> requests;
+  std::vector<uint32_t> ids;  // every request's hash_ids, back to back
+  uint64_t blocks = 0;        // sum of n_ids
+};
+
+// Ids must keep h * 512 + 511 within a uint32_t token.
+inline constexpr uint64_t kMaxId = (uint64_t{1} << 32) / 512 - 1;
+
+// Reads the trace; on failure returns false with *error naming the file and, for a bad line,
+// the line number and what is wrong with it.
+bool load_trace(const std::string &path, Trace *out, std::string *error);
+
+}  // namespace kvt::replay
