@@ -57,6 +57,10 @@ kvt_block pick_block(Input &in, World &w) {
   }
 }
 
+// Every read from the input happens in a statement of its own: C++ leaves the order of
+// function arguments open (g++ and clang differ), and a corpus must mean the same program
+// to the libFuzzer build and to the g++ replay driver.
+
 // An array of n handles chosen by the input; n is small here (the count passed may not be).
 std::vector<kvt_block> pick_blocks(Input &in, World &w, size_t n) {
   std::vector<kvt_block> v(n);
@@ -123,21 +127,35 @@ void drop_xfer(World &w, size_t i) {
   w.xfers.erase(w.xfers.begin() + long(i));
 }
 
+// KVT_FUZZ_VERBOSE=1 prints each call and its status, to read a crashing input as a program.
+const bool verbose = std::getenv("KVT_FUZZ_VERBOSE") != nullptr;
+
 void step(Input &in, World &w) {
   kvt_manager *m = pick_manager(in, w);
   kvt_status s = KVT_OK;
-  switch (in.byte() % 24) {
+  const int op = in.byte() % 24;
+  struct Trace {
+    const int &op;
+    const kvt_status &s;
+    ~Trace() {
+      if (verbose) std::fprintf(stderr, "op %d -> %d %s\n", op, s, s < 0 ? kvt_last_error() : "");
+    }
+  } trace{op, s};
+  switch (op) {
     case 0: {  // alloc
       size_t n = in.count(8);
       size_t room = n <= 16 ? n : 0;
       std::vector<kvt_block> out(room);
-      s = kvt_block_alloc(room || n == 0 ? out.data() : nullptr, n, m, pick_tier(in));
+      kvt_tier tier = pick_tier(in);
+      s = kvt_block_alloc(room || n == 0 ? out.data() : nullptr, n, m, tier);
       if (s == KVT_OK) remember(w, out.data(), room);
       break;
     }
     case 1: {  // release, possibly with duplicates and bad handles
       auto v = pick_blocks(in, w, in.below(6));
-      s = kvt_block_release(m, v.empty() && in.flag() ? nullptr : v.data(), pass_count(in, v.size()));
+      const kvt_block *p = v.empty() && in.flag() ? nullptr : v.data();
+      size_t count = pass_count(in, v.size());
+      s = kvt_block_release(m, p, count);
       break;
     }
     case 2:
@@ -145,8 +163,11 @@ void step(Input &in, World &w) {
       break;
     case 3: {  // register one block under a hash
       kvt_block out = 0;
-      s = kvt_block_register_hash(in.flag() ? &out : nullptr, m, pick_block(in, w),
-                                  pick_hash(in, w), in.flag() ? 0 : pick_hash(in, w));
+      kvt_block *o = in.flag() ? &out : nullptr;
+      kvt_block b = pick_block(in, w);
+      uint64_t h = pick_hash(in, w);
+      uint64_t parent = in.flag() ? 0 : pick_hash(in, w);
+      s = kvt_block_register_hash(o, m, b, h, parent);
       if (s == KVT_OK) remember(w, &out, 1);
       break;
     }
@@ -158,8 +179,9 @@ void step(Input &in, World &w) {
       kvt_block *out = in.flag() ? v.data() : (in.flag() ? v.data() + 1 : nullptr);
       std::vector<kvt_block> sep(n + 1);
       if (out == nullptr && in.flag()) out = sep.data();
-      s = kvt_block_register_hashes(out, m, v.data(), h.data(), pass_count(in, n),
-                                    in.flag() ? 0 : pick_hash(in, w));
+      size_t count = pass_count(in, n);
+      uint64_t parent = in.flag() ? 0 : pick_hash(in, w);
+      s = kvt_block_register_hashes(out, m, v.data(), h.data(), count, parent);
       if (s == KVT_OK && out) remember(w, out, n);
       break;
     }
@@ -170,8 +192,10 @@ void step(Input &in, World &w) {
       std::vector<kvt_block> out(n + 1);
       kvt_block *o = in.byte() < 40 ? reinterpret_cast<kvt_block *>(h.data()) : out.data();
       size_t got = 0;
-      s = kvt_match_prefix(in.byte() == 0 ? nullptr : &got, o, m, pick_tier(in), h.data(),
-                           pass_count(in, n));
+      size_t *got_p = in.byte() == 0 ? nullptr : &got;
+      kvt_tier tier = pick_tier(in);
+      size_t count = pass_count(in, n);
+      s = kvt_match_prefix(got_p, o, m, tier, h.data(), count);
       if (s == KVT_OK) {
         require(got <= n, "match found more than asked");
         remember(w, o, got);
@@ -182,7 +206,9 @@ void step(Input &in, World &w) {
     case 6: {
       kvt_block_info info{};
       info.struct_size = in.flag() ? sizeof info : in.byte();
-      s = kvt_block_info_get(in.flag() ? &info : nullptr, m, pick_block(in, w));
+      kvt_block_info *o = in.flag() ? &info : nullptr;
+      kvt_block b = pick_block(in, w);
+      s = kvt_block_info_get(o, m, b);
       break;
     }
     case 7: {  // data and chunk pointers: write through them what the tier gives
@@ -193,7 +219,9 @@ void step(Input &in, World &w) {
         s = kvt_block_data(in.flag() ? &p : nullptr, &len, m, b);
         if (s == KVT_OK && p) std::memset(p, in.byte(), len);
       } else {
-        s = kvt_block_chunk(&p, m, b, in.below(3), in.below(3));
+        uint32_t layer = in.below(3);
+        uint32_t outer = in.below(3);
+        s = kvt_block_chunk(&p, m, b, layer, outer);
         if (s == KVT_OK && p) std::memset(p, in.byte(), 1);
       }
       break;
@@ -203,8 +231,18 @@ void step(Input &in, World &w) {
       uint32_t tokens[20];
       in.bytes(tokens, sizeof tokens);
       switch (in.below(6)) {
-        case 0: s = kvt_block_init(m, b, pick_hash(in, w), pick_hash(in, w)); break;
-        case 1: s = kvt_block_append(m, b, in.flag() ? tokens : nullptr, in.count(20) % 21); break;
+        case 0: {
+          uint64_t salt = pick_hash(in, w);
+          uint64_t parent = pick_hash(in, w);
+          s = kvt_block_init(m, b, salt, parent);
+          break;
+        }
+        case 1: {
+          const uint32_t *t = in.flag() ? tokens : nullptr;
+          size_t n = in.count(20);
+          s = kvt_block_append(m, b, t, n <= 20 || n > (size_t{1} << 46) ? n : 20);
+          break;
+        }
         case 2: s = kvt_block_schedule(m, b); break;
         case 3: s = kvt_block_unschedule(m, b); break;
         case 4: s = kvt_block_compute_done(m, b); break;
@@ -220,8 +258,11 @@ void step(Input &in, World &w) {
       auto v = pick_blocks(in, w, in.below(6));
       kvt_fence *f = !w.fences.empty() && in.flag() ? w.fences[in.below(uint32_t(w.fences.size()))] : nullptr;
       kvt_xfer *x = nullptr;
-      s = kvt_offload(in.byte() == 0 ? nullptr : &x, m, v.data(), pass_count(in, v.size()),
-                      pick_tier(in), f, in.take<uint64_t>());
+      kvt_xfer **out = in.byte() == 0 ? nullptr : &x;
+      size_t count = pass_count(in, v.size());
+      kvt_tier dst = pick_tier(in);
+      uint64_t user_data = in.take<uint64_t>();
+      s = kvt_offload(out, m, v.data(), count, dst, f, user_data);
       if (s == KVT_OK) (m == w.m[0] ? w.xfers : w.xfers1).push_back(x);
       break;
     }
@@ -232,8 +273,10 @@ void step(Input &in, World &w) {
       if (in.flag() && n > 1) dst[0] = dst[1];  // the same destination twice
       kvt_fence *f = !w.fences.empty() && in.flag() ? w.fences[in.below(uint32_t(w.fences.size()))] : nullptr;
       kvt_xfer *x = nullptr;
-      s = kvt_onboard(&x, m, src.data(), in.flag() ? dst.data() : src.data(), pass_count(in, n),
-                      f, in.take<uint64_t>());
+      const kvt_block *d = in.flag() ? dst.data() : src.data();
+      size_t count = pass_count(in, n);
+      uint64_t user_data = in.take<uint64_t>();
+      s = kvt_onboard(&x, m, src.data(), d, count, f, user_data);
       if (s == KVT_OK) (m == w.m[0] ? w.xfers : w.xfers1).push_back(x);
       break;
     }
@@ -251,7 +294,9 @@ void step(Input &in, World &w) {
           uint32_t state = 0;
           kvt_status r = 0;
           uint64_t count = 0;
-          s = kvt_xfer_status(in.flag() ? &state : nullptr, &r, in.flag() ? &count : nullptr, x);
+          uint32_t *sp = in.flag() ? &state : nullptr;
+          uint64_t *cp = in.flag() ? &count : nullptr;
+          s = kvt_xfer_status(sp, &r, cp, x);
           break;
         }
         case 3: {
@@ -290,20 +335,27 @@ void step(Input &in, World &w) {
     case 14: {
       kvt_tier_stats t{};
       t.struct_size = in.flag() ? sizeof t : in.byte();
-      s = kvt_tier_stats_get(in.byte() == 0 ? nullptr : &t, m, pick_tier(in));
+      kvt_tier_stats *o = in.byte() == 0 ? nullptr : &t;
+      kvt_tier tier = pick_tier(in);
+      s = kvt_tier_stats_get(o, m, tier);
       if (s == KVT_OK) require(t.free + t.active + t.inactive == t.capacity, "stats add up");
       break;
     }
     case 15: {
       kvt_transfer_stats t{};
       t.struct_size = in.flag() ? sizeof t : in.byte();
-      s = kvt_transfer_stats_get(&t, m, pick_tier(in), pick_tier(in));
+      kvt_tier src = pick_tier(in);
+      kvt_tier dst = pick_tier(in);
+      s = kvt_transfer_stats_get(&t, m, src, dst);
       break;
     }
     case 16: {
       kvt_block out[8];
       size_t n = 0;
-      s = kvt_tier_evictable(in.byte() == 0 ? nullptr : &n, out, in.below(9), m, pick_tier(in));
+      size_t *np = in.byte() == 0 ? nullptr : &n;
+      size_t max = in.below(9);
+      kvt_tier tier = pick_tier(in);
+      s = kvt_tier_evictable(np, out, max, m, tier);
       break;
     }
     case 17: {  // stateless hashing with short and NULL arrays
@@ -311,14 +363,21 @@ void step(Input &in, World &w) {
       in.bytes(tokens, sizeof tokens);
       uint64_t out[8];
       size_t n = 0;
-      s = kvt_hash_sequence(in.flag() ? out : nullptr, &n, in.below(9), in.take<uint64_t>(),
-                            in.flag() ? tokens : nullptr, in.below(33), in.take<uint32_t>() % 9);
+      uint64_t *o = in.flag() ? out : nullptr;
+      size_t cap = in.below(9);
+      uint64_t salt = in.take<uint64_t>();
+      const uint32_t *t = in.flag() ? tokens : nullptr;
+      size_t n_tokens = in.below(33);
+      uint32_t page = in.take<uint32_t>() % 9;
+      s = kvt_hash_sequence(o, &n, cap, salt, t, n_tokens, page);
       break;
     }
     case 18: {  // incremental sequences
       if (w.seqs.empty() || in.flag()) {
         kvt_seq *q = nullptr;
-        s = kvt_seq_create(&q, in.take<uint64_t>(), in.take<uint32_t>() % 9);
+        uint64_t salt = in.take<uint64_t>();
+        uint32_t page = in.take<uint32_t>() % 9;
+        s = kvt_seq_create(&q, salt, page);
         if (s == KVT_OK) w.seqs.push_back(q);
         break;
       }
@@ -328,9 +387,19 @@ void step(Input &in, World &w) {
       uint64_t a[4], b[4];
       size_t n = 0, t = 0;
       switch (in.below(4)) {
-        case 0: s = kvt_seq_append(w.seqs[i], tokens, pass_count(in, in.below(17))); break;
+        case 0: {
+          size_t n_tok = in.below(17);
+          s = kvt_seq_append(w.seqs[i], tokens, pass_count(in, n_tok));
+          break;
+        }
         case 1: s = kvt_seq_info(&t, &n, w.seqs[i]); break;
-        case 2: s = kvt_seq_hashes(&n, a, in.flag() ? b : nullptr, w.seqs[i], in.count(4), in.below(5)); break;
+        case 2: {
+          uint64_t *bp = in.flag() ? b : nullptr;
+          size_t first = in.count(4);
+          size_t cap = in.below(5);
+          s = kvt_seq_hashes(&n, a, bp, w.seqs[i], first, cap);
+          break;
+        }
         default:
           kvt_seq_destroy(w.seqs[i]);
           w.seqs.erase(w.seqs.begin() + long(i));

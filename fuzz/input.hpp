@@ -18,7 +18,7 @@ class Input {
   T take() {
     T v{};
     size_t k = n_ < sizeof v ? n_ : sizeof v;
-    std::memcpy(&v, p_, k);
+    if (k > 0) std::memcpy(&v, p_, k);
     p_ += k;
     n_ -= k;
     return v;
@@ -39,8 +39,8 @@ class Input {
   // Fills out[0..n) with bytes from the input.
   void bytes(void *out, size_t n) {
     size_t k = n_ < n ? n_ : n;
-    std::memcpy(out, p_, k);
-    std::memset(static_cast<char *>(out) + k, 0, n - k);
+    if (k > 0) std::memcpy(out, p_, k);
+    if (n > k) std::memset(static_cast<char *>(out) + k, 0, n - k);
     p_ += k;
     n_ -= k;
   }

@@ -382,7 +382,8 @@ KVT_API kvt_status kvt_block_register_hash(kvt_block *out, kvt_manager *m, kvt_b
 /* Batch form for a chain of blocks of one tier: blocks[i] is registered under seq_hashes[i]
  * with parent seq_hashes[i - 1], and blocks[0] with parent_seq_hash. out[i] receives what
  * kvt_block_register_hash would give for blocks[i]. All or nothing: every block is checked
- * before any is registered. out may be the blocks array itself. All arrays are borrowed. */
+ * before any is registered. out may overlap blocks (be the same array, or shifted). All
+ * arrays are borrowed. */
 KVT_API kvt_status kvt_block_register_hashes(kvt_block *out, kvt_manager *m,
                                              const kvt_block *blocks,
                                              const uint64_t *seq_hashes, size_t n,

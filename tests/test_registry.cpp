@@ -336,3 +336,28 @@ TEST(Registry, RegisterHashesIsAllOrNothing) {
   EXPECT_EQ(out[0], 0u);
   EXPECT_KVT(kvt_manager_check(m.get()), KVT_OK);
 }
+
+// Found by fuzz_api: with out one element past blocks, writing out[0] (a dedup's existing
+// block) used to replace blocks[1] before it was read, so the existing block was registered
+// again under another hash and the registry broke.
+TEST(Registry, RegisterHashesWithOutShiftedOverBlocks) {
+  auto m = make(small_config(8, 0));
+  kvt_block existing = store(m.get(), {100})[0];
+  auto b = alloc(m.get(), 3);
+  kvt_block v[4] = {b[0], b[1], b[2], 0};
+  const uint64_t h[3] = {100, 101, 102};
+  ASSERT_KVT_OK(kvt_block_register_hashes(v + 1, m.get(), v, h, 3, 0));
+  EXPECT_EQ(v[1], existing);  // dedup
+  EXPECT_EQ(v[2], b[1]);
+  EXPECT_EQ(v[3], b[2]);
+  EXPECT_KVT(kvt_manager_check(m.get()), KVT_OK);
+  size_t n = 0;
+  kvt_block got[3];
+  ASSERT_KVT_OK(kvt_match_prefix(&n, got, m.get(), KVT_TIER_G1, h, 3));
+  EXPECT_EQ(n, 3u);
+  EXPECT_EQ(info(m.get(), b[2]).parent_hash, 101u);
+  ASSERT_KVT_OK(kvt_block_release(m.get(), got, 3));
+  ASSERT_KVT_OK(kvt_block_release(m.get(), v + 1, 3));
+  ASSERT_KVT_OK(kvt_block_release(m.get(), &existing, 1));
+  EXPECT_KVT(kvt_manager_check(m.get()), KVT_OK);
+}

@@ -97,7 +97,7 @@ KVT_API kvt_status kvt_offload(kvt_xfer **out, kvt_manager *m, const kvt_block *
     if (!mgr) return st;
     if (out == nullptr) return null_arg(fn, "out");
     if (kvt_status s = check_array(fn, "src", src, n); s != KVT_OK) return s;
-    return mgr->pipeline().offload(out, src, n, kvt_tier(tier_number(dst)), precondition,
+    return mgr->pipeline().offload(out, src, n, tier_number(dst), precondition,
                                    user_data);
   });
 }

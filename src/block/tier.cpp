@@ -255,6 +255,9 @@ kvt_status Tier::register_chain(kvt_block *out, const kvt_block *blocks,
                                 const uint64_t *seq_hashes, size_t n, uint64_t parent) {
   Locked lock(*this);
   pending_events_.reserve(n);  // may throw: nothing changed yet
+  // The slots are read before any result is written: out may overlap blocks, even shifted,
+  // and writing out[i] must not change which block i + 1 is.
+  std::vector<uint32_t> slots(n);
   // Validate everything first. Counting one extra reference per listed block exposes a block
   // listed twice (a mutable block holds one, or two while an onboard writes it); every
   // extra count is taken back before anything is registered.
@@ -263,6 +266,7 @@ kvt_status Tier::register_chain(kvt_block *out, const kvt_block *blocks,
   for (size_t i = 0; i < n && st == KVT_OK; ++i) {
     uint32_t s = 0;
     if ((st = resolve(blocks[i], &s)) != KVT_OK) break;
+    slots[i] = s;
     State have = State(slots_[s].state);
     if (have != State::Empty && have != State::Complete) {
       st = fail(KVT_ERR_STATE,
@@ -277,11 +281,13 @@ kvt_status Tier::register_chain(kvt_block *out, const kvt_block *blocks,
                 "register_hashes: blocks[%zu] = 0x%llx is listed twice or is being onboarded",
                 i, ull(blocks[i]));
   }
-  for (size_t j = 0; j < counted; ++j) --slots_[handle::slot(blocks[j])].refs;
+  for (size_t j = 0; j < counted; ++j) --slots_[slots[j]].refs;
   if (st != KVT_OK) return st;
+  // seq_hashes is the caller's and out may overlap it too: keep the parent in hand.
   for (size_t i = 0; i < n; ++i) {
-    commit_registration(out + i, handle::slot(blocks[i]), seq_hashes[i],
-                        i == 0 ? parent : seq_hashes[i - 1]);
+    uint64_t seq = seq_hashes[i];
+    commit_registration(out + i, slots[i], seq, parent);
+    parent = seq;
   }
   return KVT_OK;
 }

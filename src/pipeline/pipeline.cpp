@@ -67,13 +67,13 @@ const kvt_policy &Pipeline::policy(kvt_tier src, kvt_tier dst) const {
 
 // ---- enqueue ----
 
-kvt_status Pipeline::offload(kvt_xfer **out, const kvt_block *src, size_t n, kvt_tier dst,
+kvt_status Pipeline::offload(kvt_xfer **out, const kvt_block *src, size_t n, int dst,
                              kvt_fence *f, uint64_t user_data) {
   Tier *dst_tier = m_.tier(dst);
   if (dst_tier == nullptr) return KVT_ERR_INVALID_ARGUMENT;
   auto x = std::make_unique<kvt_xfer>();
   x->pipe = this;
-  x->dst_tier = dst;
+  x->dst_tier = dst_tier->id();
   x->user_data = user_data;
   x->src.resize(n);
   for (size_t i = 0; i < n; ++i) {

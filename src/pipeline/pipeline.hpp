@@ -38,7 +38,8 @@ class Pipeline {
   Pipeline(const Pipeline &) = delete;
   Pipeline &operator=(const Pipeline &) = delete;
 
-  kvt_status offload(kvt_xfer **out, const kvt_block *src, size_t n, kvt_tier dst,
+  // dst is the host's raw tier number, checked here before it becomes a kvt_tier.
+  kvt_status offload(kvt_xfer **out, const kvt_block *src, size_t n, int dst,
                      kvt_fence *f, uint64_t user_data);
   kvt_status onboard(kvt_xfer **out, const kvt_block *src, const kvt_block *dst_g1, size_t n,
                      kvt_fence *f, uint64_t user_data);
