@@ -574,3 +574,23 @@ TEST(Pipeline, BadInput) {
   kvt_xfer_release(x);
   EXPECT_KVT(kvt_manager_check(m.get()), KVT_OK);
 }
+
+// Found by fuzz_api: an empty transfer has no source tier, and the executor used to reach
+// for it. Empty offloads and onboards end with KVT_OK and a count of 0.
+TEST(Pipeline, EmptyTransfersEndOkWithNothingMoved) {
+  TempDir dir;
+  auto m = make(pipe_config(dir));
+  kvt_xfer *a = nullptr, *b = nullptr;
+  ASSERT_KVT_OK(kvt_offload(&a, m.get(), nullptr, 0, KVT_TIER_G3, nullptr, 1));
+  ASSERT_KVT_OK(kvt_onboard(&b, m.get(), nullptr, nullptr, 0, nullptr, 2));
+  for (kvt_xfer *x : {a, b}) {
+    ASSERT_KVT_OK(finish(x));
+    uint64_t count = 99;
+    kvt_status result = KVT_AGAIN;
+    ASSERT_KVT_OK(kvt_xfer_status(nullptr, &result, &count, x));
+    EXPECT_EQ(result, KVT_OK);
+    EXPECT_EQ(count, 0u);
+    kvt_xfer_release(x);
+  }
+  EXPECT_KVT(kvt_manager_check(m.get()), KVT_OK);
+}

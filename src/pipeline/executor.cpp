@@ -155,9 +155,10 @@ void Pipeline::execute(Batch &b) {
     Tier *dst = m_.tier_if_present(x->dst_tier);
     const size_t n = e.items.size();
     e.op.assign(n, -1);
+    if (n == 0) continue;  // nothing left to copy; an empty transfer has no source tier at all
     if (!x->onboard) {
       e.dst.resize(n);
-      if (n > 0 && dst->alloc(e.dst.data(), n) != KVT_OK) {
+      if (dst->alloc(e.dst.data(), n) != KVT_OK) {
         e.dst.clear();
         fail_entry(e.status, e.message, KVT_ERR_NO_SPACE, last_error());
         continue;
