@@ -1,0 +1,487 @@
+"""kvtier: a tiered KV-cache block manager, from Python (cffi, ABI mode).
+
+    import kvtier
+    with kvtier.Manager(page_size=16, g1_blocks=4096, g2_blocks=16384) as m:
+        hashes = kvtier.hash_sequence(tokens, page_size=16, salt=b"llama-3-8b")
+        hits = m.match_prefix(hashes)                 # pinned G1 blocks
+        new = m.alloc(len(hashes) - len(hits))
+        ...                                           # fill m.block_data(b)
+        new = m.register_hashes(new, hashes[len(hits):], parent=hashes[len(hits) - 1] if hits else 0)
+        with m.offload(new, kvtier.G2) as x:
+            x.wait()
+        m.release(hits + new)
+
+Arrays in: lists of ints, or any buffer of uint64 (array('Q'), numpy uint64, memoryview).
+Arrays out: array.array('Q'). Every error is a kvtier.Error subclass with .status and the
+library's message; kvtier.CancelledError marks a cancelled transfer.
+"""
+import array
+import asyncio
+import builtins
+import collections
+import threading
+
+from ._ffi import C, CONST, ffi
+
+__all__ = [
+    "G1", "G2", "G3", "Manager", "Transfer", "Fence", "Seq", "Event", "Error",
+    "InvalidArgumentError", "InvalidHandleError", "StateError", "NoSpaceError",
+    "CancelledError", "UnsupportedError", "IoError", "CorruptError", "NoMemoryError",
+    "CudaError", "InternalError", "TimeoutError", "hash_salt", "hash_sequence", "version",
+]
+
+G1, G2, G3 = C.KVT_TIER_G1, C.KVT_TIER_G2, C.KVT_TIER_G3
+OK = CONST["KVT_OK"]
+
+
+def version():
+    return ffi.string(C.kvt_version()).decode()
+
+
+# ---- errors: one class per status, all under Error ----
+
+class Error(Exception):
+    """A kvtier failure: .status is the kvt_status, .message the library's explanation."""
+    status = None
+
+    def __init__(self, message, status=None):
+        super().__init__(message)
+        self.message = message
+        if status is not None:
+            self.status = status
+
+
+def _error_class(name, status_name, doc):
+    return type(name, (Error,), {"status": CONST[status_name], "__doc__": doc})
+
+
+InvalidArgumentError = _error_class("InvalidArgumentError", "KVT_ERR_INVALID_ARGUMENT", "bad argument")
+InvalidHandleError = _error_class("InvalidHandleError", "KVT_ERR_INVALID_HANDLE",
+                                  "unknown, foreign, stale or closed handle")
+StateError = _error_class("StateError", "KVT_ERR_STATE", "the call does not fit the state")
+NoSpaceError = _error_class("NoSpaceError", "KVT_ERR_NO_SPACE", "a tier is full")
+CancelledError = _error_class("CancelledError", "KVT_ERR_CANCELLED",
+                              "the transfer was cancelled: not a failure of the copy")
+UnsupportedError = _error_class("UnsupportedError", "KVT_ERR_UNSUPPORTED", "unsupported")
+IoError = _error_class("IoError", "KVT_ERR_IO", "G3 I/O failed")
+CorruptError = _error_class("CorruptError", "KVT_ERR_CORRUPT", "checksum or hash mismatch")
+NoMemoryError = _error_class("NoMemoryError", "KVT_ERR_NO_MEMORY", "out of memory")
+CudaError = _error_class("CudaError", "KVT_ERR_CUDA", "a CUDA call failed")
+InternalError = _error_class("InternalError", "KVT_ERR_INTERNAL", "a bug in kvtier")
+
+
+class TimeoutError(Error, builtins.TimeoutError):
+    """A wait ran out of time (KVT_TIMEOUT)."""
+    status = CONST["KVT_TIMEOUT"]
+
+
+_BY_STATUS = {c.status: c for c in (
+    InvalidArgumentError, InvalidHandleError, StateError, NoSpaceError, CancelledError,
+    UnsupportedError, IoError, CorruptError, NoMemoryError, CudaError, InternalError,
+    TimeoutError)}
+
+
+def _raise(status):
+    msg = ffi.string(C.kvt_last_error()).decode(errors="replace")
+    cls = _BY_STATUS.get(status, Error)
+    raise cls(msg or ffi.string(C.kvt_status_str(status)).decode(), status)
+
+
+def _check(status):
+    if status != OK:
+        _raise(status)
+
+
+# ---- arrays ----
+
+def _u64_array(values, what="array"):
+    """(cdata uint64_t[], length) from a list of ints or a uint64 buffer (no copy)."""
+    if isinstance(values, (list, tuple, range)):
+        n = len(values)
+        try:
+            return ffi.new("uint64_t[]", list(values)) if n else ffi.NULL, n
+        except (OverflowError, TypeError) as e:
+            raise InvalidArgumentError("%s: %s" % (what, e), CONST["KVT_ERR_INVALID_ARGUMENT"])
+    try:
+        mv = memoryview(values)
+    except TypeError:
+        raise InvalidArgumentError("%s must be a sequence of ints or a uint64 buffer, not %s"
+                                   % (what, type(values).__name__),
+                                   CONST["KVT_ERR_INVALID_ARGUMENT"]) from None
+    if mv.itemsize != 8 or mv.format not in ("Q", "L", "<Q", "=Q", "q", "l"):
+        mv = memoryview(array.array("Q", mv.tolist()))
+    n = mv.nbytes // 8
+    return (ffi.from_buffer("uint64_t[]", mv) if n else ffi.NULL), n
+
+
+def _u32_array(values, what="tokens"):
+    if isinstance(values, (list, tuple, range)):
+        try:
+            return (ffi.new("uint32_t[]", list(values)) if values else ffi.NULL), len(values)
+        except (OverflowError, TypeError) as e:
+            raise InvalidArgumentError("%s: %s" % (what, e), CONST["KVT_ERR_INVALID_ARGUMENT"])
+    mv = memoryview(values)
+    if mv.itemsize != 4:
+        mv = memoryview(array.array("I", mv.tolist()))
+    n = mv.nbytes // 4
+    return (ffi.from_buffer("uint32_t[]", mv) if n else ffi.NULL), n
+
+
+def _to_array(cdata, n):
+    out = array.array("Q")
+    if n:
+        out.frombytes(ffi.buffer(cdata, 8 * n))
+    return out
+
+
+# ---- hashing ----
+
+def hash_salt(salt=b""):
+    if isinstance(salt, str):
+        salt = salt.encode()
+    out = ffi.new("uint64_t *")
+    _check(C.kvt_hash_salt(out, salt, len(salt)))
+    return out[0]
+
+
+def hash_sequence(tokens, page_size, salt=b""):
+    """Sequence hashes of the full blocks of tokens, as array('Q')."""
+    toks, n = _u32_array(tokens)
+    salt_hash = salt if isinstance(salt, int) else hash_salt(salt)
+    need = ffi.new("size_t *")
+    cap = n // page_size if page_size > 0 else 0
+    out = ffi.new("uint64_t[]", max(cap, 1))
+    _check(C.kvt_hash_sequence(out, need, cap, salt_hash, toks, n, page_size))
+    return _to_array(out, need[0])
+
+
+class Seq:
+    """Incremental hasher: append tokens in any split; hashes() equals hash_sequence."""
+
+    def __init__(self, page_size, salt=b""):
+        out = ffi.new("kvt_seq **")
+        salt_hash = salt if isinstance(salt, int) else hash_salt(salt)
+        _check(C.kvt_seq_create(out, salt_hash, page_size))
+        self._s = out[0]
+
+    def append(self, tokens):
+        toks, n = _u32_array(tokens)
+        _check(C.kvt_seq_append(self._live(), toks, n))
+
+    def hashes(self):
+        t, b = ffi.new("size_t *"), ffi.new("size_t *")
+        _check(C.kvt_seq_info(t, b, self._live()))
+        out, got = ffi.new("uint64_t[]", max(b[0], 1)), ffi.new("size_t *")
+        _check(C.kvt_seq_hashes(got, ffi.NULL, out, self._s, 0, b[0]))
+        return _to_array(out, got[0])
+
+    def _live(self):
+        if self._s is None:
+            raise InvalidHandleError("kvt_seq is closed", CONST["KVT_ERR_INVALID_HANDLE"])
+        return self._s
+
+    def close(self):
+        if self._s is not None:
+            C.kvt_seq_destroy(self._s)
+            self._s = None
+
+    __del__ = close
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+# ---- events ----
+
+Event = collections.namedtuple("Event", "type status tier user_data hash parent_hash count")
+XFER_DONE, BLOCK_STORED, BLOCK_REMOVED, EVENTS_DROPPED = (
+    C.KVT_EVENT_XFER_DONE, C.KVT_EVENT_BLOCK_STORED, C.KVT_EVENT_BLOCK_REMOVED,
+    C.KVT_EVENT_EVENTS_DROPPED)
+
+
+# ---- manager ----
+
+_CONFIG_FIELDS = ("page_size", "num_layers", "num_outer", "chunk_bytes", "g1_blocks",
+                  "g2_blocks", "g3_blocks", "event_capacity", "g1_memory", "cuda_device",
+                  "max_batch_size", "min_batch_size", "flush_interval_us", "policy_timeout_us",
+                  "sweep_interval_us", "max_concurrent_transfers", "copy_threads", "g3_io",
+                  "cuda_copy")
+
+
+class Manager:
+    """Owns a kvt_manager. Use as a context manager, or call close(). Calls from several
+    threads at once are fine: the library is thread-safe and cffi releases the GIL."""
+
+    def __init__(self, g3_path=None, **config):
+        cfg = ffi.new("kvt_manager_config *")
+        C.kvt_manager_config_init(cfg)
+        cfg.g1_memory = C.KVT_MEMORY_HOST
+        for k, v in config.items():
+            if k not in _CONFIG_FIELDS:
+                raise InvalidArgumentError("unknown config field %r" % k,
+                                           CONST["KVT_ERR_INVALID_ARGUMENT"])
+            try:
+                setattr(cfg, k, v)
+            except (OverflowError, TypeError) as e:
+                raise InvalidArgumentError("config %s: %s" % (k, e),
+                                           CONST["KVT_ERR_INVALID_ARGUMENT"]) from None
+        path = ffi.new("char[]", g3_path.encode()) if g3_path else ffi.NULL
+        cfg.g3_path = path
+        out = ffi.new("kvt_manager **")
+        _check(C.kvt_manager_create(out, cfg))
+        self._m = out[0]
+        self._lock = threading.Lock()  # guards close() against itself only
+        self._transfers = set()
+
+    # lifetime
+    def _live(self):
+        m = self._m
+        if m is None:
+            raise InvalidHandleError("the manager is closed", CONST["KVT_ERR_INVALID_HANDLE"])
+        return m
+
+    def close(self):
+        with self._lock:
+            if self._m is None:
+                return
+            for x in list(self._transfers):  # they die with the manager
+                x._x = None
+            self._transfers.clear()
+            C.kvt_manager_destroy(self._m)
+            self._m = None
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    @property
+    def closed(self):
+        return self._m is None
+
+    # blocks
+    def alloc(self, n, tier=G1):
+        out = ffi.new("kvt_block[]", max(n, 1))
+        _check(C.kvt_block_alloc(out, n, self._live(), tier))
+        return _to_array(out, n)
+
+    def release(self, blocks):
+        arr, n = _u64_array(blocks, "blocks")
+        _check(C.kvt_block_release(self._live(), arr, n))
+
+    def retain(self, block):
+        _check(C.kvt_block_retain(self._live(), block))
+
+    def register_hash(self, block, seq_hash, parent=0):
+        out = ffi.new("kvt_block *")
+        _check(C.kvt_block_register_hash(out, self._live(), block, seq_hash, parent))
+        return out[0]
+
+    def register_hashes(self, blocks, seq_hashes, parent=0):
+        b, n = _u64_array(blocks, "blocks")
+        h, nh = _u64_array(seq_hashes, "seq_hashes")
+        if n != nh:
+            raise InvalidArgumentError("%d blocks but %d hashes" % (n, nh),
+                                       CONST["KVT_ERR_INVALID_ARGUMENT"])
+        out = ffi.new("kvt_block[]", max(n, 1))
+        _check(C.kvt_block_register_hashes(out, self._live(), b, h, n, parent))
+        return _to_array(out, n)
+
+    def match_prefix(self, seq_hashes, tier=G1):
+        """The pinned blocks of the longest registered prefix, as array('Q')."""
+        h, n = _u64_array(seq_hashes, "seq_hashes")
+        out, got = ffi.new("kvt_block[]", max(n, 1)), ffi.new("size_t *")
+        _check(C.kvt_match_prefix(got, out, self._live(), tier, h, n))
+        return _to_array(out, got[0])
+
+    def block_data(self, block):
+        """A writable memoryview of the block's bytes, valid while a reference is held."""
+        p, n = ffi.new("void **"), ffi.new("size_t *")
+        _check(C.kvt_block_data(p, n, self._live(), block))
+        return memoryview(ffi.buffer(p[0], n[0])) if n[0] else memoryview(b"")
+
+    def block_info(self, block):
+        info = ffi.new("kvt_block_info *")
+        info.struct_size = ffi.sizeof("kvt_block_info")
+        _check(C.kvt_block_info_get(info, self._live(), block))
+        return {k: getattr(info, k) for k in ("state", "tier", "refs", "tokens", "seq_hash",
+                                               "parent_hash")}
+
+    def tier_stats(self, tier=G1):
+        s = ffi.new("kvt_tier_stats *")
+        s.struct_size = ffi.sizeof("kvt_tier_stats")
+        _check(C.kvt_tier_stats_get(s, self._live(), tier))
+        return {k: getattr(s, k) for k in (
+            "capacity", "free", "active", "inactive", "registered", "block_bytes",
+            "metadata_bytes", "allocs", "evictions", "registrations", "dedups",
+            "match_queried", "match_hit")}
+
+    def check(self):
+        _check(C.kvt_manager_check(self._live()))
+
+    # transfers
+    def offload(self, blocks, dst, fence=None, user_data=0):
+        b, n = _u64_array(blocks, "blocks")
+        out = ffi.new("kvt_xfer **")
+        _check(C.kvt_offload(out, self._live(), b, n, dst, self._fence(fence), user_data))
+        return Transfer(self, out[0], n)
+
+    def onboard(self, src, dst_g1, fence=None, user_data=0):
+        s, n = _u64_array(src, "src")
+        d, nd = _u64_array(dst_g1, "dst_g1")
+        if n != nd:
+            raise InvalidArgumentError("%d sources but %d destinations" % (n, nd),
+                                       CONST["KVT_ERR_INVALID_ARGUMENT"])
+        out = ffi.new("kvt_xfer **")
+        _check(C.kvt_onboard(out, self._live(), s, d, n, self._fence(fence), user_data))
+        return Transfer(self, out[0], n)
+
+    def fence(self):
+        out = ffi.new("kvt_fence **")
+        _check(C.kvt_fence_create(out, self._live()))
+        return Fence(self, out[0])
+
+    def _fence(self, fence):
+        if fence is None:
+            return ffi.NULL
+        if not isinstance(fence, Fence):
+            raise InvalidArgumentError("fence must be a kvtier.Fence, not %s"
+                                       % type(fence).__name__, CONST["KVT_ERR_INVALID_ARGUMENT"])
+        return fence._live()
+
+    # events
+    def poll(self, max_events=256):
+        buf = ffi.new("kvt_event[]", max_events)
+        n = C.kvt_poll(self._live(), buf, max_events)
+        return [Event(e.type, e.status, e.tier, e.user_data, e.hash, e.parent_hash, e.count)
+                for e in buf[0:n]]
+
+    def events(self):
+        """Drains the pending events, oldest first."""
+        while True:
+            batch = self.poll()
+            if not batch:
+                return
+            yield from batch
+
+    def fileno(self):
+        """The event fd: readable while events are pending (select, poll, asyncio)."""
+        return C.kvt_event_fd(self._live())
+
+    async def next_events(self):
+        """Waits on the event fd in the running asyncio loop, then drains the events."""
+        loop = asyncio.get_running_loop()
+        while True:
+            batch = self.poll()
+            if batch:
+                return batch
+            ready = loop.create_future()
+            fd = self.fileno()
+            loop.add_reader(fd, lambda: ready.done() or ready.set_result(None))
+            try:
+                await ready
+            finally:
+                loop.remove_reader(fd)
+
+
+class Transfer:
+    """An enqueued offload or onboard. wait() raises CancelledError for a cancelled one.
+    close() (or leaving a with block) releases it; one not yet committed is cancelled."""
+
+    def __init__(self, manager, x, n):
+        self._m, self._x, self._n = manager, x, n
+        manager._transfers.add(self)
+
+    def _live(self):
+        if self._x is None or self._m.closed:
+            raise InvalidHandleError("the transfer is released or its manager closed",
+                                     CONST["KVT_ERR_INVALID_HANDLE"])
+        return self._x
+
+    def cancel(self):
+        _check(C.kvt_xfer_cancel(self._live()))
+
+    def wait(self, timeout=None):
+        """Waits for the end; returns the blocks moved. timeout in seconds (None: forever)."""
+        ns = -1 if timeout is None else int(timeout * 1e9)
+        _check(C.kvt_xfer_wait(self._live(), ns))
+        return self.count
+
+    def done(self):
+        return C.kvt_xfer_wait(self._live(), 0) != CONST["KVT_TIMEOUT"]
+
+    @property
+    def state(self):
+        s = ffi.new("uint32_t *")
+        _check(C.kvt_xfer_status(s, ffi.NULL, ffi.NULL, self._live()))
+        return s[0]
+
+    @property
+    def count(self):
+        c = ffi.new("uint64_t *")
+        _check(C.kvt_xfer_status(ffi.NULL, ffi.NULL, c, self._live()))
+        return c[0]
+
+    def blocks(self):
+        """After an onboard: the final G1 handles (dedup may swap some)."""
+        out = ffi.new("kvt_block[]", max(self._n, 1))
+        _check(C.kvt_xfer_blocks(out, self._n, self._live()))
+        return _to_array(out, self._n)
+
+    async def wait_async(self, poll_interval=0.001):
+        """Waits without blocking the event loop."""
+        while not self.done():
+            await asyncio.sleep(poll_interval)
+        return self.wait(0)
+
+    def close(self):
+        if self._x is not None and not self._m.closed:
+            C.kvt_xfer_release(self._x)
+        self._m._transfers.discard(self)
+        self._x = None
+
+    release = close
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+class Fence:
+    """A precondition the host signals. close() destroys it; transfers still waiting on an
+    unsignalled fence end cancelled."""
+
+    def __init__(self, manager, f):
+        self._m, self._f = manager, f
+
+    def _live(self):
+        if self._f is None or self._m.closed:
+            raise InvalidHandleError("the fence is closed or its manager closed",
+                                     CONST["KVT_ERR_INVALID_HANDLE"])
+        return self._f
+
+    def signal(self):
+        _check(C.kvt_fence_signal(self._live()))
+
+    def close(self):
+        if self._f is not None and not self._m.closed:
+            C.kvt_fence_destroy(self._f)
+        self._f = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
