@@ -1,0 +1,258 @@
+package kvtier_test
+
+import (
+	"errors"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"kvtier"
+)
+
+func newManager(t testing.TB) *kvtier.Manager {
+	t.Helper()
+	m, err := kvtier.NewManager(kvtier.Config{PageSize: 4, NumLayers: 1, NumOuter: 2,
+		ChunkBytes: 64, G1Blocks: 64, G2Blocks: 64, MinBatchSize: 1, FlushIntervalUs: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+func stored(t testing.TB, m *kvtier.Manager, hashes []uint64, fill byte) []kvtier.Block {
+	t.Helper()
+	b, err := m.Alloc(len(hashes), kvtier.G1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, x := range b {
+		d, err := m.Data(x)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range d {
+			d[i] = fill
+		}
+	}
+	out, err := m.RegisterHashes(b, hashes, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func TestHashing(t *testing.T) {
+	tokens := make([]uint32, 37)
+	for i := range tokens {
+		tokens[i] = uint32(1000 + i)
+	}
+	h, err := kvtier.HashSequence(tokens, 4, kvtier.HashSalt([]byte("salt")))
+	if err != nil || len(h) != 9 {
+		t.Fatalf("%v %d", err, len(h))
+	}
+	h2, _ := kvtier.HashSequence(tokens[:8], 4, kvtier.HashSalt([]byte("salt")))
+	if h2[0] != h[0] || h2[1] != h[1] {
+		t.Fatal("a prefix must hash the same")
+	}
+	if _, err := kvtier.HashSequence(tokens, 3, 0); !errors.Is(err, kvtier.ErrInvalidArgument) {
+		t.Fatalf("page size 3: %v", err)
+	}
+}
+
+func TestDedupAndPrefixMatch(t *testing.T) {
+	m := newManager(t)
+	defer m.Close()
+	a := stored(t, m, []uint64{1, 2, 3}, 1)
+	again, _ := m.Alloc(1, kvtier.G1)
+	dup, err := m.RegisterHashes(again, []uint64{2}, 1)
+	if err != nil || dup[0] != a[1] {
+		t.Fatalf("dedup: %v %v", err, dup)
+	}
+	got, err := m.MatchPrefix([]uint64{1, 2, 3, 4}, kvtier.G1)
+	if err != nil || len(got) != 3 || got[2] != a[2] {
+		t.Fatalf("match: %v %v", err, got)
+	}
+	for _, r := range [][]kvtier.Block{got, dup, a} {
+		if err := m.Release(r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := m.Check(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestOffloadCompletesThroughTheEventFD(t *testing.T) {
+	m := newManager(t)
+	defer m.Close()
+	a := stored(t, m, []uint64{10, 11}, 0x5a)
+	m.Poll(256)
+	x, err := m.Offload(a, kvtier.G2, nil, 77)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer x.Close()
+	fd := m.EventFD()
+	var done *kvtier.Event
+	for deadline := time.Now().Add(10 * time.Second); done == nil && time.Now().Before(deadline); {
+		var set syscall.FdSet
+		set.Bits[fd/64] |= 1 << (uint(fd) % 64)
+		tv := syscall.Timeval{Sec: 1}
+		if _, err := syscall.Select(fd+1, &set, nil, nil, &tv); err != nil && err != syscall.EINTR {
+			t.Fatal(err)
+		}
+		ev, _ := m.Poll(64)
+		for i := range ev {
+			if ev[i].Type == kvtier.EventXferDone {
+				done = &ev[i]
+			}
+		}
+	}
+	if done == nil || done.UserData != 77 || done.Count != 2 || done.Status != kvtier.StatusOK {
+		t.Fatalf("XFER_DONE: %+v", done)
+	}
+	g2, _ := m.MatchPrefix([]uint64{10, 11}, kvtier.G2)
+	d, _ := m.Data(g2[1])
+	if len(g2) != 2 || d[0] != 0x5a || d[len(d)-1] != 0x5a {
+		t.Fatal("G2 does not hold the bytes")
+	}
+	m.Release(g2)
+	m.Release(a)
+}
+
+func TestCancelIsErrCancelled(t *testing.T) {
+	m := newManager(t)
+	defer m.Close()
+	a := stored(t, m, []uint64{30}, 0)
+	f, err := m.NewFence()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	x, err := m.Offload(a, kvtier.G2, f, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := x.Wait(1e6); !errors.Is(err, kvtier.ErrTimeout) {
+		t.Fatalf("wait before the fence: %v", err)
+	}
+	if err := x.Cancel(); err != nil {
+		t.Fatal(err)
+	}
+	_, err = x.Wait(-1)
+	if !errors.Is(err, kvtier.ErrCancelled) || errors.Is(err, kvtier.ErrIO) {
+		t.Fatalf("want ErrCancelled, got %v", err)
+	}
+	x.Close()
+	m.Release(a)
+}
+
+func TestBadInputGivesTypedErrors(t *testing.T) {
+	m := newManager(t)
+	err := m.Release([]kvtier.Block{12345})
+	var e *kvtier.Error
+	if !errors.As(err, &e) || e.Status != kvtier.StatusInvalidHandle || e.Message == "" {
+		t.Fatalf("forged handle: %v", err)
+	}
+	if _, err := m.Alloc(1, kvtier.Tier(9)); !errors.Is(err, kvtier.ErrInvalidArgument) {
+		t.Fatalf("bad tier: %v", err)
+	}
+	if _, err := m.Alloc(1000, kvtier.G1); !errors.Is(err, kvtier.ErrNoSpace) {
+		t.Fatalf("too many: %v", err)
+	}
+	if _, err := m.RegisterHashes([]kvtier.Block{1}, nil, 0); !errors.Is(err, kvtier.ErrInvalidArgument) {
+		t.Fatalf("length mismatch: %v", err)
+	}
+	if _, err := kvtier.NewManager(kvtier.Config{PageSize: 3}); !errors.Is(err, kvtier.ErrInvalidArgument) {
+		t.Fatalf("bad config: %v", err)
+	}
+	a := stored(t, m, []uint64{5}, 0)
+	x, _ := m.Offload(a, kvtier.G2, nil, 0)
+	f, _ := m.NewFence()
+	m.Close() // before its transfer and fence: both become invalid, not dangling
+	if _, err := m.Alloc(1, kvtier.G1); !errors.Is(err, kvtier.ErrInvalidHandle) {
+		t.Fatalf("closed manager: %v", err)
+	}
+	if _, err := x.Wait(-1); !errors.Is(err, kvtier.ErrInvalidHandle) {
+		t.Fatalf("transfer of a closed manager: %v", err)
+	}
+	if err := f.Signal(); !errors.Is(err, kvtier.ErrInvalidHandle) {
+		t.Fatalf("fence of a closed manager: %v", err)
+	}
+	x.Close()
+	f.Close()
+	m.Close()
+}
+
+func TestGoroutinesShareOneManager(t *testing.T) {
+	m, err := kvtier.NewManager(kvtier.Config{PageSize: 4, ChunkBytes: 64, G1Blocks: 1024,
+		G2Blocks: 1024})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	for g := 0; g < 8; g++ {
+		wg.Add(1)
+		go func(g int) {
+			defer wg.Done()
+			for i := 0; i < 40; i++ {
+				base := uint64(g*100000 + i*4)
+				h := []uint64{base + 1, base + 2, base + 3}
+				b, err := m.Alloc(3, kvtier.G1)
+				if err == nil {
+					b, err = m.RegisterHashes(b, h, 0)
+				}
+				var x *kvtier.Transfer
+				if err == nil {
+					x, err = m.Offload(b, kvtier.G2, nil, uint64(g))
+				}
+				if err == nil {
+					_, err = x.Wait(-1)
+					x.Close()
+				}
+				if err == nil {
+					var got []kvtier.Block
+					got, err = m.MatchPrefix(h, kvtier.G1)
+					if err == nil && len(got) != 3 {
+						err = errors.New("prefix lost")
+					}
+					if err == nil {
+						err = m.Release(got)
+					}
+				}
+				if err == nil {
+					err = m.Release(b)
+				}
+				if err != nil {
+					errs <- err
+					return
+				}
+			}
+		}(g)
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	if err := m.Check(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// The cost of one kvt_match_prefix of one block through cgo (docs/BENCHMARKS.md). Each call
+// pins the block once more; the manager's Close drops the pins.
+func BenchmarkMatchPrefix1(b *testing.B) {
+	m := newManager(b)
+	defer m.Close()
+	blocks := stored(b, m, []uint64{99}, 0)
+	m.Release(blocks)
+	h := []uint64{99}
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		m.MatchPrefix(h, kvtier.G1)
+	}
+}
