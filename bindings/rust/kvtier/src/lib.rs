@@ -1,0 +1,468 @@
+//! Safe Rust API for kvtier, a tiered KV-cache block manager with a C ABI.
+//!
+//! ```no_run
+//! use kvtier::{Config, Manager, Tier};
+//! let m = Manager::new(&Config { page_size: 16, g1_blocks: 4096, g2_blocks: 16384, ..Default::default() })?;
+//! let hashes = kvtier::hash_sequence(&[1, 2, 3, 4], 4, kvtier::hash_salt(b"model"))?;
+//! let blocks = m.alloc(hashes.len(), Tier::G1)?;
+//! let blocks = m.register_hashes(&blocks, &hashes, 0)?;
+//! m.offload(&blocks, Tier::G2, None, 0)?.wait(None)?;
+//! m.release(&blocks)?;
+//! # Ok::<(), kvtier::Error>(())
+//! ```
+//!
+//! Ownership follows the C contract: a [`Manager`] owns everything; a [`Transfer`] and a
+//! [`Fence`] borrow their manager, so they cannot outlive it. Block handles are plain values
+//! ([`Block`]): the library itself refuses stale and foreign ones.
+use std::ffi::CStr;
+use std::fmt;
+use std::marker::PhantomData;
+use std::ptr;
+
+use kvtier_sys as sys;
+
+/// A kvt_status that is an error, kept as an enum.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Status {
+    Timeout,
+    InvalidArgument,
+    InvalidHandle,
+    State,
+    NoSpace,
+    Cancelled,
+    Unsupported,
+    Io,
+    Corrupt,
+    NoMemory,
+    Cuda,
+    Internal,
+    Other(i32),
+}
+
+impl Status {
+    fn from_raw(s: sys::kvt_status) -> Status {
+        match s as i64 {
+            x if x == sys::KVT_TIMEOUT as i64 => Status::Timeout,
+            x if x == sys::KVT_ERR_INVALID_ARGUMENT as i64 => Status::InvalidArgument,
+            x if x == sys::KVT_ERR_INVALID_HANDLE as i64 => Status::InvalidHandle,
+            x if x == sys::KVT_ERR_STATE as i64 => Status::State,
+            x if x == sys::KVT_ERR_NO_SPACE as i64 => Status::NoSpace,
+            x if x == sys::KVT_ERR_CANCELLED as i64 => Status::Cancelled,
+            x if x == sys::KVT_ERR_UNSUPPORTED as i64 => Status::Unsupported,
+            x if x == sys::KVT_ERR_IO as i64 => Status::Io,
+            x if x == sys::KVT_ERR_CORRUPT as i64 => Status::Corrupt,
+            x if x == sys::KVT_ERR_NO_MEMORY as i64 => Status::NoMemory,
+            x if x == sys::KVT_ERR_CUDA as i64 => Status::Cuda,
+            x if x == sys::KVT_ERR_INTERNAL as i64 => Status::Internal,
+            _ => Status::Other(s),
+        }
+    }
+}
+
+/// A failed call: its status and the library's message.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Error {
+    pub status: Status,
+    pub message: String,
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "kvtier: {:?}: {}", self.status, self.message)
+    }
+}
+
+impl std::error::Error for Error {}
+
+pub type Result<T> = std::result::Result<T, Error>;
+
+fn check(s: sys::kvt_status) -> Result<()> {
+    if s == sys::KVT_OK as sys::kvt_status {
+        return Ok(());
+    }
+    // kvt_last_error is thread-local, and this runs on the calling thread.
+    let message = unsafe { CStr::from_ptr(sys::kvt_last_error()) }.to_string_lossy().into_owned();
+    Err(Error { status: Status::from_raw(s), message })
+}
+
+fn invalid(message: impl Into<String>) -> Error {
+    Error { status: Status::InvalidArgument, message: message.into() }
+}
+
+/// The library's version string.
+pub fn version() -> String {
+    unsafe { CStr::from_ptr(sys::kvt_version()) }.to_string_lossy().into_owned()
+}
+
+/// A storage tier.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(u32)]
+pub enum Tier {
+    G1 = sys::KVT_TIER_G1,
+    G2 = sys::KVT_TIER_G2,
+    G3 = sys::KVT_TIER_G3,
+}
+
+/// A block handle. 0 is never valid; the library detects stale, forged and foreign ones.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[repr(transparent)]
+pub struct Block(pub u64);
+
+// Block is repr(transparent) over u64, the C handle type: slices convert in place.
+fn raw(blocks: &[Block]) -> *const sys::kvt_block {
+    blocks.as_ptr().cast()
+}
+
+/// The salt hash for [`hash_sequence`].
+pub fn hash_salt(salt: &[u8]) -> u64 {
+    let mut out = 0u64;
+    unsafe { sys::kvt_hash_salt(&mut out, salt.as_ptr().cast(), salt.len()) };
+    out
+}
+
+/// The sequence hashes of the full blocks of `tokens`.
+pub fn hash_sequence(tokens: &[u32], page_size: u32, salt_hash: u64) -> Result<Vec<u64>> {
+    let cap = if page_size == 0 { 0 } else { tokens.len() / page_size as usize };
+    let mut out = vec![0u64; cap];
+    let mut n = 0usize;
+    check(unsafe {
+        sys::kvt_hash_sequence(out.as_mut_ptr(), &mut n, cap, salt_hash, tokens.as_ptr(),
+                               tokens.len(), page_size)
+    })?;
+    out.truncate(n);
+    Ok(out)
+}
+
+/// Incremental hasher. Send but not Sync: the C contract forbids use from two threads at once.
+pub struct Seq {
+    s: *mut sys::kvt_seq,
+}
+
+unsafe impl Send for Seq {}
+
+impl Seq {
+    pub fn new(page_size: u32, salt_hash: u64) -> Result<Seq> {
+        let mut s = ptr::null_mut();
+        check(unsafe { sys::kvt_seq_create(&mut s, salt_hash, page_size) })?;
+        Ok(Seq { s })
+    }
+
+    pub fn append(&mut self, tokens: &[u32]) -> Result<()> {
+        check(unsafe { sys::kvt_seq_append(self.s, tokens.as_ptr(), tokens.len()) })
+    }
+
+    pub fn hashes(&self) -> Result<Vec<u64>> {
+        let (mut t, mut b) = (0usize, 0usize);
+        check(unsafe { sys::kvt_seq_info(&mut t, &mut b, self.s) })?;
+        let mut out = vec![0u64; b];
+        let mut n = 0usize;
+        check(unsafe { sys::kvt_seq_hashes(&mut n, ptr::null_mut(), out.as_mut_ptr(), self.s, 0, b) })?;
+        out.truncate(n);
+        Ok(out)
+    }
+}
+
+impl Drop for Seq {
+    fn drop(&mut self) {
+        unsafe { sys::kvt_seq_destroy(self.s) }
+    }
+}
+
+/// The manager's configuration. `Default` gives the library's defaults, with G1 in host
+/// memory (the embedded stand-in for GPU memory).
+#[derive(Clone, Debug)]
+pub struct Config {
+    pub page_size: u32,
+    pub num_layers: u32,
+    pub num_outer: u32,
+    pub chunk_bytes: u64,
+    pub g1_blocks: u64,
+    pub g2_blocks: u64,
+    pub g3_blocks: u64,
+    pub g3_path: Option<std::path::PathBuf>,
+    pub min_batch_size: u32,
+    pub flush_interval_us: u64,
+}
+
+impl Default for Config {
+    fn default() -> Config {
+        let mut c = std::mem::MaybeUninit::<sys::kvt_manager_config>::zeroed();
+        let c = unsafe {
+            sys::kvt_manager_config_init(c.as_mut_ptr());
+            c.assume_init()
+        };
+        Config {
+            page_size: c.page_size,
+            num_layers: c.num_layers,
+            num_outer: c.num_outer,
+            chunk_bytes: c.chunk_bytes,
+            g1_blocks: c.g1_blocks,
+            g2_blocks: c.g2_blocks,
+            g3_blocks: c.g3_blocks,
+            g3_path: None,
+            min_batch_size: c.min_batch_size,
+            flush_interval_us: c.flush_interval_us,
+        }
+    }
+}
+
+/// One event from [`Manager::poll`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Event {
+    XferDone { status: std::result::Result<(), Status>, tier: u32, user_data: u64, count: u64 },
+    BlockStored { tier: u32, hash: u64, parent: u64 },
+    BlockRemoved { tier: u32, hash: u64 },
+    EventsDropped { count: u64 },
+}
+
+impl Event {
+    fn from_raw(e: &sys::kvt_event) -> Event {
+        match e.type_ {
+            sys::KVT_EVENT_XFER_DONE => Event::XferDone {
+                status: if e.status == 0 { Ok(()) } else { Err(Status::from_raw(e.status)) },
+                tier: e.tier,
+                user_data: e.user_data,
+                count: e.count,
+            },
+            sys::KVT_EVENT_BLOCK_STORED => {
+                Event::BlockStored { tier: e.tier, hash: e.hash, parent: e.parent_hash }
+            }
+            sys::KVT_EVENT_BLOCK_REMOVED => Event::BlockRemoved { tier: e.tier, hash: e.hash },
+            _ => Event::EventsDropped { count: e.count },
+        }
+    }
+}
+
+/// Owns a kvt_manager. Send and Sync: every function of a manager may be called from any
+/// thread at once (kvtier.h); destruction happens in Drop, which needs exclusive access.
+pub struct Manager {
+    m: *mut sys::kvt_manager,
+}
+
+unsafe impl Send for Manager {}
+unsafe impl Sync for Manager {}
+
+impl Manager {
+    pub fn new(cfg: &Config) -> Result<Manager> {
+        let mut c = std::mem::MaybeUninit::<sys::kvt_manager_config>::zeroed();
+        let mut c = unsafe {
+            sys::kvt_manager_config_init(c.as_mut_ptr());
+            c.assume_init()
+        };
+        c.page_size = cfg.page_size;
+        c.num_layers = cfg.num_layers;
+        c.num_outer = cfg.num_outer;
+        c.chunk_bytes = cfg.chunk_bytes;
+        c.g1_blocks = cfg.g1_blocks;
+        c.g2_blocks = cfg.g2_blocks;
+        c.g3_blocks = cfg.g3_blocks;
+        c.g1_memory = sys::KVT_MEMORY_HOST;
+        c.min_batch_size = cfg.min_batch_size;
+        c.flush_interval_us = cfg.flush_interval_us;
+        let path = match &cfg.g3_path {
+            Some(p) => Some(
+                std::ffi::CString::new(p.as_os_str().to_string_lossy().as_bytes())
+                    .map_err(|_| invalid("g3_path holds a NUL byte"))?,
+            ),
+            None => None,
+        };
+        c.g3_path = path.as_ref().map_or(ptr::null(), |p| p.as_ptr());
+        let mut m = ptr::null_mut();
+        check(unsafe { sys::kvt_manager_create(&mut m, &c) })?;
+        Ok(Manager { m })
+    }
+
+    pub fn alloc(&self, n: usize, tier: Tier) -> Result<Vec<Block>> {
+        let mut out = vec![Block(0); n];
+        check(unsafe {
+            sys::kvt_block_alloc(out.as_mut_ptr().cast(), n, self.m, tier as sys::kvt_tier)
+        })?;
+        Ok(out)
+    }
+
+    pub fn release(&self, blocks: &[Block]) -> Result<()> {
+        check(unsafe { sys::kvt_block_release(self.m, raw(blocks), blocks.len()) })
+    }
+
+    pub fn retain(&self, b: Block) -> Result<()> {
+        check(unsafe { sys::kvt_block_retain(self.m, b.0) })
+    }
+
+    /// Registers a chain of filled blocks; returns the handles to use (dedup swaps in
+    /// blocks already registered).
+    pub fn register_hashes(&self, blocks: &[Block], hashes: &[u64], parent: u64) -> Result<Vec<Block>> {
+        if blocks.len() != hashes.len() {
+            return Err(invalid(format!("{} blocks but {} hashes", blocks.len(), hashes.len())));
+        }
+        let mut out = vec![Block(0); blocks.len()];
+        check(unsafe {
+            sys::kvt_block_register_hashes(out.as_mut_ptr().cast(), self.m, raw(blocks),
+                                           hashes.as_ptr(), blocks.len(), parent)
+        })?;
+        Ok(out)
+    }
+
+    /// The pinned blocks of the longest registered prefix of `hashes` in a tier.
+    pub fn match_prefix(&self, hashes: &[u64], tier: Tier) -> Result<Vec<Block>> {
+        let mut out = vec![Block(0); hashes.len()];
+        let mut n = 0usize;
+        check(unsafe {
+            sys::kvt_match_prefix(&mut n, out.as_mut_ptr().cast(), self.m, tier as sys::kvt_tier,
+                                  hashes.as_ptr(), hashes.len())
+        })?;
+        out.truncate(n);
+        Ok(out)
+    }
+
+    /// The block's bytes. Unsafe to hold on to: valid only while a reference to the block is
+    /// held, and another thread may write the same block; hence a raw slice with the
+    /// manager's lifetime and the caller's promise.
+    ///
+    /// # Safety
+    /// The caller holds a reference to `b` for as long as it uses the slice, and no one else
+    /// writes the block meanwhile.
+    pub unsafe fn data(&self, b: Block) -> Result<&mut [u8]> {
+        let mut p = ptr::null_mut();
+        let mut n = 0usize;
+        check(sys::kvt_block_data(&mut p, &mut n, self.m, b.0))?;
+        Ok(if n == 0 { &mut [] } else { std::slice::from_raw_parts_mut(p.cast(), n) })
+    }
+
+    pub fn check(&self) -> Result<()> {
+        check(unsafe { sys::kvt_manager_check(self.m) })
+    }
+
+    /// Offloads registered blocks down to `dst`; `fence` may hold it back.
+    pub fn offload<'m>(&'m self, blocks: &[Block], dst: Tier, fence: Option<&Fence<'m>>,
+                       user_data: u64) -> Result<Transfer<'m>> {
+        let mut x = ptr::null_mut();
+        check(unsafe {
+            sys::kvt_offload(&mut x, self.m, raw(blocks), blocks.len(), dst as sys::kvt_tier,
+                             fence.map_or(ptr::null_mut(), |f| f.f), user_data)
+        })?;
+        Ok(Transfer { x, n: blocks.len(), _m: PhantomData })
+    }
+
+    /// Onboards registered G2 or G3 blocks into the empty G1 blocks `dst`.
+    pub fn onboard<'m>(&'m self, src: &[Block], dst: &[Block], fence: Option<&Fence<'m>>,
+                       user_data: u64) -> Result<Transfer<'m>> {
+        if src.len() != dst.len() {
+            return Err(invalid("onboard: src and dst differ in length"));
+        }
+        let mut x = ptr::null_mut();
+        check(unsafe {
+            sys::kvt_onboard(&mut x, self.m, raw(src), raw(dst), src.len(),
+                             fence.map_or(ptr::null_mut(), |f| f.f), user_data)
+        })?;
+        Ok(Transfer { x, n: src.len(), _m: PhantomData })
+    }
+
+    pub fn fence(&self) -> Result<Fence<'_>> {
+        let mut f = ptr::null_mut();
+        check(unsafe { sys::kvt_fence_create(&mut f, self.m) })?;
+        Ok(Fence { f, _m: PhantomData })
+    }
+
+    /// Moves up to `max` pending events out, oldest first.
+    pub fn poll(&self, max: usize) -> Vec<Event> {
+        let mut buf: Vec<sys::kvt_event> = Vec::with_capacity(max);
+        let n = unsafe { sys::kvt_poll(self.m, buf.as_mut_ptr(), max) };
+        unsafe { buf.set_len(n) };
+        buf.iter().map(Event::from_raw).collect()
+    }
+
+    /// An iterator that drains the pending events.
+    pub fn events(&self) -> Events<'_> {
+        Events { m: self, buf: Vec::new().into_iter() }
+    }
+
+    /// Readable while events are pending (epoll, mio, tokio's AsyncFd). Owned by the manager.
+    pub fn event_fd(&self) -> i32 {
+        unsafe { sys::kvt_event_fd(self.m) }
+    }
+}
+
+impl Drop for Manager {
+    fn drop(&mut self) {
+        unsafe { sys::kvt_manager_destroy(self.m) }
+    }
+}
+
+/// Drains the manager's pending events; ends when none is left.
+pub struct Events<'m> {
+    m: &'m Manager,
+    buf: std::vec::IntoIter<Event>,
+}
+
+impl Iterator for Events<'_> {
+    type Item = Event;
+    fn next(&mut self) -> Option<Event> {
+        if let Some(e) = self.buf.next() {
+            return Some(e);
+        }
+        self.buf = self.m.poll(64).into_iter();
+        self.buf.next()
+    }
+}
+
+/// An enqueued offload or onboard, borrowing its manager. Dropping it releases it (one not
+/// yet committed is cancelled). Send: its functions may run on any thread.
+pub struct Transfer<'m> {
+    x: *mut sys::kvt_xfer,
+    n: usize,
+    _m: PhantomData<&'m Manager>,
+}
+
+unsafe impl Send for Transfer<'_> {}
+
+impl Transfer<'_> {
+    pub fn cancel(&self) -> Result<()> {
+        check(unsafe { sys::kvt_xfer_cancel(self.x) })
+    }
+
+    /// Waits for the end (None: forever) and returns the blocks moved. A cancelled transfer
+    /// gives Status::Cancelled, a wait that ran out Status::Timeout.
+    pub fn wait(&self, timeout: Option<std::time::Duration>) -> Result<u64> {
+        let ns = timeout.map_or(-1, |d| d.as_nanos().min(i64::MAX as u128) as i64);
+        check(unsafe { sys::kvt_xfer_wait(self.x, ns) })?;
+        let mut count = 0u64;
+        check(unsafe { sys::kvt_xfer_status(ptr::null_mut(), ptr::null_mut(), &mut count, self.x) })?;
+        Ok(count)
+    }
+
+    /// After an onboard ended: the final G1 handles.
+    pub fn blocks(&self) -> Result<Vec<Block>> {
+        let mut out = vec![Block(0); self.n];
+        check(unsafe { sys::kvt_xfer_blocks(out.as_mut_ptr().cast(), self.n, self.x) })?;
+        Ok(out)
+    }
+}
+
+impl Drop for Transfer<'_> {
+    fn drop(&mut self) {
+        unsafe { sys::kvt_xfer_release(self.x) }
+    }
+}
+
+/// A precondition the host signals. Dropping it destroys it: transfers still waiting on an
+/// unsignalled fence end cancelled.
+pub struct Fence<'m> {
+    f: *mut sys::kvt_fence,
+    _m: PhantomData<&'m Manager>,
+}
+
+unsafe impl Send for Fence<'_> {}
+unsafe impl Sync for Fence<'_> {}
+
+impl Fence<'_> {
+    pub fn signal(&self) -> Result<()> {
+        check(unsafe { sys::kvt_fence_signal(self.f) })
+    }
+}
+
+impl Drop for Fence<'_> {
+    fn drop(&mut self) {
+        unsafe { sys::kvt_fence_destroy(self.f) }
+    }
+}
