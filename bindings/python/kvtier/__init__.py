@@ -11,8 +11,8 @@
             x.wait()
         m.release(hits + new)
 
-Arrays in: lists of ints, or any buffer of uint64 (array('Q'), numpy uint64, memoryview).
-Arrays out: array.array('Q'). Every error is a kvtier.Error subclass with .status and the
+Arrays in: lists of ints, or any buffer of uint64 (array('Q'), numpy uint64, memoryview),
+passed without a copy. Arrays out: lists of ints. Every error is a kvtier.Error subclass with .status and the
 library's message; kvtier.CancelledError marks a cancelled transfer.
 """
 import array
@@ -96,6 +96,8 @@ def _check(status):
 
 def _u64_array(values, what="array"):
     """(cdata uint64_t[], length) from a list of ints or a uint64 buffer (no copy)."""
+    if type(values) is array.array and values.typecode in "QL" and values.itemsize == 8:
+        return (ffi.from_buffer("uint64_t[]", values) if values else ffi.NULL), len(values)
     if isinstance(values, (list, tuple, range)):
         n = len(values)
         try:
@@ -127,11 +129,22 @@ def _u32_array(values, what="tokens"):
     return (ffi.from_buffer("uint32_t[]", mv) if n else ffi.NULL), n
 
 
-def _to_array(cdata, n):
-    out = array.array("Q")
-    if n:
-        out.frombytes(ffi.buffer(cdata, 8 * n))
-    return out
+def _to_list(cdata, n):
+    return ffi.unpack(cdata, n) if n else []
+
+
+_tls = threading.local()
+_SCRATCH = 64
+
+
+def _scratch():
+    """Per-thread input and output arrays for small calls: allocating them per call would
+    cost more than the call itself."""
+    s = getattr(_tls, "s", None)
+    if s is None:
+        s = _tls.s = (ffi.new("uint64_t[]", _SCRATCH), ffi.new("uint64_t[]", _SCRATCH),
+                      ffi.new("size_t *"))
+    return s
 
 
 # ---- hashing ----
@@ -145,14 +158,14 @@ def hash_salt(salt=b""):
 
 
 def hash_sequence(tokens, page_size, salt=b""):
-    """Sequence hashes of the full blocks of tokens, as array('Q')."""
+    """Sequence hashes of the full blocks of tokens, as a list."""
     toks, n = _u32_array(tokens)
     salt_hash = salt if isinstance(salt, int) else hash_salt(salt)
     need = ffi.new("size_t *")
     cap = n // page_size if page_size > 0 else 0
     out = ffi.new("uint64_t[]", max(cap, 1))
     _check(C.kvt_hash_sequence(out, need, cap, salt_hash, toks, n, page_size))
-    return _to_array(out, need[0])
+    return _to_list(out, need[0])
 
 
 class Seq:
@@ -173,7 +186,7 @@ class Seq:
         _check(C.kvt_seq_info(t, b, self._live()))
         out, got = ffi.new("uint64_t[]", max(b[0], 1)), ffi.new("size_t *")
         _check(C.kvt_seq_hashes(got, ffi.NULL, out, self._s, 0, b[0]))
-        return _to_array(out, got[0])
+        return _to_list(out, got[0])
 
     def _live(self):
         if self._s is None:
@@ -273,7 +286,7 @@ class Manager:
     def alloc(self, n, tier=G1):
         out = ffi.new("kvt_block[]", max(n, 1))
         _check(C.kvt_block_alloc(out, n, self._live(), tier))
-        return _to_array(out, n)
+        return _to_list(out, n)
 
     def release(self, blocks):
         arr, n = _u64_array(blocks, "blocks")
@@ -295,14 +308,26 @@ class Manager:
                                        CONST["KVT_ERR_INVALID_ARGUMENT"])
         out = ffi.new("kvt_block[]", max(n, 1))
         _check(C.kvt_block_register_hashes(out, self._live(), b, h, n, parent))
-        return _to_array(out, n)
+        return _to_list(out, n)
 
     def match_prefix(self, seq_hashes, tier=G1):
-        """The pinned blocks of the longest registered prefix, as array('Q')."""
-        h, n = _u64_array(seq_hashes, "seq_hashes")
-        out, got = ffi.new("kvt_block[]", max(n, 1)), ffi.new("size_t *")
-        _check(C.kvt_match_prefix(got, out, self._live(), tier, h, n))
-        return _to_array(out, got[0])
+        """The pinned blocks of the longest registered prefix, as a list."""
+        m = self._m or self._live()
+        if type(seq_hashes) is list and len(seq_hashes) <= _SCRATCH:
+            h, out, got = _scratch()
+            n = len(seq_hashes)
+            try:
+                h[0:n] = seq_hashes
+            except (OverflowError, TypeError) as e:
+                raise InvalidArgumentError("seq_hashes: %s" % e,
+                                           CONST["KVT_ERR_INVALID_ARGUMENT"]) from None
+        else:
+            h, n = _u64_array(seq_hashes, "seq_hashes")
+            out, got = ffi.new("kvt_block[]", max(n, 1)), ffi.new("size_t *")
+        st = C.kvt_match_prefix(got, out, m, tier, h, n)
+        if st:
+            _raise(st)
+        return ffi.unpack(out, got[0])
 
     def block_data(self, block):
         """A writable memoryview of the block's bytes, valid while a reference is held."""
@@ -436,7 +461,7 @@ class Transfer:
         """After an onboard: the final G1 handles (dedup may swap some)."""
         out = ffi.new("kvt_block[]", max(self._n, 1))
         _check(C.kvt_xfer_blocks(out, self._n, self._live()))
-        return _to_array(out, self._n)
+        return _to_list(out, self._n)
 
     async def wait_async(self, poll_interval=0.001):
         """Waits without blocking the event loop."""

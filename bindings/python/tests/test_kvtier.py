@@ -45,7 +45,7 @@ def test_version_and_status_classes():
 def test_hashing_matches_incremental_and_accepts_buffers():
     tokens = list(range(1000, 1037))
     h = kvtier.hash_sequence(tokens, 4, b"salt")
-    assert len(h) == 9 and isinstance(h, array.array)
+    assert len(h) == 9 and isinstance(h, list)
     assert kvtier.hash_sequence(array.array("I", tokens), 4, b"salt") == h
     with kvtier.Seq(4, b"salt") as s:
         s.append(tokens[:5])

@@ -305,14 +305,24 @@ impl Manager {
 
     /// The pinned blocks of the longest registered prefix of `hashes` in a tier.
     pub fn match_prefix(&self, hashes: &[u64], tier: Tier) -> Result<Vec<Block>> {
-        let mut out = vec![Block(0); hashes.len()];
+        let mut out = Vec::new();
+        self.match_prefix_into(hashes, tier, &mut out)?;
+        Ok(out)
+    }
+
+    /// Like [`Manager::match_prefix`], into a vector the caller reuses (no allocation once it
+    /// has grown): `out` is cleared, then holds the pinned blocks.
+    pub fn match_prefix_into(&self, hashes: &[u64], tier: Tier, out: &mut Vec<Block>) -> Result<()> {
+        out.clear();
+        out.reserve(hashes.len());
         let mut n = 0usize;
         check(unsafe {
             sys::kvt_match_prefix(&mut n, out.as_mut_ptr().cast(), self.m, tier as sys::kvt_tier,
                                   hashes.as_ptr(), hashes.len())
         })?;
-        out.truncate(n);
-        Ok(out)
+        // Safety: the library wrote n <= hashes.len() handles into the reserved space.
+        unsafe { out.set_len(n) };
+        Ok(())
     }
 
     /// The block's bytes. Unsafe to hold on to: valid only while a reference to the block is
