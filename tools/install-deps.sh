@@ -6,7 +6,9 @@ pkgs=(build-essential cmake pkg-config
       libxxhash-dev libabsl-dev liburing-dev
       libgtest-dev libbenchmark-dev
       libcli11-dev nlohmann-json3-dev
-      python3-cffi python3-pytest)
+      python3-cffi python3-pytest
+      clang libclang-rt-14-dev valgrind
+      cargo rustc librust-bindgen-dev golang-go)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

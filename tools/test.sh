@@ -1,23 +1,44 @@
 #!/usr/bin/env bash
 # Quick start 2: install what is missing, build, and run every test suite:
-#   1. the unit tests, examples and header/export checks (ctest);
-#   2. the same tests under AddressSanitizer + UndefinedBehaviorSanitizer;
-#   3. the concurrency tests under ThreadSanitizer.
+#   1. ctest: unit tests, examples (dlopen, scenario), header/export/install checks, the
+#      replay tool against its oracle, and every committed fuzz corpus file;
+#   2. the bindings: Rust, Python, Go, and seed 003 compared across the four languages;
+#   3. the unit tests and fuzz corpora under AddressSanitizer + UndefinedBehaviorSanitizer;
+#   4. the concurrency tests under ThreadSanitizer;
+#   5. valgrind --leak-check=full on the unit tests and the fuzz corpora;
+#   6. each libFuzzer target for FUZZ_SECONDS (default 30) from its corpus, under ASan+UBSan.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 tools/install-deps.sh
+fuzz_seconds=${FUZZ_SECONDS:-30}
 
 echo "== build and test (RelWithDebInfo)"
 tools/build.sh build > build.log 2>&1 || { tail -50 build.log; exit 1; }
 ctest --test-dir build --output-on-failure -j"$(nproc)"
 
+echo "== bindings"
+tools/test-bindings.sh build
+
 echo "== ASan + UBSan"
 tools/build.sh build-asan -DKVT_SANITIZE=address,undefined -DKVT_BUILD_BENCH=OFF \
-  > build-asan.log 2>&1 || { tail -50 build-asan.log; exit 1; }
+  -DKVT_BUILD_REPLAY=OFF > build-asan.log 2>&1 || { tail -50 build-asan.log; exit 1; }
 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
-  ctest --test-dir build-asan --output-on-failure -j"$(nproc)" -R '^[A-Z][A-Za-z]+\.'
+  ctest --test-dir build-asan --output-on-failure -j"$(nproc)" -R '^([A-Z][A-Za-z]+\.|fuzz_corpus_)'
 
 echo "== TSan (concurrency tests)"
 tools/build.sh build-tsan -DKVT_SANITIZE=thread -DKVT_BUILD_BENCH=OFF -DKVT_BUILD_EXAMPLES=OFF \
-  > build-tsan.log 2>&1 || { tail -50 build-tsan.log; exit 1; }
+  -DKVT_BUILD_REPLAY=OFF > build-tsan.log 2>&1 || { tail -50 build-tsan.log; exit 1; }
 TSAN_OPTIONS=halt_on_error=1 ctest --test-dir build-tsan --output-on-failure -R '^Threads\.'
+
+echo "== valgrind (memcheck, leaks)"
+# G3 through the thread pool: valgrind does not see io_uring's writes into user buffers.
+for cmd in "build/tests/kvtier_tests --gtest_filter=-Cuda.*" \
+           "build/fuzz/replay_api fuzz/corpus/api" "build/fuzz/replay_config fuzz/corpus/config" \
+           "build/fuzz/replay_hash fuzz/corpus/hash"; do
+  KVTIER_G3_IO=threads valgrind -q --leak-check=full --errors-for-leak-kinds=definite,indirect \
+    --error-exitcode=9 $cmd > valgrind.log 2>&1 || { tail -60 valgrind.log; exit 1; }
+  echo "valgrind clean: $cmd"
+done
+
+echo "== libFuzzer, ${fuzz_seconds} s per target (clang, ASan + UBSan)"
+tools/fuzz.sh "$fuzz_seconds"

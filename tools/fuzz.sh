@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Builds the libFuzzer targets with clang under ASan+UBSan (build-fuzz/) and runs each for
+# SECONDS from its committed corpus:   tools/fuzz.sh [SECONDS] [TARGET...]
+# New inputs go to build-fuzz/corpus/<name>/ (the committed corpus is only read); a crash
+# leaves build-fuzz/crash-<name>-* and fails the run. See docs/FUZZING.md.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+seconds=${1:-60}
+shift || true
+targets=("$@")
+((${#targets[@]})) || targets=(api config hash)
+CC=clang CXX=clang++ tools/build.sh build-fuzz -DKVT_FUZZ=ON -DKVT_SANITIZE=address,undefined \
+  -DKVT_CUDA=OFF -DKVT_BUILD_TESTS=OFF -DKVT_BUILD_BENCH=OFF -DKVT_BUILD_EXAMPLES=OFF \
+  -DKVT_BUILD_REPLAY=OFF > build-fuzz.log 2>&1 || { tail -50 build-fuzz.log; exit 1; }
+for t in "${targets[@]}"; do
+  mkdir -p "build-fuzz/corpus/$t"
+  echo "fuzz_$t: $seconds s"
+  if ! build-fuzz/fuzz/fuzz_"$t" -max_total_time="$seconds" -rss_limit_mb=4096 \
+      -print_final_stats=1 -artifact_prefix="build-fuzz/crash-$t-" \
+      "build-fuzz/corpus/$t" "fuzz/corpus/$t" > "build-fuzz/fuzz_$t.log" 2>&1; then
+    tail -40 "build-fuzz/fuzz_$t.log"
+    exit 1
+  fi
+  grep -E "^stat::number_of_executed_units|^#[0-9]+.*DONE" "build-fuzz/fuzz_$t.log" | tail -2
+done
