@@ -300,7 +300,7 @@ void step(Input &in, World &w) {
           break;
         }
         case 3: {
-          kvt_block out[8];
+          kvt_block out[8] = {};
           s = kvt_xfer_blocks(out, in.below(9), x);
           if (s == KVT_OK) remember(w, out, 1);
           break;
@@ -350,7 +350,7 @@ void step(Input &in, World &w) {
       break;
     }
     case 16: {
-      kvt_block out[8];
+      kvt_block out[8] = {};
       size_t n = 0;
       size_t *np = in.byte() == 0 ? nullptr : &n;
       size_t max = in.below(9);
