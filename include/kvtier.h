@@ -478,7 +478,9 @@ KVT_API kvt_status kvt_xfer_status(uint32_t *out_state, kvt_status *out_result,
 KVT_API kvt_status kvt_xfer_blocks(kvt_block *out, size_t n, kvt_xfer *x);
 
 /* Gives up the handle. A transfer not yet committed is cancelled; one in flight finishes.
- * No event names x after this returns (queued ones are withdrawn). NULL is ignored. */
+ * No event names x after this returns (queued ones are withdrawn); an event the host already
+ * polled may still hold the old pointer, which a newer transfer can reuse: identify
+ * transfers in polled events by user_data. NULL is ignored. */
 KVT_API void kvt_xfer_release(kvt_xfer *x);
 
 /* ---------------------------------------------------------------------------------------

@@ -8,7 +8,6 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
-#include <cstring>
 #include <mutex>
 #include <thread>
 #include <unordered_map>
@@ -50,7 +49,7 @@ int direction(kvt_tier src, kvt_tier dst) {
 struct Scratch {
   std::vector<uint32_t> tokens;
   std::vector<uint64_t> hashes;
-  std::vector<kvt_block> table, src2, src3, victims, onboarded;
+  std::vector<kvt_block> table, src2, src3, onboarded;
   std::vector<char> computed;  // per position: this request filled and registered it
 };
 

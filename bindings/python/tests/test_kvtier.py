@@ -152,7 +152,7 @@ def test_bad_input_raises_typed_errors_with_status_and_message():
     with manager() as m:
         with pytest.raises(kvtier.InvalidHandleError) as e:
             m.release([12345])
-        assert e.value.status == -2 and "12345" in e.value.message or e.value.message
+        assert e.value.status == -2 and "0x3039" in e.value.message
         with pytest.raises(kvtier.InvalidHandleError):
             m.block_data(0)
         with pytest.raises(kvtier.InvalidArgumentError):
@@ -197,9 +197,9 @@ def test_with_block_after_an_error_frees_everything():
             stored(m, [60, 61])
             m.offload(m.match_prefix([60]), kvtier.G2)
             raise RuntimeError("the engine failed")
-    assert m.closed
-    # A fresh process sees no leak: run the same under valgrind-like accounting is C's job;
-    # here the manager's destroy must have run, which closed says.
+    assert m.closed  # the manager, its blocks and its transfer were destroyed on the way out
+    with pytest.raises(kvtier.InvalidHandleError):
+        m.alloc(1)
     gc.collect()
 
 
