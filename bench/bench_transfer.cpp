@@ -94,6 +94,26 @@ kvt_status run_xfer(kvt_xfer *x) {
   return st;
 }
 
+// Times offloads of the n G1 blocks to dst, from enqueue to the end of kvt_xfer_wait. After
+// each, the copies are evicted so that the next offload copies again.
+void time_offloads(benchmark::State &st, Setup &s, uint32_t n, kvt_tier dst,
+                   uint64_t block_bytes) {
+  std::vector<kvt_event> ev(4096);
+  std::vector<kvt_block> b(n);
+  for (auto _ : st) {
+    kvt_xfer *x = nullptr;
+    auto t0 = Clock::now();
+    kvt_offload(&x, s.m, s.g1.data(), n, dst, nullptr, 0);
+    if (run_xfer(x) != KVT_OK) st.SkipWithError(kvt_last_error());
+    st.SetIterationTime(std::chrono::duration<double>(Clock::now() - t0).count());
+    kvt_block_alloc(b.data(), n, s.m, dst);
+    kvt_block_release(s.m, b.data(), n);
+    while (kvt_poll(s.m, ev.data(), ev.size()) > 0) {
+    }
+  }
+  st.SetBytesProcessed(int64_t(st.iterations() * n * block_bytes));
+}
+
 // ---- G1 -> G2 through the pipeline, and the memcpy baseline ----
 
 void BM_OffloadG1toG2(benchmark::State &st) {
@@ -103,21 +123,7 @@ void BM_OffloadG1toG2(benchmark::State &st) {
   const auto n = uint32_t(st.range(3));
   Setup s;
   setup(s, layers, chunk, n, scattered, 0, 1);
-  std::vector<kvt_event> ev(4096);
-  for (auto _ : st) {
-    kvt_xfer *x = nullptr;
-    auto t0 = Clock::now();
-    kvt_offload(&x, s.m, s.g1.data(), n, KVT_TIER_G2, nullptr, 0);
-    if (run_xfer(x) != KVT_OK) st.SkipWithError(kvt_last_error());
-    st.SetIterationTime(std::chrono::duration<double>(Clock::now() - t0).count());
-    // Evict the copies so that the next offload copies again.
-    std::vector<kvt_block> b(n);
-    kvt_block_alloc(b.data(), n, s.m, KVT_TIER_G2);
-    kvt_block_release(s.m, b.data(), n);
-    while (kvt_poll(s.m, ev.data(), ev.size()) > 0) {
-    }
-  }
-  st.SetBytesProcessed(int64_t(st.iterations() * n * layers * 2 * chunk));
+  time_offloads(st, s, n, KVT_TIER_G2, uint64_t(layers) * 2 * chunk);
 }
 // Args: chunk bytes, scattered, layers, blocks per transfer. The last is kvtier-replay's
 // default geometry (32 KiB blocks), over 32 MiB so that caches do not flatter it.
@@ -148,20 +154,7 @@ void BM_OffloadG1toG3(benchmark::State &st) {
   const auto n = uint32_t(st.range(2));
   Setup s;
   setup(s, layers, chunk, n, false, n, 2);
-  std::vector<kvt_event> ev(4096);
-  for (auto _ : st) {
-    kvt_xfer *x = nullptr;
-    auto t0 = Clock::now();
-    kvt_offload(&x, s.m, s.g1.data(), n, KVT_TIER_G3, nullptr, 0);
-    if (run_xfer(x) != KVT_OK) st.SkipWithError(kvt_last_error());
-    st.SetIterationTime(std::chrono::duration<double>(Clock::now() - t0).count());
-    std::vector<kvt_block> b(n);
-    kvt_block_alloc(b.data(), n, s.m, KVT_TIER_G3);
-    kvt_block_release(s.m, b.data(), n);
-    while (kvt_poll(s.m, ev.data(), ev.size()) > 0) {
-    }
-  }
-  st.SetBytesProcessed(int64_t(st.iterations() * n * layers * 2 * chunk));
+  time_offloads(st, s, n, KVT_TIER_G3, uint64_t(layers) * 2 * chunk);
 }
 BENCHMARK(BM_OffloadG1toG3)->Args({32, 64 << 10, 64})->Args({1, 16 << 10, 1024})
     ->UseManualTime()->Unit(benchmark::kMillisecond);

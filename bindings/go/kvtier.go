@@ -382,14 +382,20 @@ func (m *Manager) Onboard(src, dst []Block, fence *Fence, userData uint64) (*Tra
 	return m.newTransfer(x, len(src)), nil
 }
 
+// withObject runs f while the manager stays open, unless the object (a transfer or fence
+// of it) is closed or the manager is.
+func (m *Manager) withObject(closed bool, what string, f func() C.kvt_status) error {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	if closed || m.m == nil {
+		return &Error{Status: StatusInvalidHandle, Message: "the " + what + " is closed or its manager closed"}
+	}
+	return call(f)
+}
+
 // with runs f on the live transfer of a live manager.
 func (t *Transfer) with(f func(*C.kvt_xfer) C.kvt_status) error {
-	t.m.mu.RLock()
-	defer t.m.mu.RUnlock()
-	if t.x == nil || t.m.m == nil {
-		return &Error{Status: StatusInvalidHandle, Message: "the transfer is closed or its manager closed"}
-	}
-	return call(func() C.kvt_status { return f(t.x) })
+	return t.m.withObject(t.x == nil, "transfer", func() C.kvt_status { return f(t.x) })
 }
 
 // Cancel cancels a transfer that has not committed.
@@ -463,12 +469,7 @@ func (f *Fence) ptr() *C.kvt_fence {
 
 // Signal lets the transfers waiting on the fence proceed.
 func (f *Fence) Signal() error {
-	f.m.mu.RLock()
-	defer f.m.mu.RUnlock()
-	if f.f == nil || f.m.m == nil {
-		return &Error{Status: StatusInvalidHandle, Message: "the fence is closed or its manager closed"}
-	}
-	return call(func() C.kvt_status { return C.kvt_fence_signal(f.f) })
+	return f.m.withObject(f.f == nil, "fence", func() C.kvt_status { return C.kvt_fence_signal(f.f) })
 }
 
 // Close destroys the fence; transfers still waiting on it end cancelled.

@@ -10,12 +10,9 @@ namespace {
 // Runs op on the tier that owns block b, after checking the manager.
 template <class Op>
 kvt_status on_block(const char *fn, kvt_manager *m, kvt_block b, Op &&op) noexcept {
-  return guard(fn, [&] {
-    kvt_status st;
-    Manager *mgr = manager(fn, m, &st);
-    if (!mgr) return st;
-    Tier *t = mgr->tier_of(b);
-    return t ? op(*mgr, *t) : KVT_ERR_INVALID_HANDLE;
+  return on_manager(fn, m, [&](Manager &mgr) {
+    Tier *t = mgr.tier_of(b);
+    return t ? op(mgr, *t) : KVT_ERR_INVALID_HANDLE;
   });
 }
 
@@ -25,25 +22,19 @@ extern "C" {
 
 KVT_API kvt_status kvt_block_alloc(kvt_block *out, size_t n, kvt_manager *m, kvt_tier tier) {
   static constexpr const char *fn = "kvt_block_alloc";
-  return guard(fn, [&] {
-    kvt_status st;
-    Manager *mgr = manager(fn, m, &st);
-    if (!mgr) return st;
+  return on_manager(fn, m, [&](Manager &mgr) {
     if (n == 0) return fail(KVT_ERR_INVALID_ARGUMENT, "%s: n is 0", fn);
     if (kvt_status s = check_array(fn, "out", out, n); s != KVT_OK) return s;
-    Tier *t = mgr->tier(tier_number(tier));
+    Tier *t = mgr.tier(tier_number(tier));
     return t ? t->alloc(out, n) : KVT_ERR_INVALID_ARGUMENT;
   });
 }
 
 KVT_API kvt_status kvt_block_release(kvt_manager *m, const kvt_block *blocks, size_t n) {
   static constexpr const char *fn = "kvt_block_release";
-  return guard(fn, [&] {
-    kvt_status st;
-    Manager *mgr = manager(fn, m, &st);
-    if (!mgr) return st;
+  return on_manager(fn, m, [&](Manager &mgr) {
     if (kvt_status s = check_array(fn, "blocks", blocks, n); s != KVT_OK) return s;
-    return mgr->release(blocks, n);
+    return mgr.release(blocks, n);
   });
 }
 
@@ -138,15 +129,12 @@ KVT_API kvt_status kvt_block_register_hashes(kvt_block *out, kvt_manager *m,
                                              const uint64_t *seq_hashes, size_t n,
                                              uint64_t parent_seq_hash) {
   static constexpr const char *fn = "kvt_block_register_hashes";
-  return guard(fn, [&] {
-    kvt_status st;
-    Manager *mgr = manager(fn, m, &st);
-    if (!mgr) return st;
+  return on_manager(fn, m, [&](Manager &mgr) {
     if (kvt_status s = check_array(fn, "out", out, n); s != KVT_OK) return s;
     if (kvt_status s = check_array(fn, "blocks", blocks, n); s != KVT_OK) return s;
     if (kvt_status s = check_array(fn, "seq_hashes", seq_hashes, n); s != KVT_OK) return s;
     if (n == 0) return KVT_OK;
-    Tier *t = mgr->tier_of(blocks[0]);
+    Tier *t = mgr.tier_of(blocks[0]);
     return t ? t->register_chain(out, blocks, seq_hashes, n, parent_seq_hash)
              : KVT_ERR_INVALID_HANDLE;
   });
@@ -155,14 +143,11 @@ KVT_API kvt_status kvt_block_register_hashes(kvt_block *out, kvt_manager *m,
 KVT_API kvt_status kvt_match_prefix(size_t *out_n, kvt_block *out_blocks, kvt_manager *m,
                                     kvt_tier tier, const uint64_t *seq_hashes, size_t n) {
   static constexpr const char *fn = "kvt_match_prefix";
-  return guard(fn, [&] {
-    kvt_status st;
-    Manager *mgr = manager(fn, m, &st);
-    if (!mgr) return st;
+  return on_manager(fn, m, [&](Manager &mgr) {
     if (out_n == nullptr) return null_arg(fn, "out_n");
     if (kvt_status s = check_array(fn, "out_blocks", out_blocks, n); s != KVT_OK) return s;
     if (kvt_status s = check_array(fn, "seq_hashes", seq_hashes, n); s != KVT_OK) return s;
-    Tier *t = mgr->tier(tier_number(tier));
+    Tier *t = mgr.tier(tier_number(tier));
     return t ? t->match(out_n, out_blocks, seq_hashes, n) : KVT_ERR_INVALID_ARGUMENT;
   });
 }
@@ -170,13 +155,10 @@ KVT_API kvt_status kvt_match_prefix(size_t *out_n, kvt_block *out_blocks, kvt_ma
 KVT_API kvt_status kvt_tier_evictable(size_t *out_n, kvt_block *out, size_t max,
                                       kvt_manager *m, kvt_tier tier) {
   static constexpr const char *fn = "kvt_tier_evictable";
-  return guard(fn, [&] {
-    kvt_status st;
-    Manager *mgr = manager(fn, m, &st);
-    if (!mgr) return st;
+  return on_manager(fn, m, [&](Manager &mgr) {
     if (out_n == nullptr) return null_arg(fn, "out_n");
     if (kvt_status s = check_array(fn, "out", out, max); s != KVT_OK) return s;
-    Tier *t = mgr->tier(tier_number(tier));
+    Tier *t = mgr.tier(tier_number(tier));
     return t ? t->evictable(out_n, out, max) : KVT_ERR_INVALID_ARGUMENT;
   });
 }

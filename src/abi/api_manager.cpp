@@ -39,19 +39,12 @@ KVT_API void kvt_manager_destroy(kvt_manager *m) {
 
 KVT_API kvt_status kvt_manager_check(kvt_manager *m) {
   static constexpr const char *fn = "kvt_manager_check";
-  return guard(fn, [&] {
-    kvt_status st;
-    Manager *mgr = manager(fn, m, &st);
-    return mgr ? mgr->check() : st;
-  });
+  return on_manager(fn, m, [&](Manager &mgr) { return mgr.check(); });
 }
 
 KVT_API kvt_status kvt_tier_stats_get(kvt_tier_stats *out, kvt_manager *m, kvt_tier tier) {
   static constexpr const char *fn = "kvt_tier_stats_get";
-  return guard(fn, [&] {
-    kvt_status st;
-    Manager *mgr = manager(fn, m, &st);
-    if (!mgr) return st;
+  return on_manager(fn, m, [&](Manager &mgr) {
     if (out == nullptr) return null_arg(fn, "out");
     if (out->struct_size != sizeof(kvt_tier_stats))
       return fail(KVT_ERR_INVALID_ARGUMENT, "%s: out->struct_size is %u, expected %zu", fn,
@@ -61,9 +54,9 @@ KVT_API kvt_status kvt_tier_stats_get(kvt_tier_stats *out, kvt_manager *m, kvt_t
       return fail(KVT_ERR_INVALID_ARGUMENT, "%s: tier %d is not a tier", fn, tn);
     kvt_tier_stats r{};
     r.struct_size = sizeof r;
-    if (Tier *t = mgr->tier_if_present(tn)) {
+    if (Tier *t = mgr.tier_if_present(tn)) {
       t->stats(&r);
-      r.block_bytes = mgr->block_bytes();
+      r.block_bytes = mgr.block_bytes();
     }
     *out = r;
     return KVT_OK;
@@ -73,27 +66,21 @@ KVT_API kvt_status kvt_tier_stats_get(kvt_tier_stats *out, kvt_manager *m, kvt_t
 KVT_API kvt_status kvt_transfer_stats_get(kvt_transfer_stats *out, kvt_manager *m,
                                           kvt_tier src, kvt_tier dst) {
   static constexpr const char *fn = "kvt_transfer_stats_get";
-  return guard(fn, [&] {
-    kvt_status st;
-    Manager *mgr = manager(fn, m, &st);
-    if (!mgr) return st;
+  return on_manager(fn, m, [&](Manager &mgr) {
     if (out == nullptr) return null_arg(fn, "out");
     if (out->struct_size != sizeof(kvt_transfer_stats))
       return fail(KVT_ERR_INVALID_ARGUMENT, "%s: out->struct_size is %u, expected %zu", fn,
                   out->struct_size, sizeof(kvt_transfer_stats));
-    return mgr->pipeline().transfer_stats(out, tier_number(src), tier_number(dst));
+    return mgr.pipeline().transfer_stats(out, tier_number(src), tier_number(dst));
   });
 }
 
 KVT_API size_t kvt_poll(kvt_manager *m, kvt_event *out, size_t max) {
   static constexpr const char *fn = "kvt_poll";
   size_t n = 0;
-  guard(fn, [&] {
-    kvt_status st;
-    Manager *mgr = manager(fn, m, &st);
-    if (!mgr) return st;
+  on_manager(fn, m, [&](Manager &mgr) {
     if (kvt_status s = check_array(fn, "out", out, max); s != KVT_OK) return s;
-    n = mgr->events().poll(out, max);
+    n = mgr.events().poll(out, max);
     return KVT_OK;
   });
   return n;

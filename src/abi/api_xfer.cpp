@@ -43,26 +43,20 @@ extern "C" {
 
 KVT_API kvt_status kvt_fence_create(kvt_fence **out, kvt_manager *m) {
   static constexpr const char *fn = "kvt_fence_create";
-  return guard(fn, [&] {
-    kvt_status st;
-    Manager *mgr = manager(fn, m, &st);
-    if (!mgr) return st;
+  return on_manager(fn, m, [&](Manager &mgr) {
     if (out == nullptr) return null_arg(fn, "out");
-    return mgr->pipeline().fence_create(out, nullptr);
+    return mgr.pipeline().fence_create(out, nullptr);
   });
 }
 
 KVT_API kvt_status kvt_fence_from_cuda_event(kvt_fence **out, kvt_manager *m, void *cuda_event) {
   static constexpr const char *fn = "kvt_fence_from_cuda_event";
-  return guard(fn, [&] {
-    kvt_status st;
-    Manager *mgr = manager(fn, m, &st);
-    if (!mgr) return st;
+  return on_manager(fn, m, [&](Manager &mgr) {
     if (out == nullptr) return null_arg(fn, "out");
     if (cuda_event == nullptr) return null_arg(fn, "cuda_event");
     if (!cuda::available())
       return fail(KVT_ERR_UNSUPPORTED, "%s: this kvtier was built without CUDA", fn);
-    return mgr->pipeline().fence_create(out, cuda_event);
+    return mgr.pipeline().fence_create(out, cuda_event);
   });
 }
 
@@ -91,13 +85,10 @@ KVT_API void kvt_fence_destroy(kvt_fence *f) {
 KVT_API kvt_status kvt_offload(kvt_xfer **out, kvt_manager *m, const kvt_block *src, size_t n,
                                kvt_tier dst, kvt_fence *precondition, uint64_t user_data) {
   static constexpr const char *fn = "kvt_offload";
-  return guard(fn, [&] {
-    kvt_status st;
-    Manager *mgr = manager(fn, m, &st);
-    if (!mgr) return st;
+  return on_manager(fn, m, [&](Manager &mgr) {
     if (out == nullptr) return null_arg(fn, "out");
     if (kvt_status s = check_array(fn, "src", src, n); s != KVT_OK) return s;
-    return mgr->pipeline().offload(out, src, n, tier_number(dst), precondition,
+    return mgr.pipeline().offload(out, src, n, tier_number(dst), precondition,
                                    user_data);
   });
 }
@@ -106,14 +97,11 @@ KVT_API kvt_status kvt_onboard(kvt_xfer **out, kvt_manager *m, const kvt_block *
                                const kvt_block *dst_g1, size_t n, kvt_fence *precondition,
                                uint64_t user_data) {
   static constexpr const char *fn = "kvt_onboard";
-  return guard(fn, [&] {
-    kvt_status st;
-    Manager *mgr = manager(fn, m, &st);
-    if (!mgr) return st;
+  return on_manager(fn, m, [&](Manager &mgr) {
     if (out == nullptr) return null_arg(fn, "out");
     if (kvt_status s = check_array(fn, "src", src, n); s != KVT_OK) return s;
     if (kvt_status s = check_array(fn, "dst_g1", dst_g1, n); s != KVT_OK) return s;
-    return mgr->pipeline().onboard(out, src, dst_g1, n, precondition, user_data);
+    return mgr.pipeline().onboard(out, src, dst_g1, n, precondition, user_data);
   });
 }
 

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <memory>
 
+#include "abi/guard.hpp"
 #include "common/error.hpp"
 #include "hash/token_seq.hpp"
 #include "kvtier.h"
@@ -34,6 +35,17 @@ inline Manager *manager(const char *fn, kvt_manager *m, kvt_status *st) noexcept
   }
   *st = KVT_OK;
   return m->impl.get();
+}
+
+// The body of most entry points: inside guard(), op runs on the live manager behind m, or
+// the call fails with the status that says why m is not one.
+template <class Op>
+kvt_status on_manager(const char *fn, kvt_manager *m, Op &&op) noexcept {
+  return guard(fn, [&] {
+    kvt_status st;
+    Manager *mgr = manager(fn, m, &st);
+    return mgr ? op(*mgr) : st;
+  });
 }
 
 template <class Seq>  // kvt_seq or const kvt_seq

@@ -16,9 +16,24 @@ enum Direction { G1G2, G1G3, G2G3, G2G1, G3G1, kDirections };
 inline constexpr const char *kDirectionNames[kDirections] = {"G1->G2", "G1->G3", "G2->G3",
                                                              "G2->G1", "G3->G1"};
 
-// Counters of one timeline interval (requests by trace arrival time).
-struct Interval {
+// What the requests found: the whole run's, or one timeline interval's.
+struct Counts {
   uint64_t requests = 0, blocks = 0, hits[4] = {}, misses = 0;  // hits[tier]
+
+  // One request of n blocks with h1, h2, h3 hits in G1, G2, G3; the rest missed.
+  void add_request(uint64_t n, uint64_t h1, uint64_t h2, uint64_t h3) {
+    requests += 1;
+    blocks += n;
+    hits[1] += h1;
+    hits[2] += h2;
+    hits[3] += h3;
+    misses += n - h1 - h2 - h3;
+  }
+  uint64_t hit_blocks() const { return hits[1] + hits[2] + hits[3]; }
+};
+
+// Counters of one timeline interval (requests by trace arrival time).
+struct Interval : Counts {
   uint64_t offload_bytes = 0, onboard_bytes = 0;
   double wall_begin = 0, wall_end = 0;  // seconds since the replay began
 };
@@ -27,15 +42,13 @@ struct DirectionTotals {
   uint64_t completed = 0, cancelled = 0, failed = 0, blocks = 0, bytes = 0, busy_ns = 0;
 };
 
-struct Result {
-  uint64_t requests = 0, blocks = 0, hits[4] = {}, misses = 0;
+struct Result : Counts {
   uint64_t verified = 0, mismatched = 0;
   uint64_t alloc_waits = 0;  // allocations that waited for G1 space held by transfers
   DirectionTotals dir[kDirections];
   double seconds = 0;
   std::vector<Interval> timeline;
 
-  uint64_t hit_blocks() const { return hits[1] + hits[2] + hits[3]; }
   uint64_t offloaded_blocks() const { return dir[G1G2].blocks + dir[G1G3].blocks + dir[G2G3].blocks; }
   uint64_t onboarded_blocks() const { return dir[G2G1].blocks + dir[G3G1].blocks; }
 };

@@ -133,7 +133,7 @@ bool write_timeline(const std::string &path, const Options &o, const Result &r,
                   double(i) * o.interval_s, double(i + 1) * o.interval_s,
                   (unsigned long long)v.requests, (unsigned long long)v.blocks,
                   rate(v.hits[1]), rate(v.hits[2]), rate(v.hits[3]),
-                  rate(v.hits[1] + v.hits[2] + v.hits[3]), (unsigned long long)v.offload_bytes,
+                  rate(v.hit_blocks()), (unsigned long long)v.offload_bytes,
                   (unsigned long long)v.onboard_bytes, wall, bw(v.offload_bytes),
                   bw(v.onboard_bytes));
     out << line;

@@ -94,39 +94,32 @@ def _check(status):
 
 # ---- arrays ----
 
-def _u64_array(values, what="array"):
-    """(cdata uint64_t[], length) from a list of ints or a uint64 buffer (no copy)."""
-    if type(values) is array.array and values.typecode in "QL" and values.itemsize == 8:
-        return (ffi.from_buffer("uint64_t[]", values) if values else ffi.NULL), len(values)
-    if isinstance(values, (list, tuple, range)):
-        n = len(values)
-        try:
-            return ffi.new("uint64_t[]", list(values)) if n else ffi.NULL, n
-        except (OverflowError, TypeError) as e:
-            raise InvalidArgumentError("%s: %s" % (what, e), CONST["KVT_ERR_INVALID_ARGUMENT"])
+def _c_array(values, ctype, typecodes, what):
+    """(cdata ctype[], length) from a list of ints (copied), or from a buffer of unsigned
+    integers of ctype's width (array, numpy, memoryview: passed without a copy)."""
+    size = ffi.sizeof(ctype)
+    if type(values) is array.array and values.typecode in typecodes and values.itemsize == size:
+        return (ffi.from_buffer(ctype + "[]", values) if values else ffi.NULL), len(values)
     try:
+        if isinstance(values, (list, tuple, range)):
+            n = len(values)
+            return (ffi.new(ctype + "[]", list(values)) if n else ffi.NULL), n
         mv = memoryview(values)
-    except TypeError:
-        raise InvalidArgumentError("%s must be a sequence of ints or a uint64 buffer, not %s"
-                                   % (what, type(values).__name__),
+        if mv.itemsize != size or mv.format.lstrip("<=@") not in typecodes:
+            mv = memoryview(array.array(typecodes[0], mv.tolist()))
+    except (OverflowError, TypeError) as e:
+        raise InvalidArgumentError("%s must hold %s values: %s" % (what, ctype, e),
                                    CONST["KVT_ERR_INVALID_ARGUMENT"]) from None
-    if mv.itemsize != 8 or mv.format not in ("Q", "L", "<Q", "=Q", "q", "l"):
-        mv = memoryview(array.array("Q", mv.tolist()))
-    n = mv.nbytes // 8
-    return (ffi.from_buffer("uint64_t[]", mv) if n else ffi.NULL), n
+    n = mv.nbytes // size
+    return (ffi.from_buffer(ctype + "[]", mv) if n else ffi.NULL), n
+
+
+def _u64_array(values, what="array"):
+    return _c_array(values, "uint64_t", "QL", what)
 
 
 def _u32_array(values, what="tokens"):
-    if isinstance(values, (list, tuple, range)):
-        try:
-            return (ffi.new("uint32_t[]", list(values)) if values else ffi.NULL), len(values)
-        except (OverflowError, TypeError) as e:
-            raise InvalidArgumentError("%s: %s" % (what, e), CONST["KVT_ERR_INVALID_ARGUMENT"])
-    mv = memoryview(values)
-    if mv.itemsize != 4:
-        mv = memoryview(array.array("I", mv.tolist()))
-    n = mv.nbytes // 4
-    return (ffi.from_buffer("uint32_t[]", mv) if n else ffi.NULL), n
+    return _c_array(values, "uint32_t", "I", what)
 
 
 def _to_list(cdata, n):
