@@ -8,7 +8,7 @@ pkgs=(build-essential cmake pkg-config
       libcli11-dev nlohmann-json3-dev
       python3-cffi python3-pytest
       clang libclang-rt-14-dev valgrind
-      cargo rustc librust-bindgen-dev golang-go)
+      cargo rustc librust-bindgen-dev librust-bindgen+runtime-dev golang-go)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
