@@ -85,6 +85,17 @@ KVT_API const char *kvt_status_str(kvt_status s);
  * Never NULL. Owned by the library, valid until the next failing kvtier call on this thread. */
 KVT_API const char *kvt_last_error(void);
 
+/* Diagnostics the library wants a person to see (a fallback it took, a file it cleaned up).
+ * The library never writes to stdout or stderr itself: messages at or below `level` go to
+ * fn, on whichever thread noticed the condition, possibly with the library's locks held, so
+ * fn must not call back into kvtier. Off (level 0) until the host sets a callback. Process-
+ * wide; fn NULL turns logging off. message is owned by the library, valid during the call. */
+typedef enum kvt_log_level {
+  KVT_LOG_OFF = 0, KVT_LOG_ERROR = 1, KVT_LOG_WARN = 2, KVT_LOG_INFO = 3, KVT_LOG_DEBUG = 4
+} kvt_log_level;
+typedef void (*kvt_log_fn)(int level, const char *message, void *user_data);
+KVT_API void kvt_set_log_callback(int level, kvt_log_fn fn, void *user_data);
+
 /* ---------------------------------------------------------------------------------------
  * Configuration
  * ------------------------------------------------------------------------------------ */

@@ -1,5 +1,6 @@
 // Library-wide entry points: version, status names, last error.
 #include "abi/objects.hpp"
+#include "common/log.hpp"
 
 #define KVT_STR2(x) #x
 #define KVT_STR(x) KVT_STR2(x)
@@ -38,5 +39,9 @@ KVT_API const char *kvt_status_str(kvt_status s) {
 }
 
 KVT_API const char *kvt_last_error(void) { return kvt::last_error(); }
+
+KVT_API void kvt_set_log_callback(int level, kvt_log_fn fn, void *user_data) {
+  kvt::set_log_callback(level, fn, user_data);
+}
 
 }  // extern "C"
