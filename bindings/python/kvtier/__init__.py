@@ -17,8 +17,11 @@ library's message; kvtier.CancelledError marks a cancelled transfer.
 """
 import array
 import asyncio
+import atexit
 import builtins
 import collections
+import logging
+import os
 import threading
 
 from ._ffi import C, CONST, ffi
@@ -28,14 +31,60 @@ __all__ = [
     "InvalidArgumentError", "InvalidHandleError", "StateError", "NoSpaceError",
     "CancelledError", "UnsupportedError", "IoError", "CorruptError", "NoMemoryError",
     "CudaError", "InternalError", "TimeoutError", "hash_salt", "hash_sequence", "version",
+    "G1Layout", "Policy", "set_log_handler",
 ]
 
 G1, G2, G3 = C.KVT_TIER_G1, C.KVT_TIER_G2, C.KVT_TIER_G3
 OK = CONST["KVT_OK"]
 
 
+IO_AUTO, IO_URING, IO_THREADS = C.KVT_IO_AUTO, C.KVT_IO_URING, C.KVT_IO_THREADS
+CUDA_COPY_BATCHED, CUDA_COPY_PER_CHUNK = C.KVT_CUDA_COPY_BATCHED, C.KVT_CUDA_COPY_PER_CHUNK
+G3_FAULT_OFF, G3_FAULT_WRITE, G3_FAULT_READ = (
+    C.KVT_G3_FAULT_OFF, C.KVT_G3_FAULT_WRITE, C.KVT_G3_FAULT_READ)
+LOG_OFF, LOG_ERROR, LOG_WARN, LOG_INFO, LOG_DEBUG = (
+    C.KVT_LOG_OFF, C.KVT_LOG_ERROR, C.KVT_LOG_WARN, C.KVT_LOG_INFO, C.KVT_LOG_DEBUG)
+
+
 def version():
     return ffi.string(C.kvt_version()).decode()
+
+
+# ---- diagnostics ----
+
+_LOGGING_LEVELS = {LOG_ERROR: logging.ERROR, LOG_WARN: logging.WARNING, LOG_INFO: logging.INFO,
+                   LOG_DEBUG: logging.DEBUG}
+_log_callback = None  # the cffi callback the library holds; freed only once replaced
+
+
+def set_log_handler(handler, level=LOG_WARN):
+    """Sends the library's diagnostics at or below level (LOG_ERROR .. LOG_DEBUG) to
+    handler: a logging.Logger (kvtier's levels map to logging's), or a callable
+    handler(level, message). None turns them off (the default). Process-wide. The handler
+    runs on whichever thread noticed the condition, possibly a library thread, and must not
+    call kvtier; an exception it raises is printed and dropped."""
+    global _log_callback
+    if handler is None:
+        C.kvt_set_log_callback(LOG_OFF, ffi.NULL, ffi.NULL)
+        _log_callback = None
+        return
+    if isinstance(handler, logging.Logger):
+        logger = handler
+        handler = lambda lvl, msg: logger.log(_LOGGING_LEVELS.get(lvl, logging.DEBUG), "%s", msg)
+
+    @ffi.callback("kvt_log_fn")
+    def callback(lvl, message, _user_data):
+        handler(lvl, ffi.string(message).decode(errors="replace"))
+
+    C.kvt_set_log_callback(level, callback, ffi.NULL)
+    _log_callback = callback  # the library no longer calls the previous one
+
+
+@atexit.register
+def _log_off():
+    """No callback into an interpreter that is shutting down."""
+    if _log_callback is not None:
+        C.kvt_set_log_callback(LOG_OFF, ffi.NULL, ffi.NULL)
 
 
 # ---- errors: one class per status, all under Error ----
@@ -210,35 +259,120 @@ XFER_DONE, BLOCK_STORED, BLOCK_REMOVED, EVENTS_DROPPED = (
 
 # ---- manager ----
 
-_CONFIG_FIELDS = ("page_size", "num_layers", "num_outer", "chunk_bytes", "g1_blocks",
-                  "g2_blocks", "g3_blocks", "event_capacity", "g1_memory", "cuda_device",
-                  "max_batch_size", "min_batch_size", "flush_interval_us", "policy_timeout_us",
-                  "sweep_interval_us", "max_concurrent_transfers", "copy_threads", "g3_io",
-                  "cuda_copy")
+def _fields(struct):
+    """A filled stats struct as a dict of its fields, struct_size and reserved left out."""
+    return {k: getattr(struct, k) for k, _ in ffi.typeof(struct).item.fields
+            if k not in ("struct_size", "reserved")}
+
+
+class Policy(collections.namedtuple("Policy", "flags min_frequency", defaults=(1,))):
+    """An offload filter (kvt_policy): flags of POLICY_PRESENCE and POLICY_FREQUENCY."""
+
+
+POLICY_PASS_ALL, POLICY_PRESENCE, POLICY_FREQUENCY = (
+    CONST["KVT_POLICY_PASS_ALL"], CONST["KVT_POLICY_PRESENCE"], CONST["KVT_POLICY_FREQUENCY"])
+MEMORY_AUTO, MEMORY_HOST, MEMORY_CUDA = C.KVT_MEMORY_AUTO, C.KVT_MEMORY_HOST, C.KVT_MEMORY_CUDA
+
+
+def _invalid(message):
+    return InvalidArgumentError(message, CONST["KVT_ERR_INVALID_ARGUMENT"])
+
+
+class G1Layout:
+    """Engine-owned G1 memory (kvt_g1_layout): chunk (layer, outer) of slot b lives at
+    bases[layer * num_outer + outer] + b * strides[same index].
+
+    Each base is an object with the buffer protocol (bytearray, writable memoryview, mmap,
+    array, numpy array: kvtier writes into it when it onboards), or an (address, length)
+    pair of ints for memory Python does not own (CUDA memory, for instance). The manager
+    checks that each buffer holds every slot, and keeps the buffers alive until it closes."""
+
+    def __init__(self, bases, strides, memory=C.KVT_MEMORY_HOST, cuda_device=0):
+        if len(bases) != len(strides):
+            raise _invalid("g1_layout: %d bases but %d strides" % (len(bases), len(strides)))
+        self.bases, self.strides = list(bases), list(strides)
+        self.memory, self.cuda_device = memory, cuda_device
+
+    def _cdata(self, cfg):
+        """(kvt_g1_layout *, the cdata objects that must outlive the manager)."""
+        n = cfg.num_layers * cfg.num_outer
+        if len(self.bases) != n:
+            raise _invalid("g1_layout: %d bases for num_layers * num_outer = %d"
+                           % (len(self.bases), n))
+        keep, pointers = [], []
+        for i, (base, stride) in enumerate(zip(self.bases, self.strides)):
+            if isinstance(base, tuple):
+                address, length = base
+                p = ffi.cast("void *", address)
+            else:
+                try:
+                    p = ffi.from_buffer(base, require_writable=True)
+                except (TypeError, BufferError) as e:
+                    raise _invalid("g1_layout base %d: %s" % (i, e)) from None
+                length = len(p)
+            need = (cfg.g1_blocks - 1) * stride + cfg.chunk_bytes if cfg.g1_blocks else 0
+            if stride < 0 or length < need:
+                raise _invalid("g1_layout base %d: %d bytes, but %d slots of stride %d need %d"
+                               % (i, length, cfg.g1_blocks, stride, need))
+            keep.append(p)
+            pointers.append(p)
+        layout = ffi.new("kvt_g1_layout *")
+        layout.struct_size = ffi.sizeof("kvt_g1_layout")
+        layout.memory, layout.cuda_device = self.memory, self.cuda_device
+        bases = ffi.new("void *[]", pointers)
+        strides = ffi.new("uint64_t[]", self.strides)
+        layout.bases, layout.strides = bases, strides
+        return layout, keep + [layout, bases, strides]
+
+
+def _config(g3_path, g1_layout, fields):
+    """A kvt_manager_config: the library's defaults, G1 in host memory, then fields by name
+    (every field of the struct; policies as Policy, a (flags, min_frequency) pair or a
+    dict). Returns it with the cdata objects that must outlive the manager."""
+    cfg = ffi.new("kvt_manager_config *")
+    C.kvt_manager_config_init_sized(cfg, ffi.sizeof("kvt_manager_config"))
+    cfg.g1_memory = C.KVT_MEMORY_HOST
+    for k, v in fields.items():
+        if k in ("struct_size", "g3_path", "g1_layout") or k not in _CONFIG_FIELDS:
+            raise _invalid("unknown config field %r" % k)
+        try:
+            if k in _POLICY_FIELDS:
+                v = Policy(**v) if isinstance(v, dict) else Policy(*v)
+                v = {"flags": v.flags, "min_frequency": v.min_frequency}
+            setattr(cfg, k, v)
+        except (OverflowError, TypeError) as e:
+            raise _invalid("config %s: %s" % (k, e)) from None
+    keep = [cfg]
+    if g3_path is not None:
+        path = ffi.new("char[]", os.fsencode(g3_path))
+        cfg.g3_path = path
+        keep.append(path)
+    if g1_layout is not None:
+        layout, held = g1_layout._cdata(cfg)
+        cfg.g1_layout = layout
+        keep += held
+    return cfg, keep
+
+
+_CONFIG_FIELDS = frozenset(name for name, _ in ffi.typeof("kvt_manager_config").fields)
+_POLICY_FIELDS = frozenset(name for name, f in ffi.typeof("kvt_manager_config").fields
+                           if f.type is ffi.typeof("kvt_policy"))
 
 
 class Manager:
     """Owns a kvt_manager. Use as a context manager, or call close(). Calls from several
     threads at once are fine: the library is thread-safe and cffi releases the GIL."""
 
-    def __init__(self, g3_path=None, **config):
-        cfg = ffi.new("kvt_manager_config *")
-        C.kvt_manager_config_init(cfg)
-        cfg.g1_memory = C.KVT_MEMORY_HOST
-        for k, v in config.items():
-            if k not in _CONFIG_FIELDS:
-                raise InvalidArgumentError("unknown config field %r" % k,
-                                           CONST["KVT_ERR_INVALID_ARGUMENT"])
-            try:
-                setattr(cfg, k, v)
-            except (OverflowError, TypeError) as e:
-                raise InvalidArgumentError("config %s: %s" % (k, e),
-                                           CONST["KVT_ERR_INVALID_ARGUMENT"]) from None
-        path = ffi.new("char[]", g3_path.encode()) if g3_path else ffi.NULL
-        cfg.g3_path = path
+    def __init__(self, g3_path=None, g1_layout=None, **config):
+        """config: any field of kvt_manager_config by name (page_size=16, g2_blocks=0,
+        policy_g1_g2=Policy(POLICY_FREQUENCY, 2), g3_io=IO_THREADS, ...); the others keep the
+        library's defaults, except g1_memory, which defaults to host memory. g1_layout: a
+        G1Layout for engine-owned G1 memory."""
+        cfg, keep = _config(g3_path, g1_layout, config)
         out = ffi.new("kvt_manager **")
         _check(C.kvt_manager_create(out, cfg))
         self._m = out[0]
+        self._keep = keep  # G1's buffers among them: the library uses them until close
         self._lock = threading.Lock()  # guards close() against itself only
         self._transfers = set()
 
@@ -253,11 +387,11 @@ class Manager:
         with self._lock:
             if self._m is None:
                 return
-            for x in list(self._transfers):  # they die with the manager
-                x._x = None
-            self._transfers.clear()
+            for x in list(self._transfers):  # cancels them, and waits for their waiters
+                x.close()
             C.kvt_manager_destroy(self._m)
             self._m = None
+            self._keep = None
 
     def __del__(self):
         try:
@@ -335,14 +469,25 @@ class Manager:
         return {k: getattr(info, k) for k in ("state", "tier", "refs", "tokens", "seq_hash",
                                                "parent_hash")}
 
+    def block_chunk(self, block, layer, outer):
+        """The address of chunk (layer, outer) of a block, as an int (a device address for
+        CUDA memory); chunk_bytes long, valid while a reference to the block is held."""
+        p = ffi.new("void **")
+        _check(C.kvt_block_chunk(p, self._live(), block, layer, outer))
+        return int(ffi.cast("uintptr_t", p[0]))
+
     def tier_stats(self, tier=G1):
         s = ffi.new("kvt_tier_stats *")
         s.struct_size = ffi.sizeof("kvt_tier_stats")
         _check(C.kvt_tier_stats_get(s, self._live(), tier))
-        return {k: getattr(s, k) for k in (
-            "capacity", "free", "active", "inactive", "registered", "block_bytes",
-            "metadata_bytes", "allocs", "evictions", "registrations", "dedups",
-            "match_queried", "match_hit")}
+        return _fields(s)
+
+    def transfer_stats(self, src, dst):
+        """The counters of one direction (G1 -> G2, ..., G3 -> G1) since creation."""
+        s = ffi.new("kvt_transfer_stats *")
+        s.struct_size = ffi.sizeof("kvt_transfer_stats")
+        _check(C.kvt_transfer_stats_get(s, self._live(), src, dst))
+        return _fields(s)
 
     def check(self):
         _check(C.kvt_manager_check(self._live()))
@@ -414,10 +559,14 @@ class Manager:
 
 class Transfer:
     """An enqueued offload or onboard. wait() raises CancelledError for a cancelled one.
-    close() (or leaving a with block) releases it; one not yet committed is cancelled."""
+    close() (or leaving a with block) releases it; one not yet committed is cancelled.
+    Any thread may close it while others wait(): their waits return, the transfer's
+    cancellation or final outcome, before close() releases the C object."""
 
     def __init__(self, manager, x, n):
         self._m, self._x, self._n = manager, x, n
+        self._cv = threading.Condition()  # guards _x and _waiters
+        self._waiters = 0
         manager._transfers.add(self)
 
     def _live(self):
@@ -427,33 +576,53 @@ class Transfer:
         return self._x
 
     def cancel(self):
-        _check(C.kvt_xfer_cancel(self._live()))
+        with self._cv:
+            _check(C.kvt_xfer_cancel(self._live()))
 
     def wait(self, timeout=None):
-        """Waits for the end; returns the blocks moved. timeout in seconds (None: forever)."""
+        """Waits for the end; returns the blocks moved. timeout in seconds (None: forever).
+        TimeoutError when the transfer has not ended by then."""
         ns = -1 if timeout is None else int(timeout * 1e9)
-        _check(C.kvt_xfer_wait(self._live(), ns))
-        return self.count
+        with self._cv:
+            x = self._live()
+            self._waiters += 1
+        count = ffi.new("uint64_t *")
+        try:
+            st = C.kvt_xfer_wait(x, ns)  # the GIL is released: close() may run meanwhile
+            if st == OK:
+                st = C.kvt_xfer_status(ffi.NULL, ffi.NULL, count, x)
+        finally:
+            with self._cv:  # x stays alive until the last waiter is out
+                self._waiters -= 1
+                self._cv.notify_all()
+        if st == CONST["KVT_TIMEOUT"]:  # its own message: kvt_last_error may be older
+            raise TimeoutError("the transfer did not end within %g s" % timeout, st)
+        _check(st)
+        return count[0]
 
     def done(self):
-        return C.kvt_xfer_wait(self._live(), 0) != CONST["KVT_TIMEOUT"]
+        with self._cv:
+            return C.kvt_xfer_wait(self._live(), 0) != CONST["KVT_TIMEOUT"]
 
     @property
     def state(self):
         s = ffi.new("uint32_t *")
-        _check(C.kvt_xfer_status(s, ffi.NULL, ffi.NULL, self._live()))
+        with self._cv:
+            _check(C.kvt_xfer_status(s, ffi.NULL, ffi.NULL, self._live()))
         return s[0]
 
     @property
     def count(self):
         c = ffi.new("uint64_t *")
-        _check(C.kvt_xfer_status(ffi.NULL, ffi.NULL, c, self._live()))
+        with self._cv:
+            _check(C.kvt_xfer_status(ffi.NULL, ffi.NULL, c, self._live()))
         return c[0]
 
     def blocks(self):
         """After an onboard: the final G1 handles (dedup may swap some)."""
         out = ffi.new("kvt_block[]", max(self._n, 1))
-        _check(C.kvt_xfer_blocks(out, self._n, self._live()))
+        with self._cv:
+            _check(C.kvt_xfer_blocks(out, self._n, self._live()))
         return _to_list(out, self._n)
 
     async def wait_async(self, poll_interval=0.001):
@@ -463,10 +632,16 @@ class Transfer:
         return self.wait(0)
 
     def close(self):
-        if self._x is not None and not self._m.closed:
-            C.kvt_xfer_release(self._x)
+        """Releases the transfer. Waits in other threads end first: a transfer not yet
+        committed is cancelled at once, one in flight finishes its copy."""
+        with self._cv:
+            x, self._x = self._x, None
+            if x is not None and not self._m.closed:
+                if self._waiters:
+                    C.kvt_xfer_cancel(x)
+                    self._cv.wait_for(lambda: self._waiters == 0)
+                C.kvt_xfer_release(x)
         self._m._transfers.discard(self)
-        self._x = None
 
     release = close
 
