@@ -18,6 +18,7 @@ import (
 	"fmt"
 	"runtime"
 	"sync"
+	"time"
 	"unsafe"
 )
 
@@ -145,61 +146,191 @@ func blockPtr(v []Block) *C.kvt_block {
 	return (*C.kvt_block)(unsafe.Pointer(&v[0]))
 }
 
-// Config is the manager's configuration; zero fields keep the library's defaults.
+// MemoryKind says where G1 lives (kvt_memory_kind).
+type MemoryKind uint32
+
+const (
+	MemoryAuto MemoryKind = C.KVT_MEMORY_AUTO // CUDA memory when a device is present, else host
+	MemoryHost MemoryKind = C.KVT_MEMORY_HOST
+	MemoryCUDA MemoryKind = C.KVT_MEMORY_CUDA
+)
+
+// IOEngine says how G3's file is read and written (kvt_io_engine).
+type IOEngine uint32
+
+const (
+	IOAuto    IOEngine = C.KVT_IO_AUTO
+	IOURing   IOEngine = C.KVT_IO_URING
+	IOThreads IOEngine = C.KVT_IO_THREADS
+)
+
+// CUDACopy says how the CUDA engine copies scattered chunks (kvt_cuda_copy).
+type CUDACopy uint32
+
+const (
+	CUDACopyBatched  CUDACopy = C.KVT_CUDA_COPY_BATCHED
+	CUDACopyPerChunk CUDACopy = C.KVT_CUDA_COPY_PER_CHUNK
+)
+
+// G3Fault names the G3 operations that the fault injector fails (kvt_g3_fault), for tests.
+type G3Fault uint32
+
+const (
+	G3FaultOff   G3Fault = C.KVT_G3_FAULT_OFF
+	G3FaultWrite G3Fault = C.KVT_G3_FAULT_WRITE
+	G3FaultRead  G3Fault = C.KVT_G3_FAULT_READ
+)
+
+// Policy flags: which blocks are worth offloading (kvt_policy); they combine as all-of.
+const (
+	PolicyPassAll   = C.KVT_POLICY_PASS_ALL
+	PolicyPresence  = C.KVT_POLICY_PRESENCE  // skip blocks already in, or on their way to, the destination
+	PolicyFrequency = C.KVT_POLICY_FREQUENCY // skip blocks offered fewer than MinFrequency times
+)
+
+// Policy is the offload filter of one tier pair.
+type Policy struct {
+	Flags, MinFrequency uint32
+}
+
+// G1Layout is engine-owned G1 memory (kvt_g1_layout): chunk (layer, outer) of slot b lives
+// at Bases[layer*NumOuter+outer] + b*Strides[same index]. The memory lies outside Go's heap
+// (C, mmap or CUDA memory: cgo forbids the library from keeping Go pointers), holds every
+// slot, and outlives the manager.
+type G1Layout struct {
+	Memory     MemoryKind // MemoryHost or MemoryCUDA
+	CUDADevice int32
+	Bases      []uintptr
+	Strides    []uint64
+}
+
+// Config is the whole kvt_manager_config; DefaultConfig gives the library's defaults.
 type Config struct {
 	PageSize, NumLayers, NumOuter uint32
 	ChunkBytes                    uint64
 	G1Blocks, G2Blocks, G3Blocks  uint64
-	G3Path                        string
+	G3Path                        string // "": a temporary directory
 	EventCapacity                 uint64
+	G1Layout                      *G1Layout // nil: library-owned G1, in G1Memory
+	G1Memory                      MemoryKind
+	CUDADevice                    int32
 	// Pipeline
-	MaxBatchSize, MinBatchSize uint32
-	FlushIntervalUs            uint64
+	MaxBatchSize, MinBatchSize                        uint32
+	FlushIntervalUs, PolicyTimeoutUs, SweepIntervalUs uint64
+	MaxConcurrentTransfers, CopyThreads               uint32
+	PolicyG1G2, PolicyG1G3, PolicyG2G3                Policy
+	G3IO                                              IOEngine
+	CUDACopy                                          CUDACopy
+	// Fault injection (tests): of the G3 operations of kind G3FaultOp, the first
+	// G3FaultSkip go through, the next G3FaultCount fail with errno G3FaultErrno.
+	G3FaultOp                 G3Fault
+	G3FaultErrno              int32
+	G3FaultSkip, G3FaultCount uint64
 }
 
-// Manager owns a kvt_manager. Its methods may be called from many goroutines at once;
-// Close must not race with them.
+func initConfig(c *C.kvt_manager_config) {
+	C.kvt_manager_config_init_sized(c, C.size_t(unsafe.Sizeof(*c)))
+}
+
+// DefaultConfig is the library's defaults, except that G1 lives in host memory (the embedded
+// stand-in for GPU memory).
+func DefaultConfig() Config {
+	var c C.kvt_manager_config
+	initConfig(&c)
+	policy := func(p C.kvt_policy) Policy { return Policy{uint32(p.flags), uint32(p.min_frequency)} }
+	return Config{
+		PageSize: uint32(c.page_size), NumLayers: uint32(c.num_layers), NumOuter: uint32(c.num_outer),
+		ChunkBytes: uint64(c.chunk_bytes), G1Blocks: uint64(c.g1_blocks),
+		G2Blocks: uint64(c.g2_blocks), G3Blocks: uint64(c.g3_blocks),
+		EventCapacity: uint64(c.event_capacity), G1Memory: MemoryHost,
+		CUDADevice: int32(c.cuda_device), MaxBatchSize: uint32(c.max_batch_size),
+		MinBatchSize: uint32(c.min_batch_size), FlushIntervalUs: uint64(c.flush_interval_us),
+		PolicyTimeoutUs: uint64(c.policy_timeout_us), SweepIntervalUs: uint64(c.sweep_interval_us),
+		MaxConcurrentTransfers: uint32(c.max_concurrent_transfers),
+		CopyThreads:            uint32(c.copy_threads),
+		PolicyG1G2:             policy(c.policy_g1_g2), PolicyG1G3: policy(c.policy_g1_g3),
+		PolicyG2G3: policy(c.policy_g2_g3), G3IO: IOEngine(c.g3_io), CUDACopy: CUDACopy(c.cuda_copy),
+		G3FaultOp: G3Fault(c.g3_fault_op), G3FaultErrno: int32(c.g3_fault_errno),
+		G3FaultSkip: uint64(c.g3_fault_skip), G3FaultCount: uint64(c.g3_fault_count),
+	}
+}
+
+// Manager owns a kvt_manager. Its methods may be called from many goroutines at once.
+// Close cancels the transfers that goroutines wait for, then waits for every call in
+// progress to return.
 type Manager struct {
-	mu sync.RWMutex // Close takes it for writing, every call for reading
-	m  *C.kvt_manager
+	mu      sync.RWMutex // Close takes it for writing, every call for reading
+	m       *C.kvt_manager
+	waitMu  sync.Mutex // guards waiting and closing
+	waiting map[*C.kvt_xfer]int
+	closing bool
 }
 
-// NewManager creates a manager; G1 lives in host memory (the embedded default).
+// cLayout copies a layout into C memory (cgo forbids Go memory holding these pointers);
+// free releases it once kvt_manager_create has copied it.
+func cLayout(l *G1Layout) (p *C.kvt_g1_layout, free func()) {
+	n := len(l.Bases)
+	p = (*C.kvt_g1_layout)(C.calloc(1, C.size_t(unsafe.Sizeof(*p))))
+	bases := C.calloc(C.size_t(n+1), C.size_t(unsafe.Sizeof(C.uintptr_t(0))))
+	strides := C.calloc(C.size_t(len(l.Strides)+1), 8)
+	for i, b := range l.Bases {
+		unsafe.Slice((*C.uintptr_t)(bases), n)[i] = C.uintptr_t(b)
+	}
+	for i, s := range l.Strides {
+		unsafe.Slice((*C.uint64_t)(strides), len(l.Strides))[i] = C.uint64_t(s)
+	}
+	p.struct_size = C.uint32_t(unsafe.Sizeof(*p))
+	p.memory = C.uint32_t(l.Memory)
+	p.cuda_device = C.int32_t(l.CUDADevice)
+	p.bases = (*unsafe.Pointer)(bases)
+	p.strides = (*C.uint64_t)(strides)
+	return p, func() {
+		C.free(bases)
+		C.free(strides)
+		C.free(unsafe.Pointer(p))
+	}
+}
+
+// NewManager creates a manager from every field of cfg: start from DefaultConfig().
 func NewManager(cfg Config) (*Manager, error) {
 	var c C.kvt_manager_config
-	C.kvt_manager_config_init(&c)
-	c.g1_memory = C.KVT_MEMORY_HOST
-	set32 := func(dst *C.uint32_t, v uint32) {
-		if v != 0 {
-			*dst = C.uint32_t(v)
-		}
+	initConfig(&c)
+	policy := func(p Policy) C.kvt_policy {
+		return C.kvt_policy{flags: C.uint32_t(p.Flags), min_frequency: C.uint32_t(p.MinFrequency)}
 	}
-	set64 := func(dst *C.uint64_t, v uint64) {
-		if v != 0 {
-			*dst = C.uint64_t(v)
-		}
-	}
-	set32(&c.page_size, cfg.PageSize)
-	set32(&c.num_layers, cfg.NumLayers)
-	set32(&c.num_outer, cfg.NumOuter)
+	c.page_size, c.num_layers, c.num_outer = C.uint32_t(cfg.PageSize), C.uint32_t(cfg.NumLayers), C.uint32_t(cfg.NumOuter)
 	c.chunk_bytes = C.uint64_t(cfg.ChunkBytes)
-	set64(&c.g1_blocks, cfg.G1Blocks)
-	c.g2_blocks = C.uint64_t(cfg.G2Blocks)
-	c.g3_blocks = C.uint64_t(cfg.G3Blocks)
-	set64(&c.event_capacity, cfg.EventCapacity)
-	set32(&c.max_batch_size, cfg.MaxBatchSize)
-	set32(&c.min_batch_size, cfg.MinBatchSize)
-	set64(&c.flush_interval_us, cfg.FlushIntervalUs)
+	c.g1_blocks, c.g2_blocks, c.g3_blocks = C.uint64_t(cfg.G1Blocks), C.uint64_t(cfg.G2Blocks), C.uint64_t(cfg.G3Blocks)
+	c.event_capacity = C.uint64_t(cfg.EventCapacity)
+	c.g1_memory, c.cuda_device = C.uint32_t(cfg.G1Memory), C.int32_t(cfg.CUDADevice)
+	c.max_batch_size, c.min_batch_size = C.uint32_t(cfg.MaxBatchSize), C.uint32_t(cfg.MinBatchSize)
+	c.flush_interval_us = C.uint64_t(cfg.FlushIntervalUs)
+	c.policy_timeout_us = C.uint64_t(cfg.PolicyTimeoutUs)
+	c.sweep_interval_us = C.uint64_t(cfg.SweepIntervalUs)
+	c.max_concurrent_transfers, c.copy_threads = C.uint32_t(cfg.MaxConcurrentTransfers), C.uint32_t(cfg.CopyThreads)
+	c.policy_g1_g2, c.policy_g1_g3, c.policy_g2_g3 = policy(cfg.PolicyG1G2), policy(cfg.PolicyG1G3), policy(cfg.PolicyG2G3)
+	c.g3_io, c.cuda_copy = C.uint32_t(cfg.G3IO), C.uint32_t(cfg.CUDACopy)
+	c.g3_fault_op, c.g3_fault_errno = C.uint32_t(cfg.G3FaultOp), C.int32_t(cfg.G3FaultErrno)
+	c.g3_fault_skip, c.g3_fault_count = C.uint64_t(cfg.G3FaultSkip), C.uint64_t(cfg.G3FaultCount)
 	if cfg.G3Path != "" {
 		p := C.CString(cfg.G3Path)
 		defer C.free(unsafe.Pointer(p))
 		c.g3_path = p
 	}
+	if l := cfg.G1Layout; l != nil {
+		if len(l.Bases) != len(l.Strides) {
+			return nil, &Error{Status: StatusInvalidArgument,
+				Message: fmt.Sprintf("G1Layout: %d bases but %d strides", len(l.Bases), len(l.Strides))}
+		}
+		p, free := cLayout(l)
+		defer free()
+		c.g1_layout = p
+	}
 	var cm *C.kvt_manager
 	if err := call(func() C.kvt_status { return C.kvt_manager_create(&cm, &c) }); err != nil {
 		return nil, err
 	}
-	mgr := &Manager{m: cm}
+	mgr := &Manager{m: cm, waiting: map[*C.kvt_xfer]int{}}
 	runtime.SetFinalizer(mgr, (*Manager).Close)
 	return mgr, nil
 }
@@ -207,6 +338,12 @@ func NewManager(cfg Config) (*Manager, error) {
 // Close destroys the manager and everything it owns; transfers and fences of it become
 // invalid. Calling it again is a no-op.
 func (m *Manager) Close() error {
+	m.waitMu.Lock()
+	m.closing = true
+	for x := range m.waiting { // alive: their Transfer.Close waits for the waiters
+		C.kvt_xfer_cancel(x)
+	}
+	m.waitMu.Unlock()
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.m != nil {
@@ -286,6 +423,16 @@ func (m *Manager) Data(b Block) ([]byte, error) {
 	return unsafe.Slice((*byte)(p), int(n)), nil
 }
 
+// Chunk is the address of chunk (layer, outer) of a block, in the memory of its tier (a
+// device address for CUDA memory), ChunkBytes long: valid while a reference is held.
+func (m *Manager) Chunk(b Block, layer, outer uint32) (uintptr, error) {
+	var p unsafe.Pointer
+	err := m.with(func(c *C.kvt_manager) C.kvt_status {
+		return C.kvt_block_chunk(&p, c, C.kvt_block(b), C.uint32_t(layer), C.uint32_t(outer))
+	})
+	return uintptr(p), err
+}
+
 // Check verifies the manager's invariants.
 func (m *Manager) Check() error {
 	return m.with(func(c *C.kvt_manager) C.kvt_status { return C.kvt_manager_check(c) })
@@ -340,15 +487,20 @@ func (m *Manager) EventFD() int {
 }
 
 // Transfer is an enqueued offload or onboard. Close releases it (cancelling it if it has
-// not committed).
+// not committed). Its methods may be called from several goroutines at once, Close during
+// another goroutine's Wait included.
 type Transfer struct {
-	m *Manager
-	x *C.kvt_xfer
-	n int
+	m       *Manager
+	mu      sync.Mutex // guards x and waiters
+	left    sync.Cond  // signalled when a waiter leaves
+	x       *C.kvt_xfer
+	waiters int
+	n       int
 }
 
 func (m *Manager) newTransfer(x *C.kvt_xfer, n int) *Transfer {
 	t := &Transfer{m: m, x: x, n: n}
+	t.left.L = &t.mu
 	runtime.SetFinalizer(t, (*Transfer).Close)
 	return t
 }
@@ -393,8 +545,10 @@ func (m *Manager) withObject(closed bool, what string, f func() C.kvt_status) er
 	return call(f)
 }
 
-// with runs f on the live transfer of a live manager.
+// with runs a short call on the live transfer of a live manager.
 func (t *Transfer) with(f func(*C.kvt_xfer) C.kvt_status) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
 	return t.m.withObject(t.x == nil, "transfer", func() C.kvt_status { return f(t.x) })
 }
 
@@ -404,22 +558,50 @@ func (t *Transfer) Cancel() error {
 }
 
 // Wait waits for the end (timeoutNs < 0: forever) and returns the blocks moved; a cancelled
-// transfer gives ErrCancelled.
+// transfer gives ErrCancelled, one that has not ended in time ErrTimeout.
 func (t *Transfer) Wait(timeoutNs int64) (uint64, error) {
+	t.mu.Lock()
+	x := t.x
+	t.waiters++
+	t.mu.Unlock()
+	defer func() { // x stays alive until the last waiter is out: Close waits for it
+		t.mu.Lock()
+		t.waiters--
+		t.left.Broadcast()
+		t.mu.Unlock()
+	}()
 	var count C.uint64_t
-	err := t.with(func(x *C.kvt_xfer) C.kvt_status {
+	err := t.m.withObject(x == nil, "transfer", func() C.kvt_status {
+		defer t.m.waitFor(x)()
 		s := C.kvt_xfer_wait(x, C.int64_t(timeoutNs))
-		if s == C.KVT_TIMEOUT {
-			return s
+		if s == C.KVT_OK {
+			s = C.kvt_xfer_status(nil, nil, &count, x)
 		}
-		C.kvt_xfer_status(nil, nil, &count, x)
 		return s
 	})
 	var e *Error
-	if errors.As(err, &e) && e.Status == StatusTimeout && e.Message == "" {
-		e.Message = "the transfer has not ended"
+	if errors.As(err, &e) && e.Status == StatusTimeout { // kvt_last_error may be older
+		e.Message = fmt.Sprintf("the transfer did not end within %v", time.Duration(timeoutNs))
 	}
 	return uint64(count), err
+}
+
+// waitFor registers a wait on x, so that the manager's Close can cancel it; the function it
+// returns unregisters it.
+func (m *Manager) waitFor(x *C.kvt_xfer) func() {
+	m.waitMu.Lock()
+	defer m.waitMu.Unlock()
+	if m.closing {
+		C.kvt_xfer_cancel(x)
+	}
+	m.waiting[x]++
+	return func() {
+		m.waitMu.Lock()
+		defer m.waitMu.Unlock()
+		if m.waiting[x]--; m.waiting[x] == 0 {
+			delete(m.waiting, x)
+		}
+	}
 }
 
 // Blocks gives an ended onboard's final G1 handles.
@@ -431,14 +613,25 @@ func (t *Transfer) Blocks() ([]Block, error) {
 	return out[:t.n], err
 }
 
-// Close releases the transfer. Safe after the manager's Close, and twice.
+// Close releases the transfer. Waits in other goroutines end first: a transfer not yet
+// committed is cancelled at once, one in flight finishes its copy. Safe after the manager's
+// Close, and twice.
 func (t *Transfer) Close() error {
 	t.m.mu.RLock()
 	defer t.m.mu.RUnlock()
-	if t.x != nil && t.m.m != nil {
-		C.kvt_xfer_release(t.x)
-	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	x := t.x
 	t.x = nil
+	if x != nil && t.m.m != nil {
+		if t.waiters > 0 {
+			C.kvt_xfer_cancel(x)
+			for t.waiters > 0 {
+				t.left.Wait()
+			}
+		}
+		C.kvt_xfer_release(x)
+	}
 	runtime.SetFinalizer(t, nil)
 	return nil
 }

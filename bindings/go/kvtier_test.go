@@ -10,10 +10,17 @@ import (
 	"kvtier"
 )
 
+// testConfig is the tests' small manager: 4 tokens a block, 128 bytes, 64 blocks in G1 and G2.
+func testConfig() kvtier.Config {
+	c := kvtier.DefaultConfig()
+	c.PageSize, c.NumLayers, c.NumOuter, c.ChunkBytes = 4, 1, 2, 64
+	c.G1Blocks, c.G2Blocks, c.MinBatchSize, c.FlushIntervalUs = 64, 64, 1, 1000
+	return c
+}
+
 func newManager(t testing.TB) *kvtier.Manager {
 	t.Helper()
-	m, err := kvtier.NewManager(kvtier.Config{PageSize: 4, NumLayers: 1, NumOuter: 2,
-		ChunkBytes: 64, G1Blocks: 64, G2Blocks: 64, MinBatchSize: 1, FlushIntervalUs: 1000})
+	m, err := kvtier.NewManager(testConfig())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -164,7 +171,9 @@ func TestBadInputGivesTypedErrors(t *testing.T) {
 	if _, err := m.RegisterHashes([]kvtier.Block{1}, nil, 0); !errors.Is(err, kvtier.ErrInvalidArgument) {
 		t.Fatalf("length mismatch: %v", err)
 	}
-	if _, err := kvtier.NewManager(kvtier.Config{PageSize: 3}); !errors.Is(err, kvtier.ErrInvalidArgument) {
+	bad := kvtier.DefaultConfig()
+	bad.PageSize = 3
+	if _, err := kvtier.NewManager(bad); !errors.Is(err, kvtier.ErrInvalidArgument) {
 		t.Fatalf("bad config: %v", err)
 	}
 	a := stored(t, m, []uint64{5}, 0)
@@ -186,8 +195,9 @@ func TestBadInputGivesTypedErrors(t *testing.T) {
 }
 
 func TestGoroutinesShareOneManager(t *testing.T) {
-	m, err := kvtier.NewManager(kvtier.Config{PageSize: 4, ChunkBytes: 64, G1Blocks: 1024,
-		G2Blocks: 1024})
+	cfg := testConfig()
+	cfg.G1Blocks, cfg.G2Blocks, cfg.MinBatchSize, cfg.FlushIntervalUs = 1024, 1024, 8, 10000
+	m, err := kvtier.NewManager(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

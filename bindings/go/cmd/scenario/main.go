@@ -29,8 +29,10 @@ func must(err error) {
 }
 
 func main() {
-	m, err := kvtier.NewManager(kvtier.Config{PageSize: page, NumLayers: 1, NumOuter: 2,
-		ChunkBytes: 64, G1Blocks: 8, G2Blocks: 16})
+	cfg := kvtier.DefaultConfig()
+	cfg.PageSize, cfg.NumLayers, cfg.NumOuter, cfg.ChunkBytes = page, 1, 2, 64
+	cfg.G1Blocks, cfg.G2Blocks, cfg.G3Blocks = 8, 16, 0
+	m, err := kvtier.NewManager(cfg)
 	must(err)
 	defer m.Close()
 	salt := kvtier.HashSalt([]byte("kvtier-scenario"))
