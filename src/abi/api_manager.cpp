@@ -3,6 +3,7 @@
 
 #include "abi/guard.hpp"
 #include "abi/objects.hpp"
+#include "abi/xfer_table.hpp"
 #include "manager/config.hpp"
 
 using namespace kvt;
@@ -34,6 +35,7 @@ KVT_API kvt_status kvt_manager_create(kvt_manager **out, const kvt_manager_confi
 KVT_API void kvt_manager_destroy(kvt_manager *m) {
   if (m == nullptr || m->magic != kvt_manager::kMagic) return;
   m->magic = 0;
+  forget_tokens_of(&m->impl->pipeline());
   delete m;
 }
 

@@ -158,7 +158,7 @@ void Tier::pin(uint32_t s) noexcept {
 
 // ---- allocation, references, registry ----
 
-kvt_status Tier::alloc(kvt_block *out, size_t n) {
+kvt_status Tier::alloc(kvt_block *out, size_t n, Holder h) {
   Locked lock(*this);
   if (n > n_free_ + n_inactive_)
     return fail(KVT_ERR_NO_SPACE,
@@ -175,10 +175,11 @@ kvt_status Tier::alloc(kvt_block *out, size_t n) {
     out[i] = handle_of(s);
   }
   allocs_ += n;
+  refs_[int(h)] += n;
   return KVT_OK;
 }
 
-kvt_status Tier::retain(kvt_block b) {
+kvt_status Tier::retain(kvt_block b, Holder h) {
   Locked lock(*this);
   uint32_t s = 0;
   if (kvt_status st = resolve(b, &s); st != KVT_OK) return st;
@@ -186,20 +187,25 @@ kvt_status Tier::retain(kvt_block b) {
     return fail(KVT_ERR_STATE, "retain needs a registered block; block 0x%llx is %s", ull(b),
                 state_name(State(slots_[s].state)));
   pin(s);
+  ++refs_[int(h)];
   return KVT_OK;
 }
 
-kvt_status Tier::take_ref_locked(kvt_block b) {
+kvt_status Tier::take_ref_locked(kvt_block b, Holder h) {
   uint32_t s = 0;
   if (kvt_status st = resolve(b, &s); st != KVT_OK) return st;
   if (slots_[s].refs == 0)
     return fail(KVT_ERR_STATE, "block 0x%llx holds no reference to release (it is %s)",
                 ull(b), state_name(State(slots_[s].state)));
   --slots_[s].refs;
+  --refs_[int(h)];
   return KVT_OK;
 }
 
-void Tier::undo_take_ref_locked(kvt_block b) { ++slots_[handle::slot(b)].refs; }
+void Tier::undo_take_ref_locked(kvt_block b, Holder h) {
+  ++slots_[handle::slot(b)].refs;
+  ++refs_[int(h)];
+}
 
 void Tier::settle_locked(kvt_block b) {
   uint32_t s = handle::slot(b);
@@ -248,6 +254,9 @@ kvt_status Tier::register_hash(kvt_block *out, kvt_block b, uint64_t seq, uint64
                 "register_hash needs a filled block in state Empty or Complete; block 0x%llx "
                 "is %s",
                 ull(b), state_name(have));
+  if (slots_[s].refs > 1)  // the caller's and the pipeline's: an onboard writes it
+    return fail(KVT_ERR_STATE,
+                "register_hash: block 0x%llx is the destination of an onboard in flight", ull(b));
   return commit_registration(out, s, seq, parent);
 }
 
@@ -307,6 +316,7 @@ kvt_status Tier::match(size_t *out_n, kvt_block *out, const uint64_t *hashes, si
   }
   match_queried_ += n;
   match_hit_ += i;
+  refs_[int(Holder::Host)] += i;
   *out_n = i;
   return KVT_OK;
 }
@@ -326,7 +336,7 @@ kvt_status Tier::info(kvt_block_info *out, kvt_block b) {
   const Slot &sl = slots_[s];
   kvt_block_info r{};
   r.struct_size = sizeof r;
-  r.state = sl.state;
+  r.state = State(sl.state) == State::Removed ? uint32_t(KVT_BLOCK_EMPTY) : sl.state;
   r.tier = id_;
   r.refs = sl.refs;
   if (auto it = tokens_.find(s); it != tokens_.end()) r.tokens = it->second->count;
@@ -367,19 +377,41 @@ kvt_status Tier::pin_empty(kvt_block b) {
   uint32_t s = 0;
   if (kvt_status st = expect(b, &s, State::Empty, "onboard"); st != KVT_OK) return st;
   ++slots_[s].refs;
+  ++refs_[int(Holder::Pipeline)];
   return KVT_OK;
 }
 
-void Tier::commit_onboarded(kvt_block *out, kvt_block b, uint64_t seq_hash, uint64_t parent) {
+void Tier::commit_onboarded(kvt_block *out, kvt_block b, uint64_t seq_hash, uint64_t parent,
+                            bool dedup) {
   Locked lock(*this);
   uint32_t s = handle::slot(b);
+  --refs_[int(Holder::Pipeline)];
+  *out = 0;
   if (slots_[s].refs == 1) {  // only ours: the caller let go of it during the copy
     free_slot(s);
-    *out = 0;
     return;
   }
   --slots_[s].refs;
+  if (!dedup && registry_.find(seq_hash) != kNil) return;  // the copy is dropped
   commit_registration(out, s, seq_hash, parent);
+}
+
+void Tier::remove(kvt_block b) {
+  Locked lock(*this);
+  uint32_t s = 0;
+  if (resolve(b, &s) != KVT_OK) return;
+  Slot &sl = slots_[s];
+  if (!is_registered(State(sl.state))) return;
+  registry_.erase(sl.seq_hash);
+  note_event(KVT_EVENT_BLOCK_REMOVED, sl.seq_hash, 0);
+  if (State(sl.state) == State::Inactive) {  // no holder: free it now
+    lru_unlink(s);
+    --n_inactive_;
+    ++n_active_;
+    free_slot(s);
+    return;
+  }
+  sl.state = uint32_t(State::Removed);
 }
 
 kvt_status Tier::resolve_bytes_locked(kvt_block b, uint32_t *s) const noexcept {
@@ -414,6 +446,11 @@ kvt_status Tier::chunk(void **out_ptr, kvt_block b, uint32_t layer, uint32_t out
   if (kvt_status st = resolve_bytes_locked(b, &s); st != KVT_OK) return st;
   *out_ptr = memory_.chunk(s, layer, outer);
   return KVT_OK;
+}
+
+uint64_t Tier::refs_held(Holder h) {
+  Locked lock(*this);
+  return refs_[int(h)];
 }
 
 // ---- token path ----

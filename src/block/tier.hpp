@@ -55,8 +55,8 @@ class Tier {
   TierMemory &memory() noexcept { return memory_; }
   void set_events(EventQueue *ev) noexcept { events_ = ev; }
 
-  kvt_status alloc(kvt_block *out, size_t n);
-  kvt_status retain(kvt_block b);
+  kvt_status alloc(kvt_block *out, size_t n, Holder h = Holder::Host);
+  kvt_status retain(kvt_block b, Holder h = Holder::Host);
   kvt_status register_hash(kvt_block *out, kvt_block b, uint64_t seq_hash, uint64_t parent);
   // Registers a chain: blocks[i] under seq_hashes[i], its parent seq_hashes[i - 1] (parent
   // for the first). All blocks must be in this tier; all or nothing.
@@ -73,9 +73,15 @@ class Tier {
   kvt_status expect_empty(kvt_block b);
   // Onboard: the pipeline's own reference on the caller's Empty destination while it is
   // written, then the registration that drops it. If the caller released the block in the
-  // meantime it is freed instead and *out is 0.
+  // meantime it is freed instead and *out is 0. Without dedup (the host gave up the
+  // transfer, so it could never learn another handle), a hash G1 already holds leaves the
+  // caller's block Empty and *out is 0.
   kvt_status pin_empty(kvt_block b);
-  void commit_onboarded(kvt_block *out, kvt_block b, uint64_t seq_hash, uint64_t parent);
+  void commit_onboarded(kvt_block *out, kvt_block b, uint64_t seq_hash, uint64_t parent,
+                        bool dedup);
+  // A registered block whose stored copy proved corrupt leaves the registry (BLOCK_REMOVED);
+  // its holders keep their references, and its last release frees it.
+  void remove(kvt_block b);
   // Host-visible address checks for kvt_block_data / kvt_block_chunk.
   kvt_status data(void **out_ptr, kvt_block b);
   kvt_status chunk(void **out_ptr, kvt_block b, uint32_t layer, uint32_t outer);
@@ -91,12 +97,13 @@ class Tier {
   // Release is done by the manager across tiers, in two phases under every involved lock:
   // take one reference per handle (undoable), then settle the blocks left without any.
   std::mutex &lock() noexcept { return mu_; }
-  kvt_status take_ref_locked(kvt_block b);
-  void undo_take_ref_locked(kvt_block b);
+  kvt_status take_ref_locked(kvt_block b, Holder h = Holder::Host);
+  void undo_take_ref_locked(kvt_block b, Holder h = Holder::Host);
   void settle_locked(kvt_block b);
 
   void stats(kvt_tier_stats *out);
   kvt_status check();
+  uint64_t refs_held(Holder h);
 
  private:
   static constexpr uint32_t kNil = UINT32_MAX;

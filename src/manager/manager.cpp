@@ -71,7 +71,8 @@ kvt_status Manager::create(std::unique_ptr<Manager> *out, const kvt_manager_conf
       return s;
   }
   m->pipeline_ =
-      std::make_unique<Pipeline>(*m, c, m->disk_.get(), m->cuda_.get(), *m->pool_);
+      std::make_unique<Pipeline>(m->pipeline_tiers_, c, m->disk_.get(), m->cuda_.get(),
+                                 *m->pool_);
   *out = std::move(m);
   return KVT_OK;
 }
@@ -102,7 +103,7 @@ Tier *Manager::tier_of(kvt_block b) noexcept {
   return tiers_[t].get();
 }
 
-kvt_status Manager::release(const kvt_block *blocks, size_t n) {
+kvt_status Manager::release(const kvt_block *blocks, size_t n, Holder h) {
   // Take every involved tier's lock, in tier order, so that the call is all or nothing.
   unsigned mask = 0;
   for (size_t i = 0; i < n; ++i) {
@@ -130,7 +131,7 @@ kvt_status Manager::check() {
   for (auto &t : tiers_)
     if (t)
       if (kvt_status s = t->check(); s != KVT_OK) return s;
-  return KVT_OK;
+  return pipeline_->check_refs();
 }
 
 }  // namespace kvt

@@ -7,6 +7,7 @@
 #include "event/event_queue.hpp"
 #include "kvtier.h"
 #include "memory/tier_memory.hpp"
+#include "manager/pipeline_tiers.hpp"
 #include "pipeline/pipeline.hpp"
 #include "transfer/cuda_engine.hpp"
 #include "transfer/disk_engine.hpp"
@@ -26,7 +27,7 @@ class Manager {
   // The tier by number (1..3), or nullptr when absent; sets no error.
   Tier *tier_if_present(int t) noexcept { return tiers_[t].get(); }
 
-  kvt_status release(const kvt_block *blocks, size_t n);
+  kvt_status release(const kvt_block *blocks, size_t n, Holder h = Holder::Host);
   kvt_status check();
   EventQueue &events() noexcept { return *events_; }
   Pipeline &pipeline() noexcept { return *pipeline_; }
@@ -43,6 +44,7 @@ class Manager {
   std::unique_ptr<WorkerPool> pool_;
   std::unique_ptr<DiskEngine> disk_;   // G3's file, when G3 is present
   std::unique_ptr<CudaEngine> cuda_;   // when G1 is in CUDA memory
+  PipelineTiers pipeline_tiers_{*this};
   std::unique_ptr<Pipeline> pipeline_;  // last: stopped first, while the rest still stands
 };
 

@@ -1,121 +1,60 @@
-// The Batcher and TransferExecutor stages: when to form a batch, the commitment (P3, P4),
-// the flattened copy plan of the whole batch (P5), and the end of each container.
-#include <algorithm>
+#include "pipeline/executor.hpp"
 
+#include <algorithm>
+#include <memory>
+
+#include "block/handle.hpp"
 #include "common/error.hpp"
-#include "manager/manager.hpp"
 #include "memory/mapping.hpp"
-#include "pipeline/pipeline.hpp"
 #include "transfer/cuda_engine.hpp"
 #include "transfer/disk_engine.hpp"
 #include "transfer/memcpy_engine.hpp"
 
 namespace kvt {
 
-// One committed container. items[k] indexes x->src (and x->dst_g1): the blocks whose weak
+// One committed piece. items[k] indexes t->src (and t->dst_g1): the blocks whose weak
 // references upgraded; dst[k] is where item k goes.
-struct Pipeline::Entry {
-  kvt_xfer *x;
+struct Executor::Entry {
+  const Piece *piece;
+  Result *result;
   std::vector<size_t> items;
   std::vector<kvt_block> dst;
   std::vector<int> op;                 // item k's disk operation in the batch, or -1
   std::vector<AlignedBuffer> staging;  // onboard from G3: verified here before G1 sees it
-  kvt_status status = KVT_OK;
-  std::string message;
-  uint64_t count = 0;
-  std::vector<kvt_block> final_blocks;
-};
-
-struct Pipeline::Batch {
-  std::vector<Entry> entries;
-  double busy_ns[5] = {};
-};
-
-void Pipeline::charge(Batch &b, Clock::duration t, const std::vector<Entry *> &owners) {
-  if (owners.empty()) return;
-  double per = double(std::chrono::nanoseconds(t).count()) / double(owners.size());
-  for (Entry *e : owners)
-    if (int d = direction(e->x->src_tier, e->x->dst_tier); d >= 0) b.busy_ns[d] += per;
-}
-
-bool Pipeline::flush_ready_locked(Clock::time_point now, Clock::time_point *deadline) const {
-  *deadline = Clock::time_point::max();
-  if (stopping_ || batching_.empty()) return false;
-  // Enough for a batch, and this executor is idle: no reason to wait.
-  if (batching_blocks_ >= min_batch_) return true;
-  Clock::time_point due = batching_.front()->batched_at + flush_interval_;
-  if (due <= now) return true;
-  *deadline = due;
-  return false;
-}
-
-Pipeline::Batch Pipeline::commit_locked() {
-  // P4: a cancel removes its container from batching_ under this same lock, so whatever is
-  // still here is uncancelled, and this is the last point a cancel could have applied.
-  Batch b;
-  size_t blocks = 0;
-  while (!batching_.empty()) {
-    kvt_xfer *x = batching_.front();
-    if (!b.entries.empty() && blocks + x->src.size() > max_batch_) break;
-    batching_.pop_front();
-    batching_blocks_ -= x->src.size();
-    blocks += x->src.size();
-    x->state = KVT_XFER_INFLIGHT;
-    Entry &e = b.entries.emplace_back();
-    e.x = x;
-    // P3: upgrade weak references to strong ones. A block evicted since enqueue is dropped.
-    Tier *src = m_.tier_if_present(x->src_tier);
-    Tier *g1 = m_.tier_if_present(KVT_TIER_G1);
-    for (size_t i = 0; i < x->src.size(); ++i) {
-      if (src->retain(x->src[i].handle) != KVT_OK) continue;
-      if (x->onboard && g1->pin_empty(x->dst_g1[i]) != KVT_OK) {
-        m_.release(&x->src[i].handle, 1);
-        continue;
-      }
-      e.items.push_back(i);
-    }
+  Transfer &t() const { return *piece->t; }
+  void fail(kvt_status st, std::string why) {
+    if (result->status != KVT_OK) return;  // the first failure names the piece's
+    result->status = st;
+    result->message = std::move(why);
   }
-  return b;
-}
-
-void Pipeline::executor_loop() {
-  std::unique_lock lock(mu_);
-  while (!stopping_) {
-    Clock::time_point deadline;
-    if (!flush_ready_locked(Clock::now(), &deadline)) {
-      if (deadline == Clock::time_point::max()) exec_cv_.wait(lock);
-      else exec_cv_.wait_until(lock, deadline);
-      continue;
-    }
-    Batch b = commit_locked();
-    lock.unlock();
-    execute(b);
-    lock.lock();
-    for (int d = 0; d < 5; ++d) stats_[d].busy_ns += uint64_t(b.busy_ns[d]);
-    for (Entry &e : b.entries) {
-      e.x->count = e.count;
-      e.x->final_blocks = std::move(e.final_blocks);
-      end_locked(e.x, e.status, std::move(e.message));
-    }
-  }
-}
-
-namespace {
-void fail_entry(kvt_status &status, std::string &message, kvt_status st, std::string why) {
-  if (status != KVT_OK) return;  // the first failure names the container's
-  status = st;
-  message = std::move(why);
-}
-}  // namespace
+};
 
 namespace {
 bool on_device(const BlockRef &r) { return r.mem != nullptr && !r.mem->host_visible(); }
+
+// Shares a phase's duration among the directions of the blocks it moved.
+template <class E>
+void charge(double busy_ns[kDirections], Clock::duration t, const std::vector<E *> &owners) {
+  if (owners.empty()) return;
+  double per = double(std::chrono::nanoseconds(t).count()) / double(owners.size());
+  for (E *e : owners) busy_ns[index(*e->t().dir)] += per;
+}
 }  // namespace
 
+void Executor::commit(std::vector<Piece> &batch) {
+  std::erase_if(batch, [](const Piece &p) {
+    std::lock_guard lock(p.t->mu);
+    if (p.t->ended()) return true;  // cancelled while batched
+    p.t->state = KVT_XFER_INFLIGHT;
+    return false;
+  });
+}
+
 // Runs one phase of copies: host-to-host through the memcpy engine, anything touching CUDA
-// memory through the CUDA engine. A failed CUDA copy fails the containers it served.
-void Pipeline::run_copies(const std::vector<BlockCopy> &copies, const std::vector<Entry *> &owner) {
-  const Geometry &g = m_.geometry();
+// memory through the CUDA engine. A failed CUDA copy fails the pieces it served.
+void Executor::run_copies(const std::vector<BlockCopy> &copies,
+                          const std::vector<Entry *> &owner) {
+  const Geometry &g = tiers_.geometry();
   std::vector<BlockCopy> host;
   std::vector<Segment> h2d, d2h;
   std::vector<Entry *> h2d_owner, d2h_owner;
@@ -138,38 +77,64 @@ void Pipeline::run_copies(const std::vector<BlockCopy> &copies, const std::vecto
     kvt_status st = cuda_ ? cuda_->copy(*segs, to_device)
                           : fail(KVT_ERR_UNSUPPORTED, "no CUDA copy engine for CUDA memory");
     if (st != KVT_OK)
-      for (Entry *e : *owners) fail_entry(e->status, e->message, st, last_error());
+      for (Entry *e : *owners) e->fail(st, last_error());
   }
 }
 
-void Pipeline::execute(Batch &b) {
-  const Geometry &g = m_.geometry();
+std::vector<Executor::Result> Executor::run(const std::vector<Piece> &batch,
+                                            double busy_ns[kDirections]) {
+  const Geometry &g = tiers_.geometry();
+  std::vector<Result> results(batch.size());
+  std::vector<Entry> entries(batch.size());
+
+  // Reserve: weak references become strong; what was evicted or released is dropped.
+  for (size_t i = 0; i < batch.size(); ++i) {
+    Entry &e = entries[i];
+    e.piece = &batch[i];
+    e.result = &results[i];
+    Transfer &t = e.t();
+    const size_t n = batch[i].end - batch[i].begin;
+    std::vector<kvt_block> src(n);
+    std::unique_ptr<bool[]> ok(new bool[n]), pinned(new bool[n]);
+    for (size_t k = 0; k < n; ++k) src[k] = t.src[batch[i].begin + k].handle;
+    if (n > 0) tiers_.retain(t.src_tier, src.data(), n, ok.get());
+    if (t.onboard && n > 0) {
+      tiers_.pin_empty(t.dst_g1.data() + batch[i].begin, n, pinned.get());
+      for (size_t k = 0; k < n; ++k) {
+        if (ok[k] && !pinned[k]) tiers_.release(&src[k], 1);
+        if (ok[k] && pinned[k]) continue;
+        if (!ok[k] && pinned[k]) tiers_.release(&t.dst_g1[batch[i].begin + k], 1);
+        ok[k] = false;
+      }
+    }
+    for (size_t k = 0; k < n; ++k)
+      if (ok[k]) e.items.push_back(batch[i].begin + k);
+  }
+
+  // Plan every copy of the batch.
   std::vector<BlockCopy> before_disk, after_disk;
   std::vector<Entry *> before_owner, after_owner;
   std::vector<DiskOp> ops;
   std::vector<Entry *> op_owner;
-
-  for (Entry &e : b.entries) {
-    kvt_xfer *x = e.x;
-    Tier *src = m_.tier_if_present(x->src_tier);
-    Tier *dst = m_.tier_if_present(x->dst_tier);
+  for (Entry &e : entries) {
+    Transfer &t = e.t();
     const size_t n = e.items.size();
     e.op.assign(n, -1);
-    if (n == 0) continue;  // nothing left to copy; an empty transfer has no source tier at all
-    if (!x->onboard) {
+    if (n == 0) continue;
+    if (!t.onboard) {
       e.dst.resize(n);
-      if (dst->alloc(e.dst.data(), n) != KVT_OK) {
+      if (tiers_.alloc(t.dst_tier, e.dst.data(), n) != KVT_OK) {
         e.dst.clear();
-        fail_entry(e.status, e.message, KVT_ERR_NO_SPACE, last_error());
+        e.fail(KVT_ERR_NO_SPACE, last_error());
         continue;
       }
     } else {
-      for (size_t i : e.items) e.dst.push_back(x->dst_g1[i]);
+      for (size_t i : e.items) e.dst.push_back(t.dst_g1[i]);
     }
-    const TierMemory *sm = src->memory().has_bytes() ? &src->memory() : nullptr;
-    const TierMemory *dm = dst->memory().has_bytes() ? &dst->memory() : nullptr;
+    const TierMemory *sm = tiers_.memory(t.src_tier);
+    const TierMemory *dm = tiers_.memory(t.dst_tier);
     for (size_t k = 0; k < n; ++k) {
-      const SourceRef &r = x->src[e.items[k]];
+      const SourceRef &r = t.src[e.items[k]];
       BlockRef from{sm, handle::slot(r.handle), nullptr};
       BlockRef to{dm, handle::slot(e.dst[k]), nullptr};
       if (sm && dm) {  // memory to memory
@@ -200,53 +165,58 @@ void Pipeline::execute(Batch &b) {
   Clock::time_point t1 = Clock::now();
   if (!ops.empty()) disk_->run(ops);
   Clock::time_point t2 = Clock::now();
-  charge(b, t1 - t0, before_owner);
-  charge(b, t2 - t1, op_owner);
-  for (Entry &e : b.entries) {
-    for (size_t k = 0; k < e.op.size(); ++k)
-      if (e.op[k] >= 0 && ops[e.op[k]].status != KVT_OK)
-        fail_entry(e.status, e.message, ops[e.op[k]].status, disk_->describe(ops[e.op[k]]));
-    if (e.status != KVT_OK || !e.x->onboard || e.staging.empty()) continue;
-    // Every block of this onboard read back intact: only now may G1 see the bytes.
+  charge(busy_ns, t1 - t0, before_owner);
+  charge(busy_ns, t2 - t1, op_owner);
+  for (Entry &e : entries) {
+    for (size_t k = 0; k < e.op.size(); ++k) {
+      if (e.op[k] < 0) continue;
+      const DiskOp &op = ops[e.op[k]];
+      if (op.status == KVT_OK) continue;
+      e.fail(op.status, disk_->describe(op));
+      // A stored copy that failed its checksum is gone for good: it leaves the registry,
+      // so that the next match misses it and the block is recomputed once.
+      if (op.status == KVT_ERR_CORRUPT && !op.write) tiers_.remove(e.t().src[e.items[k]].handle);
+    }
+    if (e.result->status != KVT_OK || !e.t().onboard || e.staging.empty()) continue;
+    // Every block of this piece read back intact: only now may G1 see the bytes.
     for (size_t k = 0; k < e.items.size(); ++k) {
-      after_disk.push_back({{&m_.tier_if_present(KVT_TIER_G1)->memory(),
-                             handle::slot(e.dst[k]), nullptr},
+      after_disk.push_back({{tiers_.memory(KVT_TIER_G1), handle::slot(e.dst[k]), nullptr},
                             {nullptr, 0, e.staging[k].get()}});
       after_owner.push_back(&e);
     }
   }
   t2 = Clock::now();
   run_copies(after_disk, after_owner);
-  charge(b, Clock::now() - t2, after_owner);
+  charge(busy_ns, Clock::now() - t2, after_owner);
 
-  for (Entry &e : b.entries) {
-    kvt_xfer *x = e.x;
-    Tier *dst = m_.tier_if_present(x->dst_tier);
-    if (x->onboard) {
-      e.final_blocks.assign(x->src.size(), 0);
-      for (size_t k = 0; k < e.items.size(); ++k) {
-        const SourceRef &r = x->src[e.items[k]];
-        if (e.status == KVT_OK) {
-          dst->commit_onboarded(&e.final_blocks[e.items[k]], e.dst[k], r.hash, r.parent);
-          e.count += e.final_blocks[e.items[k]] != 0;
-        } else {
-          m_.release(&e.dst[k], 1);  // the pipeline's reference; the block stays the caller's
-        }
+  // Commit what an offload stored; an onboard's blocks wait for the transfer's end.
+  for (Entry &e : entries) {
+    Transfer &t = e.t();
+    const size_t n = e.items.size();
+    if (t.onboard) {
+      if (e.result->status == KVT_OK) {
+        for (size_t k = 0; k < n; ++k) e.result->landed.push_back({e.items[k], e.dst[k]});
+      } else if (n > 0) {
+        tiers_.release(e.dst.data(), n);  // the pins; the blocks stay the caller's
       }
-      if (e.status != KVT_OK) e.final_blocks.clear();
     } else if (!e.dst.empty()) {
-      for (size_t k = 0; k < e.items.size(); ++k) {
-        kvt_block stored = e.dst[k];
-        if (e.status == KVT_OK) {
-          const SourceRef &r = x->src[e.items[k]];
-          dst->register_hash(&stored, e.dst[k], r.hash, r.parent);
-          ++e.count;
+      if (e.result->status == KVT_OK) {
+        std::vector<uint64_t> hash(n), parent(n);
+        for (size_t k = 0; k < n; ++k) {
+          hash[k] = t.src[e.items[k]].hash;
+          parent[k] = t.src[e.items[k]].parent;
         }
-        m_.release(&stored, 1);  // the copy stays in dst, unreferenced and matchable
+        tiers_.store(t.dst_tier, e.dst.data(), hash.data(), parent.data(), n);
+        e.result->count = n;
       }
+      tiers_.release(e.dst.data(), n);  // the copies stay in dst, unreferenced and matchable
     }
-    for (size_t i : e.items) m_.release(&x->src[i].handle, 1);  // the strong references
+    std::vector<kvt_block> held;  // the strong references on the sources
+    held.reserve(n);
+    for (size_t i : e.items) held.push_back(t.src[i].handle);
+    tiers_.release(held.data(), held.size());
   }
+  return results;
 }
 
 }  // namespace kvt

@@ -1,27 +1,24 @@
 #include "pipeline/pipeline.hpp"
 
+#include <absl/container/flat_hash_set.h>
+
 #include <algorithm>
 
 #include "common/error.hpp"
-#include "manager/manager.hpp"
-#include "memory/cuda.hpp"
 
 namespace kvt {
 
 namespace {
-using std::chrono::microseconds;
-// Offer counts kept for the frequency policy; past this many hashes they are halved, so
-// that old popularity fades (as in TinyLFU).
-constexpr size_t kMaxOffered = size_t{1} << 20;
+// Beyond this a timeout is forever: the deadline would overflow the clock.
+constexpr int64_t kForever = int64_t{1} << 62;
+
+kvt_xfer *token_of(const Transfer &t) { return reinterpret_cast<kvt_xfer *>(uintptr_t(t.token)); }
 }  // namespace
 
-Pipeline::Pipeline(Manager &m, const kvt_manager_config &c, DiskEngine *disk, CudaEngine *cuda,
-                   WorkerPool &pool)
-    : m_(m), disk_(disk), cuda_(cuda), pool_(pool), max_batch_(c.max_batch_size),
-      min_batch_(c.min_batch_size), flush_interval_(microseconds(c.flush_interval_us)),
-      policy_timeout_(microseconds(c.policy_timeout_us)),
-      sweep_interval_(microseconds(c.sweep_interval_us)),
-      policies_{c.policy_g1_g2, c.policy_g1_g3, c.policy_g2_g3} {
+Pipeline::Pipeline(BlockTiers &tiers, const kvt_manager_config &c, DiskEngine *disk,
+                   CudaEngine *cuda, WorkerPool &pool)
+    : tiers_(tiers), policy_(c, tiers), batcher_(c), executor_(tiers, disk, cuda, pool),
+      sweep_interval_(std::chrono::microseconds(c.sweep_interval_us)) {
   progress_ = std::thread([this] { progress_loop(); });
   for (uint32_t i = 0; i < c.max_concurrent_transfers; ++i)
     executors_.emplace_back([this] { executor_loop(); });
@@ -29,368 +26,398 @@ Pipeline::Pipeline(Manager &m, const kvt_manager_config &c, DiskEngine *disk, Cu
 
 Pipeline::~Pipeline() {
   {
-    std::lock_guard lock(mu_);
+    std::lock_guard lock(intake_mu_);
     stopping_ = true;
-    // Everything not committed is cancelled; committed batches finish below.
-    std::vector<kvt_xfer *> pending;
-    for (auto &[x, owned] : xfers_)
-      if (!x->ended() && x->state != KVT_XFER_INFLIGHT) pending.push_back(x);
-    for (kvt_xfer *x : pending) end_locked(x, KVT_ERR_CANCELLED, "the manager was destroyed");
   }
-  progress_cv_.notify_all();
-  exec_cv_.notify_all();
+  intake_cv_.notify_all();
   progress_.join();
+  // Everything not committed is cancelled; committed pieces run to their end below.
+  std::vector<std::shared_ptr<Transfer>> live;
+  {
+    std::lock_guard lock(live_mu_);
+    for (auto &[p, t] : live_) live.push_back(t);
+  }
+  for (auto &t : live) end(*t, KVT_ERR_CANCELLED, "the manager was destroyed");
+  batcher_.stop();
   for (auto &t : executors_) t.join();
 }
 
-int Pipeline::direction(int src, int dst) noexcept {
-  if (src == KVT_TIER_G1) return dst == KVT_TIER_G2 ? 0 : dst == KVT_TIER_G3 ? 1 : -1;
-  if (dst == KVT_TIER_G1) return src == KVT_TIER_G2 ? 3 : src == KVT_TIER_G3 ? 4 : -1;
-  return src == KVT_TIER_G2 && dst == KVT_TIER_G3 ? 2 : -1;
-}
-
 kvt_status Pipeline::transfer_stats(kvt_transfer_stats *out, int src, int dst) {
-  int d = direction(src, dst);
-  if (d < 0)
+  std::optional<Direction> d = direction(src, dst);
+  if (!d)
     return fail(KVT_ERR_INVALID_ARGUMENT, "kvt_transfer_stats_get: G%d -> G%d is not a "
                 "transfer direction", src, dst);
-  std::lock_guard lock(mu_);
-  *out = stats_[d];
+  std::lock_guard lock(stats_mu_);
+  *out = stats_[index(*d)];
   out->struct_size = sizeof *out;
   return KVT_OK;
 }
 
-const kvt_policy &Pipeline::policy(kvt_tier src, kvt_tier dst) const {
-  if (src == KVT_TIER_G1) return policies_[dst == KVT_TIER_G2 ? 0 : 1];
-  return policies_[2];
-}
-
 // ---- enqueue ----
 
-kvt_status Pipeline::offload(kvt_xfer **out, const kvt_block *src, size_t n, int dst,
-                             kvt_fence *f, uint64_t user_data) {
-  Tier *dst_tier = m_.tier(dst);
-  if (dst_tier == nullptr) return KVT_ERR_INVALID_ARGUMENT;
-  auto x = std::make_unique<kvt_xfer>();
-  x->pipe = this;
-  x->dst_tier = dst_tier->id();
-  x->user_data = user_data;
-  x->src.resize(n);
+kvt_status Pipeline::offload(std::shared_ptr<Transfer> *out, const kvt_block *src, size_t n,
+                             int dst, uint64_t user_data) {
+  if (kvt_status s = tiers_.present(dst); s != KVT_OK) return s;
+  auto t = std::make_shared<Transfer>();
+  t->pipe = this;
+  t->dst_tier = kvt_tier(dst);
+  t->user_data = user_data;
+  t->src.resize(n);
   for (size_t i = 0; i < n; ++i) {
-    Tier *t = m_.tier_of(src[i]);
-    if (t == nullptr) return KVT_ERR_INVALID_HANDLE;
-    if (i == 0) x->src_tier = t->id();
-    if (t->id() != x->src_tier)
+    kvt_tier tier{};
+    if (kvt_status s = tiers_.tier_of(src[i], &tier); s != KVT_OK) return s;
+    if (i == 0) t->src_tier = tier;
+    if (tier != t->src_tier)
       return fail(KVT_ERR_INVALID_ARGUMENT, "offload: src[%zu] is in G%d, src[0] in G%d", i,
-                  int(t->id()), int(x->src_tier));
-    SourceRef &r = x->src[i];
+                  int(tier), int(t->src_tier));
+    SourceRef &r = t->src[i];
     r.handle = src[i];
-    if (kvt_status s = t->peek_registered(src[i], &r.hash, &r.parent); s != KVT_OK) return s;
+    if (kvt_status s = tiers_.peek(src[i], &r.hash, &r.parent); s != KVT_OK) return s;
   }
-  if (n > 0 && x->src_tier >= dst)
-    return fail(KVT_ERR_INVALID_ARGUMENT,
-                "offload goes down the tiers: G%d to G%d is not an offload (use kvt_onboard)",
-                int(x->src_tier), int(dst));
-  return enqueue(out, std::move(x), f);
+  if (n > 0) {
+    t->dir = direction(t->src_tier, dst);
+    if (!t->dir || info(*t->dir).src > info(*t->dir).dst)
+      return fail(KVT_ERR_INVALID_ARGUMENT,
+                  "offload goes down the tiers: G%d to G%d is not an offload (use kvt_onboard)",
+                  int(t->src_tier), dst);
+  }
+  *out = std::move(t);
+  return KVT_OK;
 }
 
-kvt_status Pipeline::onboard(kvt_xfer **out, const kvt_block *src, const kvt_block *dst_g1,
-                             size_t n, kvt_fence *f, uint64_t user_data) {
-  Tier *g1 = m_.tier(KVT_TIER_G1);
-  auto x = std::make_unique<kvt_xfer>();
-  x->pipe = this;
-  x->onboard = true;
-  x->dst_tier = KVT_TIER_G1;
-  x->user_data = user_data;
-  x->src.resize(n);
-  x->dst_g1.assign(dst_g1, dst_g1 + n);
+kvt_status Pipeline::onboard(std::shared_ptr<Transfer> *out, const kvt_block *src,
+                             const kvt_block *dst_g1, size_t n, uint64_t user_data) {
+  auto t = std::make_shared<Transfer>();
+  t->pipe = this;
+  t->onboard = true;
+  t->dst_tier = KVT_TIER_G1;
+  t->user_data = user_data;
+  t->src.resize(n);
+  t->dst_g1.assign(dst_g1, dst_g1 + n);
   absl::flat_hash_set<kvt_block> seen;
   for (size_t i = 0; i < n; ++i) {
-    Tier *t = m_.tier_of(src[i]);
-    if (t == nullptr) return KVT_ERR_INVALID_HANDLE;
-    if (i == 0) x->src_tier = t->id();
-    if (t->id() == KVT_TIER_G1 || t->id() != x->src_tier)
+    kvt_tier tier{};
+    if (kvt_status s = tiers_.tier_of(src[i], &tier); s != KVT_OK) return s;
+    if (i == 0) t->src_tier = tier;
+    if (tier == KVT_TIER_G1 || tier != t->src_tier)
       return fail(KVT_ERR_INVALID_ARGUMENT,
                   "onboard: src[%zu] is in G%d; sources must all be in G2 or all in G3", i,
-                  int(t->id()));
-    SourceRef &r = x->src[i];
+                  int(tier));
+    SourceRef &r = t->src[i];
     r.handle = src[i];
-    if (kvt_status s = t->peek_registered(src[i], &r.hash, &r.parent); s != KVT_OK) return s;
-    if (m_.tier_of(dst_g1[i]) != g1)
+    if (kvt_status s = tiers_.peek(src[i], &r.hash, &r.parent); s != KVT_OK) return s;
+    kvt_tier dt{};
+    if (tiers_.tier_of(dst_g1[i], &dt) != KVT_OK || dt != KVT_TIER_G1)
       return fail(KVT_ERR_INVALID_ARGUMENT, "onboard: dst_g1[%zu] = 0x%llx is not a G1 block",
                   i, (unsigned long long)dst_g1[i]);
-    if (kvt_status s = g1->expect_empty(dst_g1[i]); s != KVT_OK) return s;
+    if (kvt_status s = tiers_.expect_empty(dst_g1[i]); s != KVT_OK) return s;
     if (!seen.insert(dst_g1[i]).second)
       return fail(KVT_ERR_INVALID_ARGUMENT, "onboard: dst_g1[%zu] is listed twice", i);
   }
-  return enqueue(out, std::move(x), f);
+  if (n > 0) t->dir = direction(t->src_tier, KVT_TIER_G1);
+  *out = std::move(t);
+  return KVT_OK;
 }
 
-kvt_status Pipeline::enqueue(kvt_xfer **out, std::unique_ptr<kvt_xfer> owned, kvt_fence *f) {
-  std::lock_guard lock(mu_);
-  if (f != nullptr && (f->magic != kvt_fence::kMagic || f->pipe != this || !f->host_holds))
+kvt_status Pipeline::enqueue(const std::shared_ptr<Transfer> &t,
+                             const std::shared_ptr<Fence> &f) {
+  if (f != nullptr && f->pipe != this)
     return fail(KVT_ERR_INVALID_HANDLE, "the precondition is not a live fence of this manager");
-  kvt_xfer *x = owned.get();
-  xfers_.emplace(x, std::move(owned));
-  if (f != nullptr) {
-    x->fence = f;
-    ++f->users;
+  t->fence = f;
+  {
+    std::lock_guard lock(live_mu_);
+    live_.emplace(t.get(), t);
   }
-  *out = x;
-  if (x->onboard) {
-    precondition_locked(x);  // onboards skip the policy stage
+  if (t->onboard) {
+    precondition(t);  // onboards skip the policy stage
   } else {
-    intake_.push_back(x);
-    progress_cv_.notify_one();
+    {
+      std::lock_guard lock(intake_mu_);
+      intake_.push_back(t);
+    }
+    intake_cv_.notify_one();
   }
   return KVT_OK;
 }
 
-// ---- stages before commitment ----
-
-void Pipeline::evaluate_locked(kvt_xfer *x) {
-  x->state = KVT_XFER_EVALUATING;
-  const kvt_policy &p = policy(x->src_tier, x->dst_tier);
-  auto &offered = offered_[&p - policies_];
-  auto &inflight = inflight_[x->dst_tier];
-  Tier *dst = m_.tier_if_present(x->dst_tier);
-  const auto deadline = Clock::now() + policy_timeout_;
-  std::vector<SourceRef> kept;
-  kept.reserve(x->src.size());
-  for (size_t i = 0; i < x->src.size(); ++i) {
-    if (i % 64 == 63 && Clock::now() > deadline) break;  // the rest is not offloaded
-    const SourceRef &r = x->src[i];
-    if (p.flags & KVT_POLICY_FREQUENCY) {
-      if (offered.size() >= kMaxOffered) {
-        for (auto it = offered.begin(); it != offered.end();) {
-          if ((it->second /= 2) == 0) offered.erase(it++); else ++it;
-        }
-      }
-      if (++offered[r.hash] < p.min_frequency) continue;
-    }
-    if ((p.flags & KVT_POLICY_PRESENCE) && (inflight.contains(r.hash) || dst->contains(r.hash)))
-      continue;
-    ++inflight[r.hash];
-    x->reserved.push_back(r.hash);
-    kept.push_back(r);
-  }
-  x->src.swap(kept);
-  if (x->src.empty()) {
-    end_locked(x, KVT_OK, "");
-    return;
-  }
-  precondition_locked(x);
-}
-
-void Pipeline::precondition_locked(kvt_xfer *x) {
-  kvt_fence *f = x->fence;
-  if (f != nullptr && !f->signalled) {
-    if (!f->host_holds) {
-      end_locked(x, KVT_ERR_CANCELLED, "its precondition fence was destroyed unsignalled");
-      return;
-    }
-    x->state = KVT_XFER_WAITING;
-    f->waiters.push_back(x);
-    if (f->cuda_event != nullptr) {
-      ++cuda_fences_waiting_;
-      progress_cv_.notify_one();
-    }
-    return;
-  }
-  leave_fence_locked(x);
-  x->state = KVT_XFER_BATCHED;
-  x->batched_at = Clock::now();
-  batching_.push_back(x);
-  batching_blocks_ += x->src.size();
-  exec_cv_.notify_one();
-}
-
-void Pipeline::leave_fence_locked(kvt_xfer *x) {
-  kvt_fence *f = x->fence;
-  if (f == nullptr) return;
-  x->fence = nullptr;
-  --f->users;
-  maybe_free_fence_locked(f);
-}
-
-void Pipeline::maybe_free_fence_locked(kvt_fence *f) {
-  if (!f->host_holds && f->users == 0) {
-    f->magic = 0;
-    fences_.erase(f);
-  }
-}
+// ---- the stages before commitment, on the progress thread ----
 
 void Pipeline::progress_loop() {
-  std::unique_lock lock(mu_);
-  while (!stopping_) {
-    while (!intake_.empty()) {
-      kvt_xfer *x = intake_.front();
-      intake_.pop_front();
-      evaluate_locked(x);
+  for (;;) {
+    std::shared_ptr<Transfer> t;
+    {
+      std::unique_lock lock(intake_mu_);
+      auto ready = [&] { return stopping_ || !intake_.empty(); };
+      if (precondition_.cuda_waiting()) intake_cv_.wait_for(lock, sweep_interval_, ready);
+      else intake_cv_.wait(lock, ready);
+      if (stopping_) return;
+      if (!intake_.empty()) {
+        t = std::move(intake_.front());
+        intake_.pop_front();
+      }
     }
-    if (cuda_fences_waiting_ > 0) {
-      std::vector<kvt_fence *> done;
-      for (auto &[f, owned] : fences_)
-        if (f->cuda_event != nullptr && !f->signalled && !f->waiters.empty() &&
-            cuda::event_done(f->cuda_event))
-          done.push_back(f);
-      for (kvt_fence *f : done) signal_locked(f);
-      progress_cv_.wait_for(lock, sweep_interval_);
-    } else {
-      progress_cv_.wait(lock, [&] { return stopping_ || !intake_.empty() || cuda_fences_waiting_; });
-    }
+    if (t) evaluate(t);
+    for (auto &w : precondition_.poll_cuda()) to_batcher(w);
   }
 }
 
-// ---- cancellation, waiting, release ----
-
-void Pipeline::end_locked(kvt_xfer *x, kvt_status st, std::string message) {
-  switch (x->state) {  // leave whatever stage still lists it
-    case KVT_XFER_QUEUED:
-      intake_.erase(std::find(intake_.begin(), intake_.end(), x));
-      break;
-    case KVT_XFER_WAITING: {
-      auto &w = x->fence->waiters;
-      w.erase(std::find(w.begin(), w.end(), x));
-      if (x->fence->cuda_event != nullptr) --cuda_fences_waiting_;
-      break;
-    }
-    case KVT_XFER_BATCHED:
-      batching_.erase(std::find(batching_.begin(), batching_.end(), x));
-      batching_blocks_ -= x->src.size();
-      break;
-    default:
-      break;
+void Pipeline::evaluate(const std::shared_ptr<Transfer> &t) {
+  {
+    std::lock_guard lock(t->mu);
+    if (t->ended()) return;  // cancelled while queued
+    t->state = KVT_XFER_EVALUATING;
   }
-  leave_fence_locked(x);
-  for (uint64_t h : x->reserved) unreserve_locked(x->dst_tier, h);
-  x->reserved.clear();
-  x->state = st == KVT_OK ? KVT_XFER_DONE
-             : st == KVT_ERR_CANCELLED ? KVT_XFER_CANCELLED : KVT_XFER_FAILED;
-  if (int d = direction(x->src_tier, x->dst_tier); d >= 0) {
-    kvt_transfer_stats &t = stats_[d];
-    if (st == KVT_OK) {
-      ++t.completed;
-      t.blocks += x->count;
-      t.bytes += x->count * m_.block_bytes();
-    } else {
-      ++(st == KVT_ERR_CANCELLED ? t.cancelled : t.failed);
+  std::vector<uint64_t> reserved;
+  if (!t->src.empty()) reserved = policy_.evaluate(*t);
+  {
+    std::unique_lock lock(t->mu);
+    if (t->ended()) {  // cancelled while evaluated
+      lock.unlock();
+      policy_.unreserve(t->dst_tier, reserved);
+      return;
     }
+    t->reserved = std::move(reserved);
   }
-  x->result = st;
-  x->message = std::move(message);
-  done_cv_.notify_all();
-  if (!x->host_holds) {
-    xfers_.erase(x);
+  if (t->src.empty()) {
+    end(*t, KVT_OK, "");
     return;
   }
-  kvt_event e{};
-  e.type = KVT_EVENT_XFER_DONE;
-  e.status = st;
-  e.tier = x->dst_tier;
-  e.xfer = x;
-  e.user_data = x->user_data;
-  e.count = x->count;
-  m_.events().push(&e, 1);
+  precondition(t);
 }
 
-void Pipeline::unreserve_locked(kvt_tier dst, uint64_t hash) {
-  auto it = inflight_[dst].find(hash);
-  if (it != inflight_[dst].end() && --it->second == 0) inflight_[dst].erase(it);
+void Pipeline::precondition(const std::shared_ptr<Transfer> &t) {
+  switch (precondition_.admit(t)) {
+    case PreconditionStage::Outcome::Proceed:
+      to_batcher(t);
+      break;
+    case PreconditionStage::Outcome::Parked:
+      if (t->fence->cuda_event != nullptr) {
+        { std::lock_guard lock(intake_mu_); }  // the progress thread is waiting, or will see it
+        intake_cv_.notify_one();
+      }
+      break;
+    case PreconditionStage::Outcome::FenceGone:
+      end(*t, KVT_ERR_CANCELLED, "its precondition fence was destroyed unsignalled");
+      break;
+    case PreconditionStage::Outcome::Ended:
+      break;
+  }
 }
 
-kvt_status Pipeline::cancel(kvt_xfer *x) {
-  std::lock_guard lock(mu_);
-  if (x->ended() || x->state == KVT_XFER_INFLIGHT) return KVT_OK;  // committed: it finishes
-  end_locked(x, KVT_ERR_CANCELLED, "cancelled by the host");
+void Pipeline::to_batcher(const std::shared_ptr<Transfer> &t) {
+  {
+    std::lock_guard lock(t->mu);
+    if (t->ended()) return;
+    t->state = KVT_XFER_BATCHED;
+  }
+  if (t->src.empty()) {
+    end(*t, KVT_OK, "");
+    return;
+  }
+  batcher_.add(t);
+}
+
+// ---- commitment and copies, on the executor threads ----
+
+void Pipeline::executor_loop() {
+  std::vector<Piece> batch;
+  while (batcher_.next(&batch)) {
+    std::shared_lock gate(in_flight_);
+    Executor::commit(batch);
+    if (batch.empty()) continue;
+    double busy_ns[kDirections] = {};
+    std::vector<Executor::Result> results = executor_.run(batch, busy_ns);
+    {
+      std::lock_guard lock(stats_mu_);
+      for (size_t d = 0; d < kDirections; ++d) stats_[d].busy_ns += uint64_t(busy_ns[d]);
+    }
+    for (size_t i = 0; i < batch.size(); ++i) piece_done(batch[i], results[i]);
+  }
+}
+
+void Pipeline::piece_done(const Piece &p, Executor::Result &r) {
+  Transfer &t = *p.t;
+  std::unique_lock lock(t.mu);
+  t.count += r.count;
+  if (r.status != KVT_OK && t.piece_status == KVT_OK) {
+    t.piece_status = r.status;
+    t.piece_message = std::move(r.message);
+  }
+  t.landed.insert(t.landed.end(), r.landed.begin(), r.landed.end());
+  if (--t.pieces_left > 0) {
+    parked_pins_ += r.landed.size();
+    return;
+  }
+  parked_pins_ -= t.landed.size() - r.landed.size();
+  if (t.onboard && !t.landed.empty()) {
+    // Registered under t.mu: a release either came before, and the caller's blocks are
+    // not deduplicated away from under its handles, or finds the transfer ended.
+    const size_t n = t.landed.size();
+    std::vector<kvt_block> g1(n), out(n);
+    for (size_t k = 0; k < n; ++k) g1[k] = t.landed[k].g1;
+    if (t.piece_status == KVT_OK) {
+      std::vector<uint64_t> hash(n), parent(n);
+      for (size_t k = 0; k < n; ++k) {
+        hash[k] = t.src[t.landed[k].item].hash;
+        parent[k] = t.src[t.landed[k].item].parent;
+      }
+      tiers_.commit_onboarded(out.data(), g1.data(), hash.data(), parent.data(), n,
+                              t.host_holds);
+      t.final_blocks.assign(t.src.size(), 0);
+      for (size_t k = 0; k < n; ++k) {
+        t.final_blocks[t.landed[k].item] = out[k];
+        t.count += out[k] != 0;
+      }
+    } else {
+      tiers_.release(g1.data(), n);  // the pins; the blocks stay Empty and the caller's
+    }
+    t.landed.clear();
+  }
+  std::vector<uint64_t> reserved;
+  end_locked(t, t.piece_status, std::move(t.piece_message), &reserved);
+  lock.unlock();
+  policy_.unreserve(t.dst_tier, reserved);
+}
+
+// ---- the end of a transfer ----
+
+bool Pipeline::end(Transfer &t, kvt_status st, std::string message, bool committed_ok) {
+  std::vector<uint64_t> reserved;
+  bool ended;
+  {
+    std::lock_guard lock(t.mu);
+    if (!committed_ok && t.state == KVT_XFER_INFLIGHT) return false;  // it finishes
+    ended = end_locked(t, st, std::move(message), &reserved);
+  }
+  policy_.unreserve(t.dst_tier, reserved);
+  return ended;
+}
+
+bool Pipeline::end_locked(Transfer &t, kvt_status st, std::string message,
+                          std::vector<uint64_t> *reserved) {
+  if (t.ended()) return false;
+  reserved->swap(t.reserved);
+  t.state = st == KVT_OK ? KVT_XFER_DONE
+            : st == KVT_ERR_CANCELLED ? KVT_XFER_CANCELLED : KVT_XFER_FAILED;
+  t.result = st;
+  t.message = std::move(message);
+  if (t.dir) {
+    std::lock_guard lock(stats_mu_);
+    kvt_transfer_stats &s = stats_[index(*t.dir)];
+    if (st == KVT_OK) {
+      ++s.completed;
+      s.blocks += t.count;
+      s.bytes += t.count * tiers_.geometry().block_bytes();
+    } else {
+      ++(st == KVT_ERR_CANCELLED ? s.cancelled : s.failed);
+    }
+  }
+  if (t.host_holds) {  // under t.mu, so that a release withdraws it or prevents it
+    kvt_event e{};
+    e.type = KVT_EVENT_XFER_DONE;
+    e.status = st;
+    e.tier = t.dst_tier;
+    e.xfer = token_of(t);
+    e.user_data = t.user_data;
+    e.count = t.count;
+    tiers_.events().push(&e, 1);
+  }
+  t.ended_cv.notify_all();
+  {
+    std::lock_guard lock(live_mu_);
+    live_.erase(&t);  // every caller holds its own reference to t
+  }
+  return true;
+}
+
+// ---- the host's calls on a transfer ----
+
+kvt_status Pipeline::cancel(Transfer &t) {
+  end(t, KVT_ERR_CANCELLED, "cancelled by the host");
   return KVT_OK;
 }
 
-kvt_status Pipeline::wait(kvt_xfer *x, int64_t timeout_ns) {
-  std::unique_lock lock(mu_);
-  auto ended = [&] { return x->ended(); };
-  if (timeout_ns < 0) {
-    done_cv_.wait(lock, ended);
-  } else if (!done_cv_.wait_for(lock, std::chrono::nanoseconds(timeout_ns), ended)) {
-    return KVT_TIMEOUT;
+kvt_status Pipeline::wait(Transfer &t, int64_t timeout_ns) {
+  std::unique_lock lock(t.mu);
+  auto ended = [&] { return t.ended(); };
+  if (timeout_ns < 0 || timeout_ns >= kForever) {
+    t.ended_cv.wait(lock, ended);
+  } else if (!t.ended_cv.wait_for(lock, std::chrono::nanoseconds(timeout_ns), ended)) {
+    return fail(KVT_TIMEOUT, "kvt_xfer_wait: the transfer did not end within %lld ns",
+                (long long)timeout_ns);
   }
-  if (x->result != KVT_OK) return fail(x->result, "%s", x->message.c_str());
+  if (t.result != KVT_OK) return fail(t.result, "%s", t.message.c_str());
   return KVT_OK;
 }
 
 kvt_status Pipeline::status(uint32_t *state, kvt_status *result, uint64_t *count,
-                            kvt_xfer *x) {
-  std::lock_guard lock(mu_);
-  if (state) *state = x->state;
-  if (result) *result = x->result;
-  if (count) *count = x->count;
-  if (x->ended() && x->result != KVT_OK) fail(x->result, "%s", x->message.c_str());
+                            Transfer &t) {
+  std::lock_guard lock(t.mu);
+  if (state) *state = t.state;
+  if (result) *result = t.result;
+  if (count) *count = t.count;
+  if (t.ended() && t.result != KVT_OK) fail(t.result, "%s", t.message.c_str());
   return KVT_OK;
 }
 
-kvt_status Pipeline::blocks(kvt_block *out, size_t n, kvt_xfer *x) {
-  std::lock_guard lock(mu_);
-  if (!x->onboard)
+kvt_status Pipeline::blocks(kvt_block *out, size_t n, Transfer &t) {
+  std::lock_guard lock(t.mu);
+  if (!t.onboard)
     return fail(KVT_ERR_STATE, "kvt_xfer_blocks: the transfer is an offload, not an onboard");
-  if (x->state != KVT_XFER_DONE)
+  if (t.state != KVT_XFER_DONE)
     return fail(KVT_ERR_STATE, "kvt_xfer_blocks: the onboard has not ended with KVT_OK");
-  if (n != x->final_blocks.size())
-    return fail(KVT_ERR_INVALID_ARGUMENT, "kvt_xfer_blocks: n is %zu, the onboard had %zu",
-                n, x->final_blocks.size());
-  std::copy(x->final_blocks.begin(), x->final_blocks.end(), out);
+  if (n != t.src.size())
+    return fail(KVT_ERR_INVALID_ARGUMENT, "kvt_xfer_blocks: n is %zu, the onboard had %zu", n,
+                t.src.size());
+  if (!t.final_blocks.empty()) std::copy(t.final_blocks.begin(), t.final_blocks.end(), out);
+  else std::fill(out, out + n, kvt_block{0});
   return KVT_OK;
 }
 
-void Pipeline::release(kvt_xfer *x) {
-  std::lock_guard lock(mu_);
-  x->host_holds = false;
-  m_.events().withdraw(x);
-  if (x->ended()) {
-    x->magic = 0;
-    xfers_.erase(x);
-  } else if (x->state != KVT_XFER_INFLIGHT) {
-    end_locked(x, KVT_ERR_CANCELLED, "released by the host");  // frees it, emits nothing
+void Pipeline::release(Transfer &t) {
+  std::vector<uint64_t> reserved;
+  {
+    std::lock_guard lock(t.mu);
+    t.host_holds = false;
+    tiers_.events().withdraw(token_of(t));
+    if (!t.ended() && t.state != KVT_XFER_INFLIGHT)
+      end_locked(t, KVT_ERR_CANCELLED, "released by the host", &reserved);  // emits nothing
   }
-  // In flight: the executor frees it when the copy ends.
+  policy_.unreserve(t.dst_tier, reserved);
 }
 
 // ---- fences ----
 
-kvt_status Pipeline::fence_create(kvt_fence **out, void *cuda_event) {
-  auto f = std::make_unique<kvt_fence>();
+kvt_status Pipeline::fence_create(std::shared_ptr<Fence> *out, void *cuda_event) {
+  auto f = std::make_shared<Fence>();
   f->pipe = this;
   f->cuda_event = cuda_event;
-  std::lock_guard lock(mu_);
-  *out = f.get();
-  fences_.emplace(f.get(), std::move(f));
+  *out = std::move(f);
   return KVT_OK;
 }
 
-void Pipeline::signal_locked(kvt_fence *f) {
-  f->signalled = true;
-  std::vector<kvt_xfer *> ready;
-  ready.swap(f->waiters);
-  if (f->cuda_event != nullptr) cuda_fences_waiting_ -= ready.size();
-  for (kvt_xfer *x : ready) precondition_locked(x);
-}
-
-kvt_status Pipeline::fence_signal(kvt_fence *f) {
-  std::lock_guard lock(mu_);
-  if (!f->signalled) signal_locked(f);
+kvt_status Pipeline::fence_signal(Fence &f) {
+  for (auto &t : precondition_.signal(f)) to_batcher(t);
   return KVT_OK;
 }
 
-void Pipeline::fence_destroy(kvt_fence *f) {
-  std::lock_guard lock(mu_);
-  f->host_holds = false;
-  ++f->users;  // keeps f alive while its waiters leave it
-  if (!f->signalled) {
-    std::vector<kvt_xfer *> waiting = f->waiters;
-    for (kvt_xfer *x : waiting)
-      end_locked(x, KVT_ERR_CANCELLED, "its precondition fence was destroyed unsignalled");
-  }
-  --f->users;
-  maybe_free_fence_locked(f);
+void Pipeline::fence_destroy(Fence &f) {
+  for (auto &t : precondition_.destroy(f))
+    end(*t, KVT_ERR_CANCELLED, "its precondition fence was destroyed unsignalled");
+}
+
+// ---- accounting ----
+
+kvt_status Pipeline::check_refs() {
+  std::unique_lock gate(in_flight_, std::defer_lock);
+  if (!gate.try_lock_for(std::chrono::milliseconds(100))) return KVT_OK;  // busy: no verdict
+  uint64_t held = tiers_.pipeline_refs(), expected = parked_pins_.load();
+  if (held != expected)
+    return fail(KVT_ERR_INTERNAL,
+                "pipeline invariant violated: it holds %llu block references with no batch "
+                "in flight, %llu expected",
+                (unsigned long long)held, (unsigned long long)expected);
+  return KVT_OK;
 }
 
 }  // namespace kvt

@@ -1,105 +1,108 @@
-// The offload pipeline of DESIGN section 6 (seed 001):
-//   enqueue -> PolicyEvaluator -> PreconditionAwaiter -> Batcher -> TransferExecutor.
-// One progress thread evaluates policies and polls CUDA-event fences; executor threads
-// (max_concurrent_transfers) form batches, commit them and run the copies. Every stage
-// before commitment is a list under one mutex, so a cancel removes its container at once
-// (P1, P2, P6) and confirms it with XFER_DONE before it returns.
+// The offload pipeline: enqueue -> policy -> precondition -> batcher -> executor, each stage
+// in its own file. One progress thread evaluates policies and polls CUDA-event fences;
+// executor threads (max_concurrent_transfers) take batches, commit them and run the copies.
+//
+// No lock is held while a policy is evaluated or a batch is committed or copied: each
+// transfer's state has its own small lock (Transfer::mu), and each stage's queue a short
+// lock taken only to hand work over. So polling calls (kvt_xfer_wait with 0, status, cancel)
+// never wait behind another transfer. A cancel before commitment ends the transfer at once
+// and confirms it with XFER_DONE before it returns; a stage that still lists it drops it
+// when it comes to it.
 #pragma once
 
 #include <absl/container/flat_hash_map.h>
-#include <absl/container/flat_hash_set.h>
 
-#include <chrono>
+#include <atomic>
 #include <condition_variable>
 #include <deque>
+#include <memory>
 #include <mutex>
+#include <shared_mutex>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "kvtier.h"
-#include "pipeline/objects.hpp"
+#include "pipeline/batcher.hpp"
+#include "pipeline/executor.hpp"
+#include "pipeline/policy.hpp"
+#include "pipeline/precondition.hpp"
+#include "pipeline/tiers.hpp"
+#include "pipeline/transfer.hpp"
 
 namespace kvt {
 
-class Manager;
-class CudaEngine;
-class DiskEngine;
-class WorkerPool;
-struct BlockCopy;
-
 class Pipeline {
  public:
-  Pipeline(Manager &m, const kvt_manager_config &c, DiskEngine *disk, CudaEngine *cuda,
+  Pipeline(BlockTiers &tiers, const kvt_manager_config &c, DiskEngine *disk, CudaEngine *cuda,
            WorkerPool &pool);
-  // Cancels what has not committed, waits for copies in flight, frees every transfer and
-  // fence.
+  // Cancels what has not committed, waits for copies in flight.
   ~Pipeline();
   Pipeline(const Pipeline &) = delete;
   Pipeline &operator=(const Pipeline &) = delete;
 
-  // dst is the host's raw tier number, checked here before it becomes a kvt_tier.
-  kvt_status offload(kvt_xfer **out, const kvt_block *src, size_t n, int dst,
-                     kvt_fence *f, uint64_t user_data);
-  kvt_status onboard(kvt_xfer **out, const kvt_block *src, const kvt_block *dst_g1, size_t n,
-                     kvt_fence *f, uint64_t user_data);
-  kvt_status cancel(kvt_xfer *x);
-  kvt_status wait(kvt_xfer *x, int64_t timeout_ns);
-  kvt_status status(uint32_t *state, kvt_status *result, uint64_t *count, kvt_xfer *x);
-  kvt_status blocks(kvt_block *out, size_t n, kvt_xfer *x);
-  void release(kvt_xfer *x);
+  // Builds and checks a transfer; enqueue() starts it once the caller has named it (set
+  // its token). dst is the host's raw tier number.
+  kvt_status offload(std::shared_ptr<Transfer> *out, const kvt_block *src, size_t n, int dst,
+                     uint64_t user_data);
+  kvt_status onboard(std::shared_ptr<Transfer> *out, const kvt_block *src,
+                     const kvt_block *dst_g1, size_t n, uint64_t user_data);
+  // f: the precondition, or null. Fails when f is not a live fence of this pipeline.
+  kvt_status enqueue(const std::shared_ptr<Transfer> &t, const std::shared_ptr<Fence> &f);
+
+  kvt_status cancel(Transfer &t);
+  kvt_status wait(Transfer &t, int64_t timeout_ns);
+  kvt_status status(uint32_t *state, kvt_status *result, uint64_t *count, Transfer &t);
+  kvt_status blocks(kvt_block *out, size_t n, Transfer &t);
+  void release(Transfer &t);
   // Counters of one direction; KVT_ERR_INVALID_ARGUMENT when src -> dst is not one.
   kvt_status transfer_stats(kvt_transfer_stats *out, int src, int dst);
 
-  kvt_status fence_create(kvt_fence **out, void *cuda_event);
-  kvt_status fence_signal(kvt_fence *f);
-  void fence_destroy(kvt_fence *f);
+  kvt_status fence_create(std::shared_ptr<Fence> *out, void *cuda_event);
+  kvt_status fence_signal(Fence &f);
+  void fence_destroy(Fence &f);
+
+  // Whether the pipeline holds block references it should not: with no batch in flight it
+  // holds none. Waits up to a moment for batches in flight; says nothing if they go on.
+  kvt_status check_refs();
 
  private:
-  using Clock = std::chrono::steady_clock;
-  struct Entry;   // one committed container
-  struct Batch;   // what one executor runs
-
-  kvt_status enqueue(kvt_xfer **out, std::unique_ptr<kvt_xfer> x, kvt_fence *f);
   void progress_loop();
   void executor_loop();
-  void evaluate_locked(kvt_xfer *x);
-  void precondition_locked(kvt_xfer *x);
-  void signal_locked(kvt_fence *f);
-  bool flush_ready_locked(Clock::time_point now, Clock::time_point *deadline) const;
-  Batch commit_locked();
-  void execute(Batch &b);  // runs without the lock
-  void run_copies(const std::vector<BlockCopy> &copies, const std::vector<Entry *> &owner);
-  void end_locked(kvt_xfer *x, kvt_status st, std::string message);
-  void unreserve_locked(kvt_tier dst, uint64_t hash);
-  void leave_fence_locked(kvt_xfer *x);
-  void maybe_free_fence_locked(kvt_fence *f);
-  const kvt_policy &policy(kvt_tier src, kvt_tier dst) const;
-  // 0..4 for G1->G2, G1->G3, G2->G3, G2->G1, G3->G1; -1 for anything else.
-  static int direction(int src, int dst) noexcept;
-  // Shares a batch phase's duration among the directions of the blocks it moved.
-  static void charge(Batch &b, Clock::duration t, const std::vector<Entry *> &owners);
+  void evaluate(const std::shared_ptr<Transfer> &t);
+  void precondition(const std::shared_ptr<Transfer> &t);
+  void to_batcher(const std::shared_ptr<Transfer> &t);
+  void piece_done(const Piece &p, Executor::Result &r);
+  // Ends t unless it has ended or (unless committed_ok) committed; true if this call did.
+  bool end(Transfer &t, kvt_status st, std::string message, bool committed_ok = false);
+  // The same, with t.mu held by the caller; returns the reservations to give back.
+  bool end_locked(Transfer &t, kvt_status st, std::string message,
+                  std::vector<uint64_t> *reserved);
 
-  Manager &m_;
-  DiskEngine *disk_;
-  CudaEngine *cuda_;  // null unless G1 is in CUDA memory
-  WorkerPool &pool_;
-  const uint32_t max_batch_, min_batch_;
-  const Clock::duration flush_interval_, policy_timeout_, sweep_interval_;
-  const kvt_policy policies_[3];  // G1->G2, G1->G3, G2->G3
+  BlockTiers &tiers_;
+  PolicyStage policy_;
+  PreconditionStage precondition_;
+  Batcher batcher_;
+  Executor executor_;
+  const Clock::duration sweep_interval_;
 
-  std::mutex mu_;
-  std::condition_variable progress_cv_, exec_cv_, done_cv_;
-  std::deque<kvt_xfer *> intake_;    // QUEUED offloads, for the policy stage
-  std::deque<kvt_xfer *> batching_;  // BATCHED, oldest first
-  size_t batching_blocks_ = 0;
-  absl::flat_hash_map<uint64_t, uint32_t> inflight_[4];  // per destination tier: presence
-  absl::flat_hash_map<uint64_t, uint32_t> offered_[3];   // per tier pair: frequency
-  absl::flat_hash_map<kvt_xfer *, std::unique_ptr<kvt_xfer>> xfers_;
-  absl::flat_hash_map<kvt_fence *, std::unique_ptr<kvt_fence>> fences_;
-  size_t cuda_fences_waiting_ = 0;
-  kvt_transfer_stats stats_[5]{};
-  bool stopping_ = false;
+  std::mutex intake_mu_;  // the policy stage's queue
+  std::condition_variable intake_cv_;
+  std::deque<std::shared_ptr<Transfer>> intake_;
+  bool stopping_ = false;  // under intake_mu_
+
+  std::mutex live_mu_;  // transfers not yet ended, for destruction
+  absl::flat_hash_map<Transfer *, std::shared_ptr<Transfer>> live_;
+
+  std::mutex stats_mu_;
+  kvt_transfer_stats stats_[kDirections]{};
+
+  // Held shared by an executor from the commitment of a batch until its references are
+  // given back, and exclusively by check_refs.
+  std::shared_timed_mutex in_flight_;
+  // Pins on onboarded G1 blocks that wait for the other pieces of their transfer.
+  std::atomic<uint64_t> parked_pins_{0};
+
   std::thread progress_;
   std::vector<std::thread> executors_;
 };

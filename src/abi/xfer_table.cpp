@@ -1,0 +1,23 @@
+#include "abi/xfer_table.hpp"
+
+#include <atomic>
+
+namespace kvt::abi {
+
+uint64_t next_token() noexcept {
+  // "kv" in the top bits; 2^45 tokens before the counter would reach them.
+  static std::atomic<uint64_t> counter{1};
+  return (uint64_t{0x6b76} << 48) | (counter.fetch_add(1, std::memory_order_relaxed) << 3);
+}
+
+TokenTable<Transfer> &transfers() {
+  static TokenTable<Transfer> t;
+  return t;
+}
+
+TokenTable<Fence> &fences() {
+  static TokenTable<Fence> t;
+  return t;
+}
+
+}  // namespace kvt::abi

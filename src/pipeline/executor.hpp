@@ -1,0 +1,50 @@
+// The executor stage: commits a batch (the last point a cancel applies), upgrades its weak
+// references, plans and runs every copy of the batch together (memory copies, then disk I/O,
+// then the verified G3 reads into G1), registers offloaded copies and gives back its
+// references. It holds no pipeline lock while it works.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "pipeline/tiers.hpp"
+#include "pipeline/transfer.hpp"
+
+namespace kvt {
+
+class CudaEngine;
+class DiskEngine;
+class WorkerPool;
+struct BlockCopy;
+
+class Executor {
+ public:
+  Executor(BlockTiers &tiers, DiskEngine *disk, CudaEngine *cuda, WorkerPool &pool)
+      : tiers_(tiers), disk_(disk), cuda_(cuda), pool_(pool) {}
+
+  // What one piece came to.
+  struct Result {
+    kvt_status status = KVT_OK;
+    std::string message;
+    uint64_t count = 0;                      // offload: copies registered
+    std::vector<Transfer::Landed> landed;    // onboard: copies written, still pinned
+  };
+
+  // Drops the pieces of transfers that ended (cancelled) and commits the rest: their
+  // transfers become INFLIGHT, and a cancel no longer applies.
+  static void commit(std::vector<Piece> &batch);
+  // Runs a committed batch; results[i] is batch[i]'s. busy_ns gets each direction's share
+  // of the time spent copying.
+  std::vector<Result> run(const std::vector<Piece> &batch, double busy_ns[kDirections]);
+
+ private:
+  struct Entry;
+  void run_copies(const std::vector<BlockCopy> &copies, const std::vector<Entry *> &owner);
+
+  BlockTiers &tiers_;
+  DiskEngine *disk_;
+  CudaEngine *cuda_;  // null unless G1 is in CUDA memory
+  WorkerPool &pool_;
+};
+
+}  // namespace kvt
