@@ -21,6 +21,11 @@ use std::ptr;
 
 use kvtier_sys as sys;
 
+mod config;
+mod log;
+pub use config::{Config, CudaCopy, G1Layout, G3Fault, IoEngine, MemoryKind, Policy};
+pub use log::{clear_log_handler, set_log_handler, LogLevel};
+
 /// A kvt_status that is an error, kept as an enum.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
@@ -169,44 +174,6 @@ impl Drop for Seq {
     }
 }
 
-/// The manager's configuration. `Default` gives the library's defaults, with G1 in host
-/// memory (the embedded stand-in for GPU memory).
-#[derive(Clone, Debug)]
-pub struct Config {
-    pub page_size: u32,
-    pub num_layers: u32,
-    pub num_outer: u32,
-    pub chunk_bytes: u64,
-    pub g1_blocks: u64,
-    pub g2_blocks: u64,
-    pub g3_blocks: u64,
-    pub g3_path: Option<std::path::PathBuf>,
-    pub min_batch_size: u32,
-    pub flush_interval_us: u64,
-}
-
-impl Default for Config {
-    fn default() -> Config {
-        let mut c = std::mem::MaybeUninit::<sys::kvt_manager_config>::zeroed();
-        let c = unsafe {
-            sys::kvt_manager_config_init(c.as_mut_ptr());
-            c.assume_init()
-        };
-        Config {
-            page_size: c.page_size,
-            num_layers: c.num_layers,
-            num_outer: c.num_outer,
-            chunk_bytes: c.chunk_bytes,
-            g1_blocks: c.g1_blocks,
-            g2_blocks: c.g2_blocks,
-            g3_blocks: c.g3_blocks,
-            g3_path: None,
-            min_batch_size: c.min_batch_size,
-            flush_interval_us: c.flush_interval_us,
-        }
-    }
-}
-
 /// One event from [`Manager::poll`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Event {
@@ -244,33 +211,9 @@ unsafe impl Send for Manager {}
 unsafe impl Sync for Manager {}
 
 impl Manager {
+    /// Creates a manager. A `g1_layout`'s memory must outlive it (see [`G1Layout::new`]).
     pub fn new(cfg: &Config) -> Result<Manager> {
-        let mut c = std::mem::MaybeUninit::<sys::kvt_manager_config>::zeroed();
-        let mut c = unsafe {
-            sys::kvt_manager_config_init(c.as_mut_ptr());
-            c.assume_init()
-        };
-        c.page_size = cfg.page_size;
-        c.num_layers = cfg.num_layers;
-        c.num_outer = cfg.num_outer;
-        c.chunk_bytes = cfg.chunk_bytes;
-        c.g1_blocks = cfg.g1_blocks;
-        c.g2_blocks = cfg.g2_blocks;
-        c.g3_blocks = cfg.g3_blocks;
-        c.g1_memory = sys::KVT_MEMORY_HOST;
-        c.min_batch_size = cfg.min_batch_size;
-        c.flush_interval_us = cfg.flush_interval_us;
-        let path = match &cfg.g3_path {
-            Some(p) => Some(
-                std::ffi::CString::new(p.as_os_str().to_string_lossy().as_bytes())
-                    .map_err(|_| invalid("g3_path holds a NUL byte"))?,
-            ),
-            None => None,
-        };
-        c.g3_path = path.as_ref().map_or(ptr::null(), |p| p.as_ptr());
-        let mut m = ptr::null_mut();
-        check(unsafe { sys::kvt_manager_create(&mut m, &c) })?;
-        Ok(Manager { m })
+        Ok(Manager { m: cfg.create()? })
     }
 
     pub fn alloc(&self, n: usize, tier: Tier) -> Result<Vec<Block>> {
@@ -337,6 +280,14 @@ impl Manager {
         let mut n = 0usize;
         check(sys::kvt_block_data(&mut p, &mut n, self.m, b.0))?;
         Ok(if n == 0 { &mut [] } else { std::slice::from_raw_parts_mut(p.cast(), n) })
+    }
+
+    /// The address of chunk (layer, outer) of a block, in the memory of its tier (a device
+    /// address for CUDA memory), `chunk_bytes` long; valid while a reference is held.
+    pub fn chunk(&self, b: Block, layer: u32, outer: u32) -> Result<*mut u8> {
+        let mut p = ptr::null_mut();
+        check(unsafe { sys::kvt_block_chunk(&mut p, self.m, b.0, layer, outer) })?;
+        Ok(p.cast())
     }
 
     pub fn check(&self) -> Result<()> {
@@ -417,7 +368,9 @@ impl Iterator for Events<'_> {
 }
 
 /// An enqueued offload or onboard, borrowing its manager. Dropping it releases it (one not
-/// yet committed is cancelled). Send: its functions may run on any thread.
+/// yet committed is cancelled). Send and Sync: its functions may run on any thread, and on
+/// several at once (one thread waits while another cancels); Drop, which releases it, needs
+/// every borrow to have ended, so no wait is left inside the library then.
 pub struct Transfer<'m> {
     x: *mut sys::kvt_xfer,
     n: usize,
@@ -425,6 +378,7 @@ pub struct Transfer<'m> {
 }
 
 unsafe impl Send for Transfer<'_> {}
+unsafe impl Sync for Transfer<'_> {}
 
 impl Transfer<'_> {
     pub fn cancel(&self) -> Result<()> {
@@ -435,7 +389,13 @@ impl Transfer<'_> {
     /// gives Status::Cancelled, a wait that ran out Status::Timeout.
     pub fn wait(&self, timeout: Option<std::time::Duration>) -> Result<u64> {
         let ns = timeout.map_or(-1, |d| d.as_nanos().min(i64::MAX as u128) as i64);
-        check(unsafe { sys::kvt_xfer_wait(self.x, ns) })?;
+        let s = unsafe { sys::kvt_xfer_wait(self.x, ns) };
+        if s == sys::KVT_TIMEOUT as sys::kvt_status {
+            // A message of its own: kvt_last_error may still hold an older failure.
+            let message = format!("the transfer did not end within {:?}", timeout.unwrap_or_default());
+            return Err(Error { status: Status::Timeout, message });
+        }
+        check(s)?;
         let mut count = 0u64;
         check(unsafe { sys::kvt_xfer_status(ptr::null_mut(), ptr::null_mut(), &mut count, self.x) })?;
         Ok(count)
