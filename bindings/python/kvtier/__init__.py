@@ -54,7 +54,15 @@ def version():
 
 _LOGGING_LEVELS = {LOG_ERROR: logging.ERROR, LOG_WARN: logging.WARNING, LOG_INFO: logging.INFO,
                    LOG_DEBUG: logging.DEBUG}
-_log_callback = None  # the cffi callback the library holds; freed only once replaced
+_log_handler = None
+
+
+@ffi.callback("kvt_log_fn")
+def _log_callback(level, message, _user_data):
+    """The one callback the library holds: a replaced handler is never called after."""
+    handler = _log_handler
+    if handler is not None:
+        handler(level, ffi.string(message).decode(errors="replace"))
 
 
 def set_log_handler(handler, level=LOG_WARN):
@@ -63,27 +71,23 @@ def set_log_handler(handler, level=LOG_WARN):
     handler(level, message). None turns them off (the default). Process-wide. The handler
     runs on whichever thread noticed the condition, possibly a library thread, and must not
     call kvtier; an exception it raises is printed and dropped."""
-    global _log_callback
-    if handler is None:
-        C.kvt_set_log_callback(LOG_OFF, ffi.NULL, ffi.NULL)
-        _log_callback = None
-        return
+    global _log_handler
     if isinstance(handler, logging.Logger):
         logger = handler
-        handler = lambda lvl, msg: logger.log(_LOGGING_LEVELS.get(lvl, logging.DEBUG), "%s", msg)
 
-    @ffi.callback("kvt_log_fn")
-    def callback(lvl, message, _user_data):
-        handler(lvl, ffi.string(message).decode(errors="replace"))
-
-    C.kvt_set_log_callback(level, callback, ffi.NULL)
-    _log_callback = callback  # the library no longer calls the previous one
+        def handler(lvl, msg):
+            logger.log(_LOGGING_LEVELS.get(lvl, logging.DEBUG), "%s", msg)
+    _log_handler = handler
+    if handler is None:
+        C.kvt_set_log_callback(LOG_OFF, ffi.NULL, ffi.NULL)
+    else:
+        C.kvt_set_log_callback(level, _log_callback, ffi.NULL)
 
 
 @atexit.register
 def _log_off():
     """No callback into an interpreter that is shutting down."""
-    if _log_callback is not None:
+    if _log_handler is not None:
         C.kvt_set_log_callback(LOG_OFF, ffi.NULL, ffi.NULL)
 
 

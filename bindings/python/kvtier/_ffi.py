@@ -10,7 +10,7 @@ import os
 
 import cffi
 
-from ._cdef import CDEF, CONST
+from ._cdef import CDEF, CONST  # noqa: F401 (CONST is for the package)
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 
