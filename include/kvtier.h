@@ -146,6 +146,13 @@ typedef enum kvt_cuda_copy {
   KVT_CUDA_COPY_PER_CHUNK = 1   /* one cudaMemcpyAsync per chunk: the baseline */
 } kvt_cuda_copy;
 
+/* Which G3 operations the config's fault injector fails (for tests). */
+typedef enum kvt_g3_fault {
+  KVT_G3_FAULT_OFF = 0,
+  KVT_G3_FAULT_WRITE = 1,       /* slot writes: offloads into G3 */
+  KVT_G3_FAULT_READ = 2         /* slot reads: onboards from G3 */
+} kvt_g3_fault;
+
 typedef struct kvt_manager_config {
   uint32_t    struct_size;      /* set by kvt_manager_config_init */
   uint32_t    page_size;        /* tokens per block: a power of two in 1..65536 (default 16) */
@@ -156,9 +163,11 @@ typedef struct kvt_manager_config {
   uint64_t    g1_blocks;        /* capacity of each tier in blocks; G1 >= 1 (default 1024), */
   uint64_t    g2_blocks;        /* G2 and G3 may be 0 (absent); at most KVT_MAX_TIER_BLOCKS */
   uint64_t    g3_blocks;        /* (defaults 4096 and 0) */
-  const char *g3_path;          /* directory for the G3 file; NULL: a fresh temporary directory,
-                                   removed at destroy. The file itself is always removed at
-                                   destroy. Borrowed during kvt_manager_create (copied). */
+  const char *g3_path;          /* directory for the G3 file, not ""; NULL: a fresh temporary
+                                   directory under $TMPDIR (or /tmp), removed at destroy. The
+                                   file itself is always removed at destroy, and files (and
+                                   temporary directories) that dead processes left there are
+                                   removed at create. Borrowed during kvt_manager_create. */
   uint64_t    event_capacity;   /* bound of the event queue, 1..2^24 (default 65536) */
   const kvt_g1_layout *g1_layout; /* NULL: library-owned G1. Borrowed during create. */
   uint32_t    g1_memory;        /* kvt_memory_kind of library-owned G1 (default AUTO) */
@@ -174,12 +183,22 @@ typedef struct kvt_manager_config {
   uint64_t    sweep_interval_us;  /* how often conditions that cannot wake the pipeline (CUDA
                                      events) are polled; cancellation never waits for it (10000) */
   uint32_t    max_concurrent_transfers;  /* batches in flight at once, >= 1 (default 1) */
-  uint32_t    copy_threads;     /* threads that split large host copies, 1..64 (default 4) */
+  uint32_t    copy_threads;     /* threads that split large host copies, and that do G3's I/O
+                                   without io_uring, 1..64 (default 4) */
   kvt_policy  policy_g1_g2;     /* offload filters per tier pair (default: presence) */
   kvt_policy  policy_g1_g3;
   kvt_policy  policy_g2_g3;
   uint32_t    g3_io;            /* kvt_io_engine (default AUTO) */
   uint32_t    cuda_copy;        /* kvt_cuda_copy: how scattered chunks cross PCIe (default BATCHED) */
+
+  /* Fault injection, for tests (off by default): of the G3 operations of kind g3_fault_op,
+   * the first g3_fault_skip go through, the next g3_fault_count fail with errno
+   * g3_fault_errno as if the kernel had returned it (their transfer ends with KVT_ERR_IO and
+   * a message naming the error), and the rest go through again. */
+  uint32_t    g3_fault_op;      /* kvt_g3_fault; OFF (0) needs the three fields below at 0 */
+  int32_t     g3_fault_errno;   /* 1..4095 */
+  uint64_t    g3_fault_skip;
+  uint64_t    g3_fault_count;   /* >= 1 */
 } kvt_manager_config;
 
 /* Largest capacity of one tier, in blocks. */
@@ -191,7 +210,8 @@ KVT_API void kvt_manager_config_init(kvt_manager_config *cfg);
 /* Creates a manager. *out is owned by the caller and freed with kvt_manager_destroy.
  * cfg is borrowed during the call. Fails with KVT_ERR_INVALID_ARGUMENT for a config that
  * does not validate (the message names the field), KVT_ERR_UNSUPPORTED for CUDA memory
- * without CUDA, KVT_ERR_NO_MEMORY when a tier cannot be allocated. */
+ * without CUDA, KVT_ERR_NO_MEMORY when a tier cannot be allocated, KVT_ERR_NO_SPACE when
+ * g3_path's filesystem cannot hold G3's file, KVT_ERR_IO when that file cannot be created. */
 KVT_API kvt_status kvt_manager_create(kvt_manager **out, const kvt_manager_config *cfg);
 
 /* Destroys a manager and everything it owns. NULL is ignored. Transfers not yet committed are

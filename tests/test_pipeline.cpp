@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -111,7 +112,7 @@ TEST(Pipeline, BytesSurviveG1ToG2ToG3AndBackToG1) {
   TempDir dir;
   for (uint32_t io : {uint32_t(KVT_IO_AUTO), uint32_t(KVT_IO_THREADS)}) {
     kvt_manager_config c = pipe_config(dir);
-    c.g3_io = io;
+    c.g3_io = test_g3_io(io);
     auto m = make(c);
     std::vector<uint64_t> h = {101, 102, 103, 104};
     std::vector<std::vector<unsigned char>> want;
@@ -394,9 +395,11 @@ TEST(Pipeline, CorruptG3SlotFailsOnboardAndHandsNothingOn) {
 
 TEST(Pipeline, InjectedIoFailureFailsOnlyThatTransfer) {
   TempDir dir;
-  setenv("KVTIER_FAULT_G3", "write:28:0:1", 1);  // the first G3 write fails with ENOSPC
-  auto m = make(pipe_config(dir));
-  unsetenv("KVTIER_FAULT_G3");
+  kvt_manager_config c = pipe_config(dir);
+  c.g3_fault_op = KVT_G3_FAULT_WRITE;  // the first G3 write fails with ENOSPC
+  c.g3_fault_errno = ENOSPC;
+  c.g3_fault_count = 1;
+  auto m = make(c);
   kvt_tier_stats g3_before = stats(m.get(), KVT_TIER_G3);
   auto a = computed(m.get(), {1}, nullptr, 7);
   auto b = computed(m.get(), {2}, nullptr, 8);

@@ -76,6 +76,29 @@ kvt_status validate_pipeline(const kvt_manager_config &c) {
                 c.cuda_copy);
   return KVT_OK;
 }
+
+kvt_status validate_g3(const kvt_manager_config &c) {
+  if (c.g3_path != nullptr && c.g3_path[0] == '\0')
+    return fail(KVT_ERR_INVALID_ARGUMENT,
+                "g3_path is \"\": a directory, or NULL for a temporary one");
+  if (c.g3_fault_op > KVT_G3_FAULT_READ)
+    return fail(KVT_ERR_INVALID_ARGUMENT, "g3_fault_op is %u: OFF (0), WRITE (1) or READ (2)",
+                c.g3_fault_op);
+  if (c.g3_fault_op == KVT_G3_FAULT_OFF) {
+    if (c.g3_fault_errno != 0 || c.g3_fault_skip != 0 || c.g3_fault_count != 0)
+      return fail(KVT_ERR_INVALID_ARGUMENT,
+                  "g3_fault_errno, g3_fault_skip and g3_fault_count must be 0 while "
+                  "g3_fault_op is OFF");
+    return KVT_OK;
+  }
+  if (c.g3_fault_errno <= 0 || c.g3_fault_errno > 4095)
+    return fail(KVT_ERR_INVALID_ARGUMENT, "g3_fault_errno is %d: an errno value, 1..4095",
+                c.g3_fault_errno);
+  if (c.g3_fault_count == 0)
+    return fail(KVT_ERR_INVALID_ARGUMENT,
+                "g3_fault_count is 0: at least 1 operation to fail while g3_fault_op is on");
+  return KVT_OK;
+}
 }  // namespace
 
 void config_defaults(kvt_manager_config *cfg) noexcept {
@@ -133,6 +156,7 @@ kvt_status config_validate(const kvt_manager_config &c) noexcept {
   if (c.cuda_device < 0)
     return fail(KVT_ERR_INVALID_ARGUMENT, "cuda_device is %d", c.cuda_device);
   if (kvt_status s = validate_pipeline(c); s != KVT_OK) return s;
+  if (kvt_status s = validate_g3(c); s != KVT_OK) return s;
   if (c.g1_layout != nullptr) return validate_layout(c);
   return KVT_OK;
 }

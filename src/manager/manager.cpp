@@ -60,8 +60,7 @@ kvt_status Manager::create(std::unique_ptr<Manager> *out, const kvt_manager_conf
   }
   m->pool_ = std::make_unique<WorkerPool>(c.copy_threads - 1);
   if (c.g3_blocks > 0) {
-    kvt_status s = DiskEngine::create(&m->disk_, c.g3_path, c.g3_blocks, m->geo_.block_bytes(),
-                                      kvt_io_engine(c.g3_io), *m->pool_);
+    kvt_status s = DiskEngine::create(&m->disk_, c, m->geo_.block_bytes());
     if (s != KVT_OK) return s;
   }
   if (m->tiers_[KVT_TIER_G1]->memory().kind() == KVT_MEMORY_CUDA) {

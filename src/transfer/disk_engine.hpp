@@ -1,22 +1,23 @@
-// G3: one preallocated file per manager. Slot s lives at s * slot_bytes and holds the
-// block's data, padded to 4 KiB, then a 4 KiB header with the sequence hash and an xxh3
-// checksum of the data, so that a torn or corrupt slot is caught on every read.
-// I/O is O_DIRECT where the filesystem allows it and batched through io_uring, with a
-// thread pool doing preadv/pwritev where io_uring is unavailable.
+// G3: one preallocated file per manager (transfer/g3_file.hpp). Slot s lives at
+// s * slot_bytes and holds the block's data, padded to 4 KiB, then a 4 KiB header with the
+// sequence hash and an xxh3 checksum of the data, so that a torn or corrupt slot is caught
+// on every read. I/O is O_DIRECT where the filesystem allows it, through io_uring or, where
+// io_uring is unavailable or not wanted, I/O threads (transfer/disk_io.hpp).
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
 
 #include "kvtier.h"
-#include "transfer/worker_pool.hpp"
-
-struct io_uring;
 
 namespace kvt {
+
+class G3File;
+class RingPool;
+class IoThreads;
 
 struct DiskOp {
   bool write;
@@ -30,32 +31,36 @@ struct DiskOp {
 
 class DiskEngine {
  public:
-  // dir NULL: a fresh temporary directory, removed at destruction.
-  static kvt_status create(std::unique_ptr<DiskEngine> *out, const char *dir, uint64_t slots,
-                           uint64_t block_bytes, kvt_io_engine mode, WorkerPool &pool);
+  // G3 as c asks for it: g3_path, g3_blocks slots of block_bytes, g3_io, the g3_fault_*
+  // fields, copy_threads (I/O threads) and max_concurrent_transfers (io_uring rings).
+  static kvt_status create(std::unique_ptr<DiskEngine> *out, const kvt_manager_config &c,
+                           uint64_t block_bytes);
   ~DiskEngine();
 
   // Runs the operations as one batch and sets each one's status: KVT_OK, KVT_ERR_IO (err
   // says why) or, for reads, KVT_ERR_CORRUPT when the slot does not hold what was written.
+  // Batches from several threads run at the same time.
   void run(std::vector<DiskOp> &ops);
   // A message for a failed operation.
   std::string describe(const DiskOp &op) const;
 
  private:
-  struct Fault;  // test seam: KVTIER_FAULT_G3=read|write:ERRNO:SKIP:COUNT
+  // The config's fault injector, for tests: operations of one kind pass `skip` times, then
+  // fail `count` times with `err`.
+  struct Fault {
+    bool write;
+    int err;
+    uint64_t skip, count;
+    std::atomic<uint64_t> seen{0};
+  };
   struct Prepared;
-  explicit DiskEngine(WorkerPool &pool);
+  DiskEngine();
   bool injected(bool write, int *err);
-  void submit_uring(std::vector<Prepared> &p);
-  void submit_threads(std::vector<Prepared> &p);
 
-  WorkerPool &pool_;
-  std::string dir_, path_;
-  bool own_dir_ = false;
-  int fd_ = -1;
+  std::unique_ptr<G3File> file_;
   uint64_t block_bytes_ = 0, data_bytes_ = 0, slot_bytes_ = 0;
-  std::unique_ptr<io_uring> ring_;
-  std::mutex ring_mu_;
+  std::unique_ptr<RingPool> rings_;      // io_uring, or
+  std::unique_ptr<IoThreads> threads_;   // preadv/pwritev threads
   std::unique_ptr<Fault> fault_;
 };
 
