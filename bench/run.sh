@@ -17,3 +17,8 @@ echo "## transfers"
 "$build/bench/bench_transfer" --benchmark_repetitions=5 --benchmark_min_time=0.5 \
   --benchmark_report_aggregates_only=true --benchmark_format=json > "$out"
 /usr/bin/python3 bench/report_transfer.py "$out"
+echo
+echo "## concurrent transfers"
+"$build/bench/bench_concurrency" --benchmark_repetitions=5 --benchmark_min_time=0.5 \
+  --benchmark_report_aggregates_only=true --benchmark_format=json > "$out"
+/usr/bin/python3 bench/report_concurrency.py "$out"

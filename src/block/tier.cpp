@@ -303,16 +303,39 @@ kvt_status Tier::register_chain(kvt_block *out, const kvt_block *blocks,
 
 kvt_status Tier::match(size_t *out_n, kvt_block *out, const uint64_t *hashes, size_t n) {
   Locked lock(*this);
-  // Prefetching a few lookups ahead lets their cache misses overlap in large tiers.
-  constexpr size_t kAhead = 8;
-  for (size_t j = 0; j < std::min(n, kAhead); ++j) registry_.prefetch(hashes[j]);
+  // In a large tier each lookup misses the caches three times, one after the other: the
+  // registry table, then the slot it names, then the slot's neighbours on the inactive list,
+  // which pinning unlinks. So a group of lookups goes through each of those steps in turn,
+  // with the misses of one step overlapping, before the next step needs them.
+  constexpr size_t kGroup = 32;
+  uint32_t cand[kGroup];
   size_t i = 0;
-  for (; i < n; ++i) {
-    if (i + kAhead < n) registry_.prefetch(hashes[i + kAhead]);
-    uint32_t s = registry_.find(hashes[i]);
-    if (s == kNil) break;
-    pin(s);
-    out[i] = handle_of(s);
+  for (bool more = true; more && i < n;) {
+    const size_t g = std::min(kGroup, n - i);
+    for (size_t j = 0; j < g; ++j) registry_.prefetch(hashes[i + j]);
+    size_t found = 0;
+    for (; found < g; ++found) {  // the table alone: no slot read yet
+      if ((cand[found] = registry_.candidate(hashes[i + found])) == kNil) break;
+      __builtin_prefetch(&slots_[cand[found]]);
+    }
+    for (size_t j = 0; j < found; ++j) {  // confirm each candidate; load its neighbours
+      if (slots_[cand[j]].seq_hash != hashes[i + j] &&
+          (cand[j] = registry_.find(hashes[i + j])) == kNil) {
+        found = j;
+        break;
+      }
+      const Slot &sl = slots_[cand[j]];
+      if (State(sl.state) == State::Inactive) {
+        if (sl.prev != kNil) __builtin_prefetch(&slots_[sl.prev], 1);
+        if (sl.next != kNil) __builtin_prefetch(&slots_[sl.next], 1);
+      }
+    }
+    for (size_t j = 0; j < found; ++j) {
+      pin(cand[j]);
+      out[i + j] = handle_of(cand[j]);
+    }
+    i += found;
+    more = found == g;
   }
   match_queried_ += n;
   match_hit_ += i;

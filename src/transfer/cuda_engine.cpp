@@ -3,17 +3,24 @@
 #include <cuda_runtime_api.h>
 
 #include <mutex>
+#include <vector>
 
 #include "common/error.hpp"
 #include "memory/cuda.hpp"
 
 namespace kvt {
 
+// Copies in one direction share a stream, so the copy engine takes batches in the order they
+// were enqueued and never idles between them. Each copy() waits on its own event, recorded
+// after its copies on that stream: it returns once its own copies (and any enqueued before
+// them) are done, without holding a lock, so that other threads enqueue meanwhile. Enqueuing
+// onto a stream needs no lock: the CUDA runtime orders concurrent calls on a stream itself,
+// and a thread's event follows its own copies whatever other threads put between them.
 struct CudaEngine::Streams {
   int device = 0;
   cudaStream_t h2d = nullptr, d2h = nullptr;
-  cudaEvent_t done_h2d = nullptr, done_d2h = nullptr;
-  std::mutex mu_h2d, mu_d2h;  // one batch per direction at a time
+  std::mutex mu;                     // guards only the free events
+  std::vector<cudaEvent_t> events;  // created as copies in flight need them, reused
 };
 
 namespace {
@@ -35,8 +42,6 @@ kvt_status CudaEngine::create(std::unique_ptr<CudaEngine> *out, int device,
   cudaError_t r = cudaSetDevice(device);
   if (r == cudaSuccess) r = cudaStreamCreateWithFlags(&s.h2d, cudaStreamNonBlocking);
   if (r == cudaSuccess) r = cudaStreamCreateWithFlags(&s.d2h, cudaStreamNonBlocking);
-  if (r == cudaSuccess) r = cudaEventCreateWithFlags(&s.done_h2d, cudaEventDisableTiming);
-  if (r == cudaSuccess) r = cudaEventCreateWithFlags(&s.done_d2h, cudaEventDisableTiming);
   if (r != cudaSuccess) return cuda_fail("creating the copy streams", r);
   *out = std::move(e);
   return KVT_OK;
@@ -45,8 +50,7 @@ kvt_status CudaEngine::create(std::unique_ptr<CudaEngine> *out, int device,
 CudaEngine::~CudaEngine() {
   if (!s_) return;
   cudaSetDevice(s_->device);
-  if (s_->done_h2d) cudaEventDestroy(s_->done_h2d);
-  if (s_->done_d2h) cudaEventDestroy(s_->done_d2h);
+  for (cudaEvent_t e : s_->events) cudaEventDestroy(e);
   if (s_->h2d) cudaStreamDestroy(s_->h2d);
   if (s_->d2h) cudaStreamDestroy(s_->d2h);
 }
@@ -54,11 +58,19 @@ CudaEngine::~CudaEngine() {
 kvt_status CudaEngine::copy(const std::vector<Segment> &segs, bool to_device) {
   if (segs.empty()) return KVT_OK;
   Streams &s = *s_;
-  std::lock_guard lock(to_device ? s.mu_h2d : s.mu_d2h);
   cudaStream_t stream = to_device ? s.h2d : s.d2h;
-  cudaEvent_t done = to_device ? s.done_h2d : s.done_d2h;
-  cudaSetDevice(s.device);
+  cudaSetDevice(s.device);  // per thread: executors may not have set it yet
+  cudaEvent_t done = nullptr;
+  {
+    std::lock_guard lock(s.mu);
+    if (!s.events.empty()) {
+      done = s.events.back();
+      s.events.pop_back();
+    }
+  }
   cudaError_t r = cudaSuccess;
+  if (done == nullptr) r = cudaEventCreateWithFlags(&done, cudaEventDisableTiming);
+  if (r != cudaSuccess) return cuda_fail("creating a copy event", r);
   if (method_ == KVT_CUDA_COPY_BATCHED) {
     std::vector<void *> dsts(segs.size());
     std::vector<const void *> srcs(segs.size());
@@ -82,8 +94,12 @@ kvt_status CudaEngine::copy(const std::vector<Segment> &segs, bool to_device) {
   }
   if (r == cudaSuccess) r = cudaEventRecord(done, stream);
   if (r == cudaSuccess) r = cudaEventSynchronize(done);
-  if (r != cudaSuccess)
+  if (r != cudaSuccess) {
+    cudaEventDestroy(done);  // its state after a failed copy is not worth reusing
     return cuda_fail(to_device ? "host-to-device copy" : "device-to-host copy", r);
+  }
+  std::lock_guard lock(s.mu);
+  s.events.push_back(done);
   return KVT_OK;
 }
 

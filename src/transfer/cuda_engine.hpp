@@ -1,5 +1,6 @@
 // Copies between CUDA device memory (G1) and host memory (G2, staging buffers): one stream
-// per direction, completion awaited through a CUDA event. Scattered chunks go through
+// per direction, each copy() awaiting its own CUDA event, so that concurrent calls queue their
+// copies back to back instead of waiting for each other. Scattered chunks go through
 // cudaMemcpyBatchAsync; one cudaMemcpyAsync per chunk is kept as the baseline to beat.
 // cuda_engine.cpp implements it with CUDA; cuda_engine_absent.cpp says there is none.
 #pragma once
@@ -21,7 +22,8 @@ class CudaEngine {
   CudaEngine &operator=(const CudaEngine &) = delete;
 
   // Copies every segment (host to device when to_device, else device to host) and returns
-  // once they are done; KVT_ERR_CUDA with the message set on failure.
+  // once they are done; KVT_ERR_CUDA with the message set on failure. Any thread, any
+  // number at once; no lock is held while the copies run.
   kvt_status copy(const std::vector<Segment> &segs, bool to_device);
 
  private:

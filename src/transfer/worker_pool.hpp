@@ -5,6 +5,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <mutex>
 #include <thread>
@@ -20,11 +21,14 @@ class WorkerPool {
   WorkerPool &operator=(const WorkerPool &) = delete;
 
   // Runs fn(i) for every i in [0, n) and returns when all have run. Calls from several
-  // threads take turns.
+  // threads run at the same time: each caller works on its own job, and the workers spread
+  // over the jobs posted.
   void parallel_for(size_t n, const std::function<void(size_t)> &fn);
   unsigned threads() const noexcept { return unsigned(workers_.size()); }
 
  private:
+  // One parallel_for call, on its caller's stack. Indices are claimed through `next`
+  // without the lock; mu_ guards only the bookkeeping of who is inside.
   struct Job {
     const std::function<void(size_t)> *fn;
     size_t n;
@@ -34,12 +38,12 @@ class WorkerPool {
   };
   void work();
   static size_t run(Job &j);
+  void withdraw_locked(Job *j);
 
-  std::mutex submit_mu_;  // one job at a time
-  std::mutex mu_;
+  std::mutex mu_;  // held only to post, take or finish a job, never during fn
   std::condition_variable cv_, done_cv_;
-  Job *job_ = nullptr;  // the job workers may join, under mu_
-  uint64_t job_gen_ = 0;  // counts jobs, so that a worker joins each one once
+  std::vector<Job *> jobs_;  // posted jobs with indices left, under mu_
+  size_t turn_ = 0;          // which job the next worker joins, round robin, under mu_
   bool stop_ = false;
   std::vector<std::thread> workers_;
 };
