@@ -16,16 +16,26 @@ install(FILES ${CMAKE_CURRENT_BINARY_DIR}/kvtierConfig.cmake
               ${CMAKE_CURRENT_BINARY_DIR}/kvtierConfigVersion.cmake
         DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/kvtier)
 
-# Build-tree kvtier.pc points at the source headers and the build directory, so bindings
-# can use pkg-config without installing; the installed one points at the prefix.
+# Build-tree kvtier.pc points at the source headers and the build directory, with absolute
+# paths, so that bindings can use pkg-config without installing, wherever the build tree is.
 set(KVT_PC_LIBDIR ${CMAKE_CURRENT_BINARY_DIR}/src)
 set(KVT_PC_INCLUDEDIR ${CMAKE_CURRENT_SOURCE_DIR}/include)
 configure_file(cmake/kvtier.pc.in ${CMAKE_CURRENT_BINARY_DIR}/kvtier.pc @ONLY)
-# Relative to the .pc file itself, so that `cmake --install --prefix` anywhere works.
-file(RELATIVE_PATH kvt_pc_up /p/${CMAKE_INSTALL_LIBDIR}/pkgconfig /p)
-string(REGEX REPLACE "/$" "" kvt_pc_up "${kvt_pc_up}")
-set(KVT_PC_LIBDIR "\${pcfiledir}/${kvt_pc_up}/${CMAKE_INSTALL_LIBDIR}")
-set(KVT_PC_INCLUDEDIR "\${pcfiledir}/${kvt_pc_up}/${CMAKE_INSTALL_INCLUDEDIR}")
-configure_file(cmake/kvtier.pc.in ${CMAKE_CURRENT_BINARY_DIR}/install/kvtier.pc @ONLY)
-install(FILES ${CMAKE_CURRENT_BINARY_DIR}/install/kvtier.pc
-        DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)
+# The installed one names the prefix it is installed to (`cmake --install --prefix` included,
+# DESTDIR not), so it is written at install time, out of sight of PKG_CONFIG_PATH=<build>.
+foreach(kind LIBDIR INCLUDEDIR)
+  if(IS_ABSOLUTE "${CMAKE_INSTALL_${kind}}")
+    set(kvt_pc_${kind} "${CMAKE_INSTALL_${kind}}")
+  else()
+    set(kvt_pc_${kind} "\${CMAKE_INSTALL_PREFIX}/${CMAKE_INSTALL_${kind}}")
+  endif()
+endforeach()
+set(kvt_pc_installed ${CMAKE_CURRENT_BINARY_DIR}/CMakeFiles/kvtier-installed.pc)
+install(CODE "
+  set(KVT_PC_LIBDIR \"${kvt_pc_LIBDIR}\")
+  set(KVT_PC_INCLUDEDIR \"${kvt_pc_INCLUDEDIR}\")
+  set(PROJECT_DESCRIPTION \"${PROJECT_DESCRIPTION}\")
+  set(PROJECT_VERSION \"${PROJECT_VERSION}\")
+  configure_file(\"${CMAKE_CURRENT_SOURCE_DIR}/cmake/kvtier.pc.in\" \"${kvt_pc_installed}\" @ONLY)
+")
+install(FILES ${kvt_pc_installed} DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig RENAME kvtier.pc)

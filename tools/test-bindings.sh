@@ -12,7 +12,17 @@ export PATH=/usr/bin:$PATH
 
 echo "== Rust: cargo test"
 (cd bindings/rust && cargo test --offline -q 2>&1 | grep -E "test result|error|panicked|FAILED")
-echo "== Python: pytest"
+echo "== Rust: kvtier-sys and kvtier against a build tree outside the repository"
+outside=$(mktemp -d)
+trap 'rm -rf "$outside"' EXIT
+cmake -S . -B "$outside/build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKVT_BUILD_TESTS=OFF \
+  -DKVT_BUILD_BENCH=OFF -DKVT_BUILD_EXAMPLES=OFF -DKVT_BUILD_REPLAY=OFF > "$outside/log" 2>&1 &&
+  cmake --build "$outside/build" -j"$(nproc)" --target kvtier > "$outside/log" 2>&1 ||
+  { cat "$outside/log"; exit 1; }
+(cd bindings/rust && env -u KVTIER_LIB_DIR PKG_CONFIG_PATH="$outside/build" cargo test --offline -q 2>&1 |
+  grep -E "test result|error|panicked|FAILED")
+echo "== Python: the shipped cffi declarations, pytest"
+/usr/bin/python3 bindings/python/gen_cdef.py --check
 /usr/bin/python3 -m pytest -q -p no:cacheprovider bindings/python/tests
 echo "== Go: vet, test, race"
 (cd bindings/go && go vet ./... && go test -a -count=1 ./... && go test -race -count=1 ./...)
