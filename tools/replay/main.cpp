@@ -39,6 +39,7 @@ int main(int argc, char **argv) {
   long long layers = o.layers, outer = o.outer, chunk = o.chunk_bytes, conc = o.concurrency;
   std::string offload = "eager", policy = "presence";
   bool no_progress = false;
+  bool no_prefault = false;
 
   CLI::App app{"kvtier-replay: replays a serving trace through kvtier's tiers (G1, G2, G3) "
                "with real hashing and real copies, and reports hits, transfers and speed."};
@@ -63,6 +64,9 @@ int main(int argc, char **argv) {
   app.add_option("--plot", o.plot_svg, "write an SVG of hit rate per tier over trace time");
   app.add_option("--interval", o.interval_s, "timeline interval in trace seconds (60)");
   app.add_flag("--no-progress", no_progress, "no progress bar on stderr");
+  app.add_flag("--no-prefault", no_prefault,
+               "leave G1 and G2 pages to be faulted in by the copies (a GPU host pins, and so "
+               "faults in, G2 when the manager starts)");
   CLI11_PARSE(app, argc, argv);
 
   std::string err;
@@ -84,6 +88,7 @@ int main(int argc, char **argv) {
   o.chunk_bytes = uint64_t(chunk);
   o.concurrency = uint32_t(conc);
   o.progress = !no_progress && !o.json;
+  o.prefault = !no_prefault;
   if (offload == "eager") o.offload = Offload::Eager;
   else if (offload == "lazy") o.offload = Offload::Lazy;
   else return usage_error("--offload must be eager or lazy, not \"" + offload + "\"");

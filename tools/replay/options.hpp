@@ -22,6 +22,7 @@ struct Options {
   std::string timeline_csv, plot_svg;
   double interval_s = 60;      // timeline bucket width in trace time
   bool progress = true;        // a progress bar, when stderr is a terminal
+  bool prefault = true;        // touch every page of G1 and G2 before the replay
 
   uint64_t block_bytes() const { return uint64_t(layers) * outer * chunk_bytes; }
 };

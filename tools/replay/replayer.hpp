@@ -47,6 +47,7 @@ struct Result : Counts {
   uint64_t alloc_waits = 0;  // allocations that waited for G1 space held by transfers
   DirectionTotals dir[kDirections];
   double seconds = 0;
+  double prefault_seconds = 0;  // touching G1 and G2 before the replay, not in `seconds`
   std::vector<Interval> timeline;
 
   uint64_t offloaded_blocks() const { return dir[G1G2].blocks + dir[G1G3].blocks + dir[G2G3].blocks; }

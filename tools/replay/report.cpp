@@ -102,6 +102,7 @@ void print_json(std::FILE *f, const Options &o, const Trace &t, const Result &r)
   j["transfers"] = dirs;
   j["alloc_waits"] = r.alloc_waits;
   j["seconds"] = r.seconds;
+  j["prefault_seconds"] = r.prefault_seconds;
   j["config"] = {{"page_size", o.page_size},     {"g1_blocks", o.g1_blocks},
                  {"g2_blocks", o.g2_blocks},     {"g3_blocks", o.g3_blocks},
                  {"layers", o.layers},           {"outer", o.outer},
