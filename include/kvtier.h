@@ -406,7 +406,8 @@ KVT_API kvt_status kvt_block_register(kvt_block *out, kvt_manager *m, kvt_block 
  * for a first block. Emits BLOCK_STORED. If seq_hash is already registered in that tier, the
  * registration deduplicates: *out is the existing block with one more reference, b is
  * released to the free pool (its handle goes stale) and no event is emitted.
- * Otherwise *out is b itself. Either way the caller owns one reference through *out. */
+ * Otherwise *out is b itself. Either way the caller owns one reference through *out.
+ * KVT_ERR_STATE for a destination of an onboard in flight. */
 KVT_API kvt_status kvt_block_register_hash(kvt_block *out, kvt_manager *m, kvt_block b,
                                            uint64_t seq_hash, uint64_t parent_seq_hash);
 
@@ -435,7 +436,12 @@ KVT_API kvt_status kvt_tier_evictable(size_t *out_n, kvt_block *out, size_t max,
                                       kvt_manager *m, kvt_tier tier);
 
 /* ---------------------------------------------------------------------------------------
- * Fences: preconditions the host signals (DESIGN section 6)
+ * Fences: preconditions the host signals
+ *
+ * kvt_fence * and kvt_xfer * values are opaque tokens, never addresses: the library never
+ * reads memory through them, and never hands out the same value twice in a process. A
+ * token that was released or destroyed, belongs to a destroyed manager, or was never
+ * handed out is refused with KVT_ERR_INVALID_HANDLE (functions returning void ignore it).
  * ------------------------------------------------------------------------------------ */
 
 /* A one-shot fence owned by the caller (kvt_fence_destroy). Transfers enqueued with it wait
@@ -448,17 +454,20 @@ KVT_API kvt_status kvt_fence_signal(kvt_fence *f);
  * without CUDA. */
 KVT_API kvt_status kvt_fence_from_cuda_event(kvt_fence **out, kvt_manager *m, void *cuda_event);
 /* Releases the caller's fence. Transfers still waiting on an unsignalled fence can never
- * proceed and end with KVT_ERR_CANCELLED. NULL is ignored. */
+ * proceed and end with KVT_ERR_CANCELLED. NULL, and a fence destroyed before, are ignored. */
 KVT_API void kvt_fence_destroy(kvt_fence *f);
 
 /* ---------------------------------------------------------------------------------------
- * Transfers: offload down the tiers, onboard back to G1 (DESIGN section 6)
+ * Transfers: offload down the tiers, onboard back to G1
  *
  * A transfer moves one container of blocks through policy evaluation, the precondition,
  * batching and the copy. Until the copy commits, the container holds only weak references:
- * a source block evicted before then is dropped from it, and the final count says so.
- * Every transfer ends in exactly one XFER_DONE event (unless released first) carrying
- * user_data, its status (KVT_OK, KVT_ERR_CANCELLED or the failure) and the blocks moved.
+ * a source block evicted before then is dropped from it, and the final count says so. A
+ * container larger than max_batch_size is copied in several batches; it commits with its
+ * first and ends with its last. Every transfer ends in exactly one XFER_DONE event (unless
+ * released first) carrying user_data, its status (KVT_OK, KVT_ERR_CANCELLED or the
+ * failure) and the blocks moved. The calls on a transfer never wait for other transfers:
+ * kvt_xfer_status, kvt_xfer_cancel and kvt_xfer_wait with timeout 0 return at once.
  * ------------------------------------------------------------------------------------ */
 
 typedef enum kvt_xfer_state {
@@ -481,10 +490,15 @@ KVT_API kvt_status kvt_offload(kvt_xfer **out, kvt_manager *m, const kvt_block *
 
 /* Copies registered blocks of G2 or G3 into the Empty G1 blocks dst_g1[0..n) that the caller
  * allocated, and registers those under the source hashes. Where G1 already held a hash by
- * then, the caller's block is freed and the existing one is pinned instead:
- * kvt_xfer_blocks gives the final handles. The caller keeps one reference on each and must
- * not touch dst_g1 until the transfer ends. If it fails or is cancelled, dst_g1 stay Empty
- * and the caller's. Arrays are borrowed. */
+ * then, the existing block is pinned instead, and the first kvt_xfer_blocks gives its
+ * handle and frees the caller's block (whose handle goes stale). The caller keeps one
+ * reference on each final block and must not touch dst_g1 until the transfer ends (nor
+ * register them: kvt_block_register_hash refuses with KVT_ERR_STATE). If it fails or is
+ * cancelled, or is released before kvt_xfer_blocks was called, dst_g1 stay the caller's:
+ * registered where the copy was registered, Empty where it failed or G1 held the hash.
+ * A G3 source that fails its checksum (KVT_ERR_CORRUPT) leaves G3's registry with a
+ * BLOCK_REMOVED event, so the next match misses it; handles to it stay valid until
+ * released. Arrays are borrowed. */
 KVT_API kvt_status kvt_onboard(kvt_xfer **out, kvt_manager *m, const kvt_block *src,
                                const kvt_block *dst_g1, size_t n, kvt_fence *precondition,
                                uint64_t user_data);
@@ -495,7 +509,10 @@ KVT_API kvt_status kvt_onboard(kvt_xfer **out, kvt_manager *m, const kvt_block *
 KVT_API kvt_status kvt_xfer_cancel(kvt_xfer *x);
 
 /* Waits for the transfer to end: its final status (KVT_OK, KVT_ERR_CANCELLED or the
- * failure), or KVT_TIMEOUT. timeout_ns < 0 waits forever, 0 only looks. */
+ * failure), or KVT_TIMEOUT (with a message). timeout_ns < 0 waits forever, 0 only looks.
+ * Another thread may release the transfer meanwhile: the wait then returns
+ * KVT_ERR_CANCELLED if the transfer had not committed, else its final status once its
+ * copy ends. */
 KVT_API kvt_status kvt_xfer_wait(kvt_xfer *x, int64_t timeout_ns);
 
 /* Where the transfer is (kvt_xfer_state), its final status once ended (else KVT_AGAIN),
@@ -505,13 +522,15 @@ KVT_API kvt_status kvt_xfer_status(uint32_t *out_state, kvt_status *out_result,
                                    uint64_t *out_count, kvt_xfer *x);
 
 /* After an onboard ended with KVT_OK: the final G1 handle for each dst_g1[i], in order (n
- * entries); 0 for a pair that was dropped. KVT_ERR_STATE before the end or for an offload. */
+ * entries); 0 for a pair that was dropped. KVT_ERR_STATE before the end or for an offload.
+ * The first call hands over the blocks pinned in place of the caller's (see kvt_onboard). */
 KVT_API kvt_status kvt_xfer_blocks(kvt_block *out, size_t n, kvt_xfer *x);
 
 /* Gives up the handle. A transfer not yet committed is cancelled; one in flight finishes.
- * No event names x after this returns (queued ones are withdrawn); an event the host already
- * polled may still hold the old pointer, which a newer transfer can reuse: identify
- * transfers in polled events by user_data. NULL is ignored. */
+ * Legal while another thread waits on x (see kvt_xfer_wait). No event names x after this
+ * returns (queued ones are withdrawn); an event the host polled before may still name it,
+ * and calls with it then fail with KVT_ERR_INVALID_HANDLE, since no transfer ever gets the
+ * same token. NULL, and a transfer released before, are ignored. */
 KVT_API void kvt_xfer_release(kvt_xfer *x);
 
 /* ---------------------------------------------------------------------------------------

@@ -405,7 +405,7 @@ kvt_status Tier::pin_empty(kvt_block b) {
 }
 
 void Tier::commit_onboarded(kvt_block *out, kvt_block b, uint64_t seq_hash, uint64_t parent,
-                            bool dedup) {
+                            bool pin_existing) {
   Locked lock(*this);
   uint32_t s = handle::slot(b);
   --refs_[int(Holder::Pipeline)];
@@ -415,8 +415,31 @@ void Tier::commit_onboarded(kvt_block *out, kvt_block b, uint64_t seq_hash, uint
     return;
   }
   --slots_[s].refs;
-  if (!dedup && registry_.find(seq_hash) != kNil) return;  // the copy is dropped
+  if (uint32_t existing = registry_.find(seq_hash); existing != kNil) {
+    if (pin_existing) {
+      pin(existing);
+      ++refs_[int(Holder::Pipeline)];
+      ++dedups_;
+      *out = handle_of(existing);
+    }
+    return;  // the copy is dropped
+  }
   commit_registration(out, s, seq_hash, parent);
+}
+
+void Tier::hand_over(kvt_block replaced) {
+  Locked lock(*this);
+  --refs_[int(Holder::Pipeline)];
+  ++refs_[int(Holder::Host)];
+  uint32_t s = handle::slot(replaced);
+  Slot &sl = slots_[s];
+  // Unless the caller has released it already.
+  if (s < high_water_ && sl.gen == handle::gen(replaced) && State(sl.state) == State::Empty &&
+      sl.refs > 0) {
+    --sl.refs;
+    --refs_[int(Holder::Host)];
+    settle_locked(replaced);
+  }
 }
 
 void Tier::remove(kvt_block b) {

@@ -72,13 +72,16 @@ class Tier {
   bool contains(uint64_t hash);
   kvt_status expect_empty(kvt_block b);
   // Onboard: the pipeline's own reference on the caller's Empty destination while it is
-  // written, then the registration that drops it. If the caller released the block in the
-  // meantime it is freed instead and *out is 0. Without dedup (the host gave up the
-  // transfer, so it could never learn another handle), a hash G1 already holds leaves the
-  // caller's block Empty and *out is 0.
+  // written, then the registration that drops it; *out is b. If the caller released the
+  // block in the meantime it is freed instead and *out is 0. Where the hash is registered
+  // already, the caller's block stays Empty and the caller's, and *out is the registered
+  // block with one more reference, held by the pipeline (with pin_existing), or 0.
   kvt_status pin_empty(kvt_block b);
   void commit_onboarded(kvt_block *out, kvt_block b, uint64_t seq_hash, uint64_t parent,
-                        bool dedup);
+                        bool pin_existing);
+  // The host takes over one reference that commit_onboarded pinned for it, in place of its
+  // own on the Empty block `replaced`, which is released (freed, its handle going stale).
+  void hand_over(kvt_block replaced);
   // A registered block whose stored copy proved corrupt leaves the registry (BLOCK_REMOVED);
   // its holders keep their references, and its last release frees it.
   void remove(kvt_block b);

@@ -56,9 +56,15 @@ void PipelineTiers::store(kvt_tier t, kvt_block *b, const uint64_t *hash,
 }
 
 void PipelineTiers::commit_onboarded(kvt_block *out, const kvt_block *g1, const uint64_t *hash,
-                                     const uint64_t *parent, size_t n, bool dedup) {
+                                     const uint64_t *parent, size_t n, bool pin_existing) {
   Tier *tier = m_.tier_if_present(KVT_TIER_G1);
-  for (size_t i = 0; i < n; ++i) tier->commit_onboarded(&out[i], g1[i], hash[i], parent[i], dedup);
+  for (size_t i = 0; i < n; ++i)
+    tier->commit_onboarded(&out[i], g1[i], hash[i], parent[i], pin_existing);
+}
+
+void PipelineTiers::hand_over(const kvt_block *replaced, size_t n) {
+  Tier *tier = m_.tier_if_present(KVT_TIER_G1);
+  for (size_t i = 0; i < n; ++i) tier->hand_over(replaced[i]);
 }
 
 void PipelineTiers::remove(kvt_block b) { m_.tier_if_present(handle::tier(b))->remove(b); }

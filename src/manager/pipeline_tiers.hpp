@@ -26,7 +26,8 @@ class PipelineTiers final : public BlockTiers {
   void store(kvt_tier t, kvt_block *b, const uint64_t *hash, const uint64_t *parent,
              size_t n) override;
   void commit_onboarded(kvt_block *out, const kvt_block *g1, const uint64_t *hash,
-                        const uint64_t *parent, size_t n, bool dedup) override;
+                        const uint64_t *parent, size_t n, bool pin_existing) override;
+  void hand_over(const kvt_block *replaced, size_t n) override;
   void remove(kvt_block b) override;
   void release(const kvt_block *b, size_t n) override;
   uint64_t pipeline_refs() override;

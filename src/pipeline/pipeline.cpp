@@ -250,8 +250,8 @@ void Pipeline::piece_done(const Piece &p, Executor::Result &r) {
   }
   parked_pins_ -= t.landed.size() - r.landed.size();
   if (t.onboard && !t.landed.empty()) {
-    // Registered under t.mu: a release either came before, and the caller's blocks are
-    // not deduplicated away from under its handles, or finds the transfer ended.
+    // Registered under t.mu: a release either came before (and no block is pinned for a
+    // host that could never read its handle), or finds the transfer ended.
     const size_t n = t.landed.size();
     std::vector<kvt_block> g1(n), out(n);
     for (size_t k = 0; k < n; ++k) g1[k] = t.landed[k].g1;
@@ -267,7 +267,9 @@ void Pipeline::piece_done(const Piece &p, Executor::Result &r) {
       for (size_t k = 0; k < n; ++k) {
         t.final_blocks[t.landed[k].item] = out[k];
         t.count += out[k] != 0;
+        if (out[k] != 0 && out[k] != g1[k]) t.unread_dedups.push_back(t.landed[k].item);
       }
+      parked_pins_ += t.unread_dedups.size();
     } else {
       tiers_.release(g1.data(), n);  // the pins; the blocks stay Empty and the caller's
     }
@@ -369,6 +371,13 @@ kvt_status Pipeline::blocks(kvt_block *out, size_t n, Transfer &t) {
   if (n != t.src.size())
     return fail(KVT_ERR_INVALID_ARGUMENT, "kvt_xfer_blocks: n is %zu, the onboard had %zu", n,
                 t.src.size());
+  if (!t.unread_dedups.empty()) {  // the host takes the blocks pinned for it
+    std::vector<kvt_block> replaced;
+    for (size_t i : t.unread_dedups) replaced.push_back(t.dst_g1[i]);
+    tiers_.hand_over(replaced.data(), replaced.size());
+    parked_pins_ -= replaced.size();
+    t.unread_dedups.clear();
+  }
   if (!t.final_blocks.empty()) std::copy(t.final_blocks.begin(), t.final_blocks.end(), out);
   else std::fill(out, out + n, kvt_block{0});
   return KVT_OK;
@@ -382,6 +391,13 @@ void Pipeline::release(Transfer &t) {
     tiers_.events().withdraw(token_of(t));
     if (!t.ended() && t.state != KVT_XFER_INFLIGHT)
       end_locked(t, KVT_ERR_CANCELLED, "released by the host", &reserved);  // emits nothing
+    if (!t.unread_dedups.empty()) {  // never read: the caller keeps its own blocks
+      std::vector<kvt_block> pinned;
+      for (size_t i : t.unread_dedups) pinned.push_back(t.final_blocks[i]);
+      tiers_.release(pinned.data(), pinned.size());
+      parked_pins_ -= pinned.size();
+      t.unread_dedups.clear();
+    }
   }
   policy_.unreserve(t.dst_tier, reserved);
 }

@@ -100,7 +100,8 @@ class Pipeline {
   // Held shared by an executor from the commitment of a batch until its references are
   // given back, and exclusively by check_refs.
   std::shared_timed_mutex in_flight_;
-  // Pins on onboarded G1 blocks that wait for the other pieces of their transfer.
+  // Block references the pipeline holds between batches: pins on onboarded G1 blocks that
+  // wait for the other pieces of their transfer, or for the host to read its final handles.
   std::atomic<uint64_t> parked_pins_{0};
 
   std::thread progress_;

@@ -39,10 +39,13 @@ class BlockTiers {
   // the pipeline's reference afterwards (another one where the hash was there already).
   virtual void store(kvt_tier t, kvt_block *b, const uint64_t *hash, const uint64_t *parent,
                      size_t n) = 0;
-  // Onboard: drops the pin on g1[i] and registers it; out[i] is the caller's final handle
-  // (0 where the copy was dropped). dedup as in Tier::commit_onboarded.
+  // Onboard: drops the pin on g1[i] and registers it; out[i] is the caller's final handle:
+  // g1[i], or where G1 held the hash already, that block pinned for the host (with
+  // pin_existing) or 0 (the copy is dropped, g1[i] stays Empty and the caller's).
   virtual void commit_onboarded(kvt_block *out, const kvt_block *g1, const uint64_t *hash,
-                                const uint64_t *parent, size_t n, bool dedup) = 0;
+                                const uint64_t *parent, size_t n, bool pin_existing) = 0;
+  // The host takes the blocks pinned for it, and gives up replaced[i] (its Empty ones).
+  virtual void hand_over(const kvt_block *replaced, size_t n) = 0;
   // A block whose stored copy proved corrupt leaves its tier's registry.
   virtual void remove(kvt_block b) = 0;
 

@@ -71,6 +71,10 @@ struct Transfer {
   };
   std::vector<Landed> landed;           // onboard: registered when the last piece ends
   std::vector<kvt_block> final_blocks;  // onboard: the G1 handles to use afterwards
+  // Onboard items whose final block is another, pinned by the pipeline until the host reads
+  // the final handles (then it takes the pin, and its own block goes) or releases the
+  // transfer (then the pin goes, and its own block stays).
+  std::vector<size_t> unread_dedups;
 
   bool ended() const {
     return state == KVT_XFER_DONE || state == KVT_XFER_CANCELLED || state == KVT_XFER_FAILED;
