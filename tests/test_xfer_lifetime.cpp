@@ -11,11 +11,18 @@ using namespace kvt_xfer_test;
 
 namespace {
 
-// Waits on x from another thread; the future holds the status the wait returned.
+// Waits on x from another thread; the future holds the status the wait returned. Returns
+// once the thread is about to call kvt_xfer_wait, and a moment later.
 std::future<kvt_status> wait_in_thread(kvt_xfer *x) {
   std::promise<kvt_status> p;
   auto f = p.get_future();
-  std::thread([x, p = std::move(p)]() mutable { p.set_value(kvt_xfer_wait(x, -1)); }).detach();
+  auto calling = std::make_shared<std::atomic<bool>>(false);
+  std::thread([x, calling, p = std::move(p)]() mutable {
+    *calling = true;
+    p.set_value(kvt_xfer_wait(x, -1));
+  }).detach();
+  while (!*calling) std::this_thread::yield();
+  std::this_thread::sleep_for(5ms);
   return f;
 }
 
@@ -37,11 +44,10 @@ TEST(Threads, ReleaseWhileAnotherThreadWaitsOnAParkedTransfer) {
   ASSERT_KVT_OK(kvt_fence_create(&f, m.get()));
   kvt_xfer *x = nullptr;
   ASSERT_KVT_OK(kvt_offload(&x, m.get(), g1.data(), 2, KVT_TIER_G2, f, 0));
-  auto waited = wait_in_thread(x);
   for (int i = 0; i < 1000 && state_of_xfer(x) != KVT_XFER_WAITING; ++i)
     std::this_thread::sleep_for(1ms);
   ASSERT_EQ(state_of_xfer(x), uint32_t(KVT_XFER_WAITING));
-  std::this_thread::sleep_for(20ms);  // the waiter is inside kvt_xfer_wait by now
+  auto waited = wait_in_thread(x);
   kvt_xfer_release(x);
   EXPECT_EQ(await(waited), KVT_ERR_CANCELLED);
   kvt_fence_destroy(f);
@@ -62,7 +68,6 @@ TEST(Threads, ReleaseWhileAnotherThreadWaitsOnABatchedTransfer) {
     std::this_thread::sleep_for(1ms);
   ASSERT_EQ(state_of_xfer(x), uint32_t(KVT_XFER_BATCHED));
   auto waited = wait_in_thread(x);
-  std::this_thread::sleep_for(20ms);
   kvt_xfer_release(x);
   EXPECT_EQ(await(waited), KVT_ERR_CANCELLED);
   EXPECT_EQ(matched(m.get(), KVT_TIER_G2, {1}), 0u) << "a released transfer was copied";
@@ -88,10 +93,12 @@ TEST(Threads, ReleaseWhileAnotherThreadWaitsOnATransferInFlight) {
     uint32_t st = 0;
     while ((st = state_of_xfer(x)) < KVT_XFER_INFLIGHT) std::this_thread::yield();
     kvt_xfer_release(x);
-    kvt_status got = await(waited);
+    kvt_status got = await(waited);  // once the copy has ended, if it had committed
     if (st == KVT_XFER_INFLIGHT) {
       ++caught;
       EXPECT_EQ(got, KVT_OK) << "released in flight: the copy finishes";
+    } else {
+      EXPECT_EQ(got, KVT_OK) << "it ended before the release";
     }
     // Make room for the next round.
     auto all = alloc(m.get(), stats(m.get(), KVT_TIER_G3).free + stats(m.get(), KVT_TIER_G3).inactive,

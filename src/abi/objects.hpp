@@ -1,5 +1,6 @@
 // The structs behind the opaque C handles. A magic number in front tells a live object of
-// the right type from a foreign pointer (a kvt_seq passed as a manager, say).
+// the right type from a foreign pointer (a kvt_seq passed as a manager, say). Transfers and
+// fences are not pointers at all but tokens, looked up in abi/xfer_table.hpp.
 #pragma once
 
 #include <cstdint>

@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "common/error.hpp"
+#include "common/log.hpp"
 
 namespace kvt {
 
@@ -276,9 +277,14 @@ void Pipeline::piece_done(const Piece &p, Executor::Result &r) {
     t.landed.clear();
   }
   std::vector<uint64_t> reserved;
-  end_locked(t, t.piece_status, std::move(t.piece_message), &reserved);
+  const kvt_status st = t.piece_status;
+  const std::string why = st == KVT_OK ? std::string() : t.piece_message;
+  end_locked(t, st, std::move(t.piece_message), &reserved);
   lock.unlock();
   policy_.unreserve(t.dst_tier, reserved);
+  if (st != KVT_OK)  // outside every lock: the host's callback may call back in
+    log(KVT_LOG_WARN, "a %s transfer failed (%s): %s", info(*t.dir).name, kvt_status_str(st),
+        why.c_str());
 }
 
 // ---- the end of a transfer ----
@@ -363,6 +369,7 @@ kvt_status Pipeline::status(uint32_t *state, kvt_status *result, uint64_t *count
 }
 
 kvt_status Pipeline::blocks(kvt_block *out, size_t n, Transfer &t) {
+  std::shared_lock gate(in_flight_);  // it may hand over pins: check_refs must not look then
   std::lock_guard lock(t.mu);
   if (!t.onboard)
     return fail(KVT_ERR_STATE, "kvt_xfer_blocks: the transfer is an offload, not an onboard");
@@ -386,6 +393,7 @@ kvt_status Pipeline::blocks(kvt_block *out, size_t n, Transfer &t) {
 void Pipeline::release(Transfer &t) {
   std::vector<uint64_t> reserved;
   {
+    std::shared_lock gate(in_flight_);  // as in blocks()
     std::lock_guard lock(t.mu);
     t.host_holds = false;
     tiers_.events().withdraw(token_of(t));

@@ -97,8 +97,9 @@ class Pipeline {
   std::mutex stats_mu_;
   kvt_transfer_stats stats_[kDirections]{};
 
-  // Held shared by an executor from the commitment of a batch until its references are
-  // given back, and exclusively by check_refs.
+  // Held shared wherever the pipeline takes or gives back block references (an executor
+  // from commitment to the end of its batch; blocks() and release() handing over pins), and
+  // exclusively by check_refs. Taken before any Transfer::mu.
   std::shared_timed_mutex in_flight_;
   // Block references the pipeline holds between batches: pins on onboarded G1 blocks that
   // wait for the other pieces of their transfer, or for the host to read its final handles.
