@@ -27,16 +27,19 @@ const char *state_name(State s) {
     case State::Complete: return "Complete";
     case State::Registered: return "Registered";
     case State::Inactive: return "Inactive";
+    case State::Retired: return "retired";
   }
   return "?";
 }
 bool is_mutable(State s) { return s >= State::Empty && s <= State::Complete; }
 bool is_registered(State s) { return s == State::Registered || s == State::Inactive; }
 unsigned long long ull(uint64_t v) { return v; }
+bool is_live(State s) { return s != State::Free && s != State::Retired; }
 }  // namespace
 
-Tier::Tier(kvt_tier id, uint32_t tag, uint64_t capacity, uint32_t page_size)
-    : id_(id), tag_(tag), capacity_(capacity), page_size_(page_size),
+Tier::Tier(kvt_tier id, uint32_t tag, uint64_t capacity, uint32_t page_size,
+           uint32_t first_gen)
+    : id_(id), tag_(tag), capacity_(capacity), page_size_(page_size), first_gen_(first_gen),
       slots_(static_cast<Slot *>(map_zeroed(capacity * sizeof(Slot)))), n_free_(capacity) {
   // Sized once so that registering never rehashes or allocates on the hot path.
   registry_.reserve(capacity);
@@ -57,8 +60,7 @@ kvt_status Tier::resolve(kvt_block b, uint32_t *out) const noexcept {
   if (handle::tier(b) != unsigned(id_))
     return fail(KVT_ERR_INVALID_ARGUMENT, "block 0x%llx is in G%u, not G%d", ull(b),
                 handle::tier(b), int(id_));
-  if (s >= high_water_ || slots_[s].gen != handle::gen(b) ||
-      State(slots_[s].state) == State::Free)
+  if (s >= high_water_ || slots_[s].gen != handle::gen(b) || !is_live(State(slots_[s].state)))
     return fail(KVT_ERR_INVALID_HANDLE,
                 "block handle 0x%llx is stale or forged: its block was released, evicted or "
                 "never allocated",
@@ -85,6 +87,7 @@ uint32_t Tier::take_free_slot() noexcept {
   } else {
     s = high_water_++;
   }
+    slots_[s].gen = first_gen_;
   --n_free_;
   return s;
 }
@@ -93,6 +96,7 @@ void Tier::free_slot(uint32_t s) noexcept {
   Slot &sl = slots_[s];
   if (State(sl.state) != State::Empty) tokens_.erase(s);
   sl.state = uint32_t(State::Free);
+  if (sl.gen == handle::kLastGen) return retire(s);
   sl.refs = 0;
   sl.gen = sl.gen + 1;  // every old handle to this slot goes stale
   sl.next = free_head_;
@@ -102,6 +106,16 @@ void Tier::free_slot(uint32_t s) noexcept {
 }
 
 void Tier::lru_push_back(uint32_t s) noexcept {
+// A new generation would wrap to one that old handles may still hold: the slot leaves the
+// pool instead, so that no stale handle ever becomes valid again.
+void Tier::retire(uint32_t s) noexcept {
+  Slot &sl = slots_[s];
+  sl.state = uint32_t(State::Retired);
+  sl.refs = 0;
+  --n_active_;
+  ++n_retired_;
+}
+
   Slot &sl = slots_[s];
   sl.prev = lru_tail_;
   sl.next = kNil;
@@ -121,7 +135,7 @@ uint32_t Tier::evict_one() noexcept {
   lru_unlink(s);
   registry_.erase(sl.seq_hash);
   note_event(KVT_EVENT_BLOCK_REMOVED, sl.seq_hash, 0);
-  sl.gen = sl.gen + 1;
+  sl.gen = sl.gen + 1;  // below kLastGen: a slot at it never becomes inactive
   --n_inactive_;
   ++evictions_;
   return s;
@@ -216,6 +230,12 @@ void Tier::settle_locked(kvt_block b) {
   if (is_mutable(st)) {
     free_slot(s);
   } else if (st == State::Registered) {
+  } else if (st == State::Registered && sl.gen == handle::kLastGen) {
+    // It could not be evicted into a new generation: it leaves the registry now.
+    registry_.erase(sl.seq_hash);
+    note_event(KVT_EVENT_BLOCK_REMOVED, sl.seq_hash, 0);
+    retire(s);
+    publish_events_locked();
     sl.state = uint32_t(State::Inactive);
     lru_push_back(s);
     --n_active_;
@@ -586,6 +606,7 @@ void Tier::stats(kvt_tier_stats *out) {
   out->active = n_active_;
   out->inactive = n_inactive_;
   out->registered = registry_.size();
+  out->retired = n_retired_;
   out->metadata_bytes =
       capacity_ * sizeof(Slot) +
       registry_.bytes() +
@@ -604,10 +625,10 @@ kvt_status Tier::check() {
     return fail(KVT_ERR_INTERNAL, "G%d invariant violated: %s (%llu vs %llu)", int(id_), what,
                 ull(a), ull(b));
   };
-  if (n_free_ + n_active_ + n_inactive_ != capacity_)
-    return bad("free + active + inactive != capacity", n_free_ + n_active_ + n_inactive_,
-               capacity_);
-  uint64_t free = capacity_ - high_water_, active = 0, inactive = 0, registered = 0;
+  if (n_free_ + n_active_ + n_inactive_ + n_retired_ != capacity_)
+    return bad("free + active + inactive + retired != capacity",
+               n_free_ + n_active_ + n_inactive_ + n_retired_, capacity_);
+  uint64_t free = capacity_ - high_water_, active = 0, inactive = 0, retired = 0, registered = 0;
   for (uint32_t s = 0; s < high_water_; ++s) {
     const Slot &sl = slots_[s];
     State st = State(sl.state);
@@ -618,9 +639,17 @@ kvt_status Tier::check() {
     }
     if (st == State::Inactive) {
       ++inactive;
+    if (st == State::Retired) {
+      ++retired;
+      if (sl.refs != 0) return bad("retired slot with references", s, sl.refs);
+      if (sl.gen != handle::kLastGen) return bad("retired slot before its last generation", s,
+                                                 sl.gen);
+      continue;
+    }
       if (sl.refs != 0) return bad("inactive slot with references", s, sl.refs);
     } else {
       ++active;
+      if (sl.gen == handle::kLastGen) return bad("inactive slot at its last generation", s, 0);
       if (sl.refs == 0) return bad("active slot without references", s, 0);
       if (is_mutable(st) && sl.refs > 2) return bad("mutable slot shared", s, sl.refs);
     }
@@ -639,6 +668,7 @@ kvt_status Tier::check() {
   if (registered != registry_.size()) return bad("registry size", registered, registry_.size());
   uint64_t walked = 0;
   for (uint32_t s = lru_head_, prev = kNil; s != kNil; prev = s, s = slots_[s].next) {
+  if (retired != n_retired_) return bad("retired count", retired, n_retired_);
     if (State(slots_[s].state) != State::Inactive || slots_[s].prev != prev)
       return bad("inactive list links a non-inactive slot", s, slots_[s].state);
     if (++walked > n_inactive_) return bad("inactive list longer than its count", walked,

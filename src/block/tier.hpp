@@ -19,7 +19,8 @@
 
 namespace kvt {
 
-// kvt_block_state values, plus Free for slots that hold nothing.
+// kvt_block_state values, plus Free for slots that hold nothing and Retired for slots that
+// used their last generation and are never handed out again.
 enum class State : uint8_t {
   Free = 0,
   Empty = KVT_BLOCK_EMPTY,
@@ -29,6 +30,7 @@ enum class State : uint8_t {
   Complete = KVT_BLOCK_COMPLETE,
   Registered = KVT_BLOCK_REGISTERED,
   Inactive = KVT_BLOCK_INACTIVE,
+  Retired = 15,
 };
 
 // 32 bytes of metadata per block. Zero bytes are a valid Free slot, so the array can come
@@ -46,7 +48,9 @@ static_assert(sizeof(Slot) == 32);
 
 class Tier {
  public:
-  Tier(kvt_tier id, uint32_t tag, uint64_t capacity, uint32_t page_size);
+  // first_gen: the generation of slots never used before; tests start it near the last.
+  Tier(kvt_tier id, uint32_t tag, uint64_t capacity, uint32_t page_size,
+       uint32_t first_gen = 0);
   ~Tier();
   Tier(const Tier &) = delete;
   Tier &operator=(const Tier &) = delete;
@@ -137,6 +141,7 @@ class Tier {
   void pin(uint32_t s) noexcept;               // one more reference on a registered block
   void note_event(kvt_event_type type, uint64_t hash, uint64_t parent) noexcept;
   void publish_events_locked() noexcept;
+  void retire(uint32_t s) noexcept;           // a slot at its last generation leaves for good
   kvt_status commit_registration(kvt_block *out, uint32_t s, uint64_t seq, uint64_t parent);
 
   const kvt_tier id_;
@@ -148,13 +153,14 @@ class Tier {
 
   std::mutex mu_;
   Slot *slots_;  // zeroed mmap, huge pages where the kernel gives them
+  const uint32_t first_gen_;
   Registry<Slot> registry_{&slots_};
   std::vector<kvt_event> pending_events_;  // produced under the lock, published on leaving
   absl::flat_hash_map<uint32_t, std::unique_ptr<TokenBuf>> tokens_;
   uint32_t high_water_ = 0;  // slots at or above it have never been used
   uint32_t free_head_ = kNil;
   uint32_t lru_head_ = kNil, lru_tail_ = kNil;  // head: evicted first
-  uint64_t n_free_, n_active_ = 0, n_inactive_ = 0;
+  uint64_t n_free_, n_active_ = 0, n_inactive_ = 0, n_retired_ = 0;
   uint64_t allocs_ = 0, evictions_ = 0, registrations_ = 0, dedups_ = 0;
   uint64_t match_queried_ = 0, match_hit_ = 0;
 };

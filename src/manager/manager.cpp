@@ -1,6 +1,5 @@
 #include "manager/manager.hpp"
 
-#include <atomic>
 #include <mutex>
 
 #include "common/error.hpp"
@@ -10,14 +9,6 @@
 namespace kvt {
 
 namespace {
-// Distinct tags for live managers, so that one manager's handles are foreign to another.
-uint32_t next_tag() {
-  static std::atomic<uint32_t> counter{0x2a5};
-  uint32_t t;
-  do t = counter.fetch_add(0x9e5, std::memory_order_relaxed) & handle::kTagMask; while (t == 0);
-  return t;
-}
-
 kvt_status init_g1(TierMemory &mem, const kvt_manager_config &c, const Geometry &g) {
   if (const kvt_g1_layout *l = c.g1_layout) {
     if (l->memory == KVT_MEMORY_CUDA && !cuda::device_present(l->cuda_device))
@@ -41,12 +32,12 @@ kvt_status Manager::create(std::unique_ptr<Manager> *out, const kvt_manager_conf
   if (kvt_status s = config_validate(c); s != KVT_OK) return s;
   std::unique_ptr<Manager> m(new Manager());
   m->geo_ = Geometry{c.num_layers, c.num_outer, c.chunk_bytes};
-  m->tag_ = next_tag();
+  if (kvt_status s = m->tag_.acquire(); s != KVT_OK) return s;
   m->events_ = std::make_unique<EventQueue>(c.event_capacity);
   const uint64_t caps[4] = {0, c.g1_blocks, c.g2_blocks, c.g3_blocks};
   for (int t = KVT_TIER_G1; t <= KVT_TIER_G3; ++t) {
     if (caps[t] == 0) continue;
-    auto tier = std::make_unique<Tier>(kvt_tier(t), m->tag_, caps[t], c.page_size);
+    auto tier = std::make_unique<Tier>(kvt_tier(t), m->tag_.value(), caps[t], c.page_size);
     tier->set_events(m->events_.get());
     kvt_status s = KVT_OK;
     if (t == KVT_TIER_G1) {
@@ -94,7 +85,7 @@ Tier *Manager::tier_of(kvt_block b) noexcept {
     return nullptr;
   }
   unsigned t = handle::tier(b);
-  if (handle::tag(b) != tag_ || t < KVT_TIER_G1 || !tiers_[t]) {
+  if (handle::tag(b) != tag_.value() || t < KVT_TIER_G1 || !tiers_[t]) {
     fail(KVT_ERR_INVALID_HANDLE, "block handle 0x%llx belongs to no block of this manager",
          (unsigned long long)b);
     return nullptr;
