@@ -31,7 +31,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       in.bytes(reinterpret_cast<char *>(&c) + at, std::min<size_t>(1 + in.below(8), sizeof c - at));
     }
   }
-  if (in.flag()) c.struct_size = sizeof c;
+  // This header's size, 0.1.0's (the fields after it then take their defaults), or raw.
+  if (in.flag()) c.struct_size = in.flag() ? sizeof c : 152;
   // Memory the library would really touch stays within what a fuzzing process may use: tiers
   // are mapped lazily, but G3 is preallocated on disk, and a huge G1/G2 is a test of the
   // machine, not of kvtier. These bounds are the harness's, the fields are still arbitrary.

@@ -13,6 +13,17 @@
  * - No C++ exception ever crosses this boundary.
  * - Ownership: "borrowed" pointers stay owned by the caller and are only read during the
  *   call; "owned by the library" results stay valid for the time stated.
+ * - A destroyed object is gone: every call on a destroyed manager, or with its block
+ *   handles, transfers or fences, is forbidden, and so is destroying a manager while another
+ *   thread is inside any call on it (kvt_poll included). Like any use after free, the
+ *   library cannot catch these.
+ * - Versioned structs: the structs that begin with struct_size (kvt_manager_config,
+ *   kvt_g1_layout, kvt_tier_stats, kvt_transfer_stats, kvt_block_info) only ever grow at
+ *   their end. The caller sets struct_size to the sizeof its program was built with
+ *   (kvt_manager_config_init does it for the config). The library accepts any size from the
+ *   struct's size in 0.1.0 up to its own, in steps of 8 bytes: fields beyond a caller's size
+ *   keep their defaults in structs the library reads, and are not written in structs it
+ *   fills. Other sizes fail with KVT_ERR_INVALID_ARGUMENT.
  */
 #ifndef KVTIER_H
 #define KVTIER_H
@@ -32,7 +43,7 @@ extern "C" {
 #endif
 
 #define KVT_VERSION_MAJOR 0
-#define KVT_VERSION_MINOR 1
+#define KVT_VERSION_MINOR 2
 #define KVT_VERSION_PATCH 0
 
 /* ---------------------------------------------------------------------------------------
@@ -49,7 +60,8 @@ typedef int32_t kvt_status;
 #define KVT_ERR_INVALID_ARGUMENT (-1)
 #define KVT_ERR_INVALID_HANDLE   (-2)  /* unknown, foreign or stale handle */
 #define KVT_ERR_STATE            (-3)  /* the call does not fit the object's state */
-#define KVT_ERR_NO_SPACE         (-4)  /* a tier is full and nothing can be evicted */
+#define KVT_ERR_NO_SPACE         (-4)  /* a tier is full and nothing can be evicted, or the
+                                          process holds KVT_MAX_MANAGERS managers already */
 #define KVT_ERR_CANCELLED        (-5)
 #define KVT_ERR_UNSUPPORTED      (-6)
 #define KVT_ERR_IO               (-7)
@@ -60,8 +72,20 @@ typedef int32_t kvt_status;
 
 /* A block handle names one block in one tier of one manager: tier, slot and generation.
  * 0 is never a valid handle. A handle goes stale when its block returns to the free pool
- * or is evicted; stale, forged and foreign handles are refused with KVT_ERR_INVALID_HANDLE. */
+ * or is evicted; stale, forged and foreign handles are refused with KVT_ERR_INVALID_HANDLE.
+ * Bounds:
+ * - A stale handle is never valid again: each slot has 2^28 generations (268 million
+ *   reuses), and a slot that has used its last one is retired for the manager's lifetime
+ *   (kvt_tier_stats.retired counts them) instead of reusing an old handle's number.
+ * - A live manager refuses the handles of every other live manager: at most
+ *   KVT_MAX_MANAGERS managers live in a process at once. A destroyed manager's handles stay
+ *   foreign to new managers until its number comes back, which is after every number freed
+ *   before it: at the least, the next 255 - N managers created, N being the number alive
+ *   when it was destroyed. Passing them to any manager is still the caller's error. */
 typedef uint64_t kvt_block;
+
+/* Managers that can live in one process at once; kvt_manager_create refuses one more. */
+#define KVT_MAX_MANAGERS 256
 
 typedef enum kvt_tier { KVT_TIER_G1 = 1, KVT_TIER_G2 = 2, KVT_TIER_G3 = 3 } kvt_tier;
 
@@ -107,15 +131,16 @@ typedef enum kvt_memory_kind {
   KVT_MEMORY_CUDA = 2    /* CUDA device memory; KVT_ERR_UNSUPPORTED without CUDA or a device */
 } kvt_memory_kind;
 
-/* Engine-owned G1 memory (DESIGN section 3). For every pair (layer l, outer o) the engine
- * gives a base pointer and a block stride: chunk (l, o) of slot b lives at
+/* Engine-owned G1 memory: kvtier reads and writes the engine's own KV-cache tensors in
+ * place. For every pair (layer l, outer o) the engine gives a base pointer and a block
+ * stride: chunk (l, o) of slot b lives at
  * bases[l * num_outer + o] + b * strides[l * num_outer + o], and is chunk_bytes long.
  * This covers vLLM's per-layer [2, num_blocks, ...] tensors, layer-major and fully
  * contiguous layouts. Chunks must not overlap; every stride must be >= chunk_bytes.
  * Both arrays are borrowed during kvt_manager_create (copied); the memory they point to is
  * borrowed for the manager's lifetime and must outlive it. */
 typedef struct kvt_g1_layout {
-  uint32_t            struct_size;  /* sizeof(kvt_g1_layout) */
+  uint32_t            struct_size;  /* set by the caller: sizeof(kvt_g1_layout) */
   uint32_t            memory;       /* KVT_MEMORY_HOST or KVT_MEMORY_CUDA */
   int32_t             cuda_device;  /* for KVT_MEMORY_CUDA: the device the memory is on */
   uint32_t            reserved;     /* must be 0 */
@@ -173,7 +198,7 @@ typedef struct kvt_manager_config {
   uint32_t    g1_memory;        /* kvt_memory_kind of library-owned G1 (default AUTO) */
   int32_t     cuda_device;      /* device for library-owned G1 in CUDA memory (default 0) */
 
-  /* Offload pipeline (DESIGN section 6); defaults are seed 001's table. */
+  /* Offload pipeline: how transfers are filtered, batched and copied (see Transfers). */
   uint32_t    max_batch_size;   /* blocks per transfer batch, >= 1 (default 64) */
   uint32_t    min_batch_size;   /* blocks that flush a batch early when the executor is idle,
                                    1..max_batch_size (default 8) */
@@ -201,28 +226,40 @@ typedef struct kvt_manager_config {
   uint64_t    g3_fault_count;   /* >= 1 */
 } kvt_manager_config;
 
-/* Largest capacity of one tier, in blocks. */
-#define KVT_MAX_TIER_BLOCKS ((uint64_t)0x0FFFFFFF)
+/* Largest capacity of one tier, in blocks: 2^26 - 1 (67,108,863). */
+#define KVT_MAX_TIER_BLOCKS ((uint64_t)0x03FFFFFF)
 
-/* Fills *cfg with struct_size and the defaults above. cfg: borrowed; NULL is ignored. */
-KVT_API void kvt_manager_config_init(kvt_manager_config *cfg);
+/* Sets cfg->struct_size to size and every field within the first size bytes to its default
+ * above; writes nothing past size bytes. A size this library does not accept (see Versioned
+ * structs) sets only struct_size (when size >= 4), so that kvt_manager_create refuses the
+ * config with a message. cfg: borrowed; NULL is ignored. Call it through
+ * kvt_manager_config_init, which passes the size this header declares. */
+KVT_API void kvt_manager_config_init_sized(kvt_manager_config *cfg, size_t size);
+#ifndef KVT_NO_INLINE  /* defined by binding generators that read declarations only (cffi) */
+static inline void kvt_manager_config_init(kvt_manager_config *cfg) {
+  kvt_manager_config_init_sized(cfg, sizeof *cfg);
+}
+#endif
 
 /* Creates a manager. *out is owned by the caller and freed with kvt_manager_destroy.
  * cfg is borrowed during the call. Fails with KVT_ERR_INVALID_ARGUMENT for a config that
  * does not validate (the message names the field), KVT_ERR_UNSUPPORTED for CUDA memory
  * without CUDA, KVT_ERR_NO_MEMORY when a tier cannot be allocated, KVT_ERR_NO_SPACE when
- * g3_path's filesystem cannot hold G3's file, KVT_ERR_IO when that file cannot be created. */
+ * KVT_MAX_MANAGERS managers are alive or g3_path's filesystem cannot hold G3's file,
+ * KVT_ERR_IO when that file cannot be created. */
 KVT_API kvt_status kvt_manager_create(kvt_manager **out, const kvt_manager_config *cfg);
 
 /* Destroys a manager and everything it owns. NULL is ignored. Transfers not yet committed are
  * cancelled, copies in flight are waited for, and the manager's transfers, fences and G3
  * file are freed: every kvt_xfer, kvt_fence, block handle and data pointer of this manager is
- * invalid afterwards. Must not race with other calls on the same manager. */
+ * invalid afterwards. Every later call on m, or with any of those, is forbidden: m itself is
+ * freed memory. It must not race with any other call on the same manager (kvt_poll,
+ * kvt_xfer_wait and the rest): the caller makes sure every such call has returned first. */
 KVT_API void kvt_manager_destroy(kvt_manager *m);
 
-/* Checks the manager's invariants: per tier, free + active + inactive = capacity; every
- * registered hash maps to a registered block of its tier and back; reference counts match
- * states; the inactive list is well formed. KVT_OK, or KVT_ERR_INTERNAL with a message
+/* Checks the manager's invariants: per tier, free + active + inactive + retired = capacity;
+ * every registered hash maps to a registered block of its tier and back; reference counts
+ * match states; the inactive list is well formed. KVT_OK, or KVT_ERR_INTERNAL with a message
  * naming the first violation. Takes every tier's lock: meant for tests and debug builds. */
 KVT_API kvt_status kvt_manager_check(kvt_manager *m);
 
@@ -246,9 +283,12 @@ typedef struct kvt_tier_stats {
   uint64_t dedups;              /* registrations that found the hash already present */
   uint64_t match_queried;       /* hashes asked for by kvt_match_prefix */
   uint64_t match_hit;           /* hashes found (the prefix part) */
+  /* 0.2.0 */
+  uint64_t retired;             /* slots that used their last generation, never reused; free
+                                   + active + inactive + retired = capacity */
 } kvt_tier_stats;
 
-/* Fills *out (struct_size must be set by the caller) with a snapshot of one tier.
+/* Fills *out, up to out->struct_size (set by the caller), with a snapshot of one tier.
  * A tier of capacity 0 reports all zeros. */
 KVT_API kvt_status kvt_tier_stats_get(kvt_tier_stats *out, kvt_manager *m, kvt_tier tier);
 
@@ -266,15 +306,15 @@ typedef struct kvt_transfer_stats {
                                    phase serving several directions is shared by bytes */
 } kvt_transfer_stats;
 
-/* Fills *out (struct_size set by the caller) with the counters of transfers from src to dst
- * since the manager was created. bytes / busy_ns is the engines' bandwidth, without the time
- * transfers spent waiting in the pipeline. KVT_ERR_INVALID_ARGUMENT for a pair that is not a
- * direction. */
+/* Fills *out, up to out->struct_size (set by the caller), with the counters of transfers
+ * from src to dst since the manager was created. bytes / busy_ns is the engines' bandwidth,
+ * without the time transfers spent waiting in the pipeline. KVT_ERR_INVALID_ARGUMENT for a
+ * pair that is not a direction. */
 KVT_API kvt_status kvt_transfer_stats_get(kvt_transfer_stats *out, kvt_manager *m,
                                           kvt_tier src, kvt_tier dst);
 
 /* ---------------------------------------------------------------------------------------
- * Hashing (DESIGN section 4): chained xxh3-64, compatible with NVIDIA Dynamo's KVBM.
+ * Hashing: chained xxh3-64, compatible with NVIDIA Dynamo's KVBM.
  *   salt_hash     = XXH3_64bits_withSeed(salt, len, 0)
  *   block_hash[i] = XXH3_64bits_withSeed(tokens of block i as LE u32, page_size*4, salt_hash)
  *   seq_hash[0]   = block_hash[0]
@@ -309,7 +349,7 @@ KVT_API kvt_status kvt_seq_hashes(size_t *out_n, uint64_t *out_block_hashes,
                                   size_t cap);
 
 /* ---------------------------------------------------------------------------------------
- * Blocks (DESIGN section 2)
+ * Blocks: states and references
  *
  *  Empty --init--> Partial --append--> Ready --schedule--> Inflight
  *                    ^  ^               |  unschedule         |
@@ -363,7 +403,7 @@ KVT_API kvt_status kvt_block_release(kvt_manager *m, const kvt_block *blocks, si
  * and drops it with kvt_block_release. KVT_ERR_STATE for a mutable block. */
 KVT_API kvt_status kvt_block_retain(kvt_manager *m, kvt_block b);
 
-/* Snapshot of one block. out->struct_size must be set by the caller. */
+/* Snapshot of one block, up to out->struct_size (set by the caller). */
 KVT_API kvt_status kvt_block_info_get(kvt_block_info *out, kvt_manager *m, kvt_block b);
 
 /* The bytes of a block in host-visible memory: G2, and G1 when it is library-owned host
@@ -534,7 +574,7 @@ KVT_API kvt_status kvt_xfer_blocks(kvt_block *out, size_t n, kvt_xfer *x);
 KVT_API void kvt_xfer_release(kvt_xfer *x);
 
 /* ---------------------------------------------------------------------------------------
- * Events (DESIGN section 8)
+ * Events: what the host learns without asking
  * ------------------------------------------------------------------------------------ */
 
 typedef enum kvt_event_type {

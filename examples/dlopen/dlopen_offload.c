@@ -1,7 +1,8 @@
 /* Loads libkvtier with dlopen, as a host in any language can, resolves the functions it
  * needs with dlsym, checks the library's version, and runs a small offload G1 -> G2 whose
  * bytes it compares. The header is used for types and constants only; nothing links
- * against kvtier.
+ * against kvtier. kvt_manager_config_init is a static inline wrapper in the header, so a
+ * dlopen host calls the exported kvt_manager_config_init_sized with its sizeof instead.
  *   dlopen_offload [path to libkvtier.so]   (default: libkvtier.so.0 from the loader path) */
 #include <dlfcn.h>
 #include <stdio.h>
@@ -13,7 +14,8 @@
 struct api {
   const char *(*version)(void);
   const char *(*last_error)(void);
-  void (*config_init)(kvt_manager_config *);
+  void (*set_log_callback)(int, kvt_log_fn, void *);
+  void (*config_init_sized)(kvt_manager_config *, size_t);
   kvt_status (*create)(kvt_manager **, const kvt_manager_config *);
   void (*destroy)(kvt_manager *);
   kvt_status (*alloc)(kvt_block *, size_t, kvt_manager *, kvt_tier);
@@ -40,6 +42,12 @@ static int resolve(void *lib, const char *name, void *fn_slot) {
   return 1;
 }
 
+/* The library never prints: its diagnostics reach the host through this callback. */
+static void log_to_stderr(int level, const char *message, void *user_data) {
+  (void)user_data;
+  fprintf(stderr, "kvtier[%d]: %s\n", level, message);
+}
+
 #define CHECK(call)                                                                 \
   do {                                                                              \
     kvt_status s_ = (call);                                                         \
@@ -59,7 +67,8 @@ int main(int argc, char **argv) {
   struct api k;
   int ok = resolve(lib, "kvt_version", &k.version) &&
            resolve(lib, "kvt_last_error", &k.last_error) &&
-           resolve(lib, "kvt_manager_config_init", &k.config_init) &&
+           resolve(lib, "kvt_set_log_callback", &k.set_log_callback) &&
+           resolve(lib, "kvt_manager_config_init_sized", &k.config_init_sized) &&
            resolve(lib, "kvt_manager_create", &k.create) &&
            resolve(lib, "kvt_manager_destroy", &k.destroy) &&
            resolve(lib, "kvt_block_alloc", &k.alloc) &&
@@ -81,8 +90,9 @@ int main(int argc, char **argv) {
   }
   printf("loaded %s: kvtier %s\n", path, v);
 
+  k.set_log_callback(KVT_LOG_WARN, log_to_stderr, NULL);
   kvt_manager_config cfg;
-  k.config_init(&cfg);
+  k.config_init_sized(&cfg, sizeof cfg);
   cfg.g1_blocks = 8;
   cfg.g2_blocks = 8;
   cfg.chunk_bytes = 256;

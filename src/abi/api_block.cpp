@@ -1,6 +1,7 @@
 // Blocks: allocation, references, lifecycle, registration, prefix match, data access.
 #include "abi/guard.hpp"
 #include "abi/objects.hpp"
+#include "common/versioned.hpp"
 
 using namespace kvt;
 using namespace kvt::abi;
@@ -46,10 +47,13 @@ KVT_API kvt_status kvt_block_info_get(kvt_block_info *out, kvt_manager *m, kvt_b
   static constexpr const char *fn = "kvt_block_info_get";
   return on_block(fn, m, b, [&](Manager &, Tier &t) {
     if (out == nullptr) return null_arg(fn, "out");
-    if (out->struct_size != sizeof(kvt_block_info))
-      return fail(KVT_ERR_INVALID_ARGUMENT, "%s: out->struct_size is %u, expected %zu", fn,
-                  out->struct_size, sizeof(kvt_block_info));
-    return t.info(out, b);
+    if (kvt_status s = check_struct_size<kvt_block_info>(fn, "out", out->struct_size);
+        s != KVT_OK)
+      return s;
+    kvt_block_info r{};
+    if (kvt_status s = t.info(&r, b); s != KVT_OK) return s;
+    write_versioned(out, r);
+    return KVT_OK;
   });
 }
 

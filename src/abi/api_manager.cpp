@@ -1,9 +1,11 @@
 // Manager lifetime, statistics and events.
+#include <algorithm>
 #include <cstring>
 
 #include "abi/guard.hpp"
 #include "abi/objects.hpp"
 #include "abi/xfer_table.hpp"
+#include "common/versioned.hpp"
 #include "manager/config.hpp"
 
 using namespace kvt;
@@ -11,8 +13,19 @@ using namespace kvt::abi;
 
 extern "C" {
 
-KVT_API void kvt_manager_config_init(kvt_manager_config *cfg) {
-  if (cfg != nullptr) config_defaults(cfg);
+KVT_API void kvt_manager_config_init_sized(kvt_manager_config *cfg, size_t size) {
+  if (cfg == nullptr) return;
+  if (check_struct_size<kvt_manager_config>("kvt_manager_config_init_sized", "cfg", size) !=
+      KVT_OK) {
+    // Write nothing past the caller's size; the size alone makes kvt_manager_create refuse it.
+    if (size >= sizeof cfg->struct_size)
+      cfg->struct_size = uint32_t(std::min<size_t>(size, UINT32_MAX));
+    return;
+  }
+  kvt_manager_config full;
+  config_defaults(&full);
+  full.struct_size = uint32_t(size);
+  std::memcpy(static_cast<void *>(cfg), &full, size);
 }
 
 KVT_API kvt_status kvt_manager_create(kvt_manager **out, const kvt_manager_config *cfg) {
@@ -20,13 +33,18 @@ KVT_API kvt_status kvt_manager_create(kvt_manager **out, const kvt_manager_confi
   return guard(fn, [&] {
     if (out == nullptr) return null_arg(fn, "out");
     if (cfg == nullptr) return null_arg(fn, "cfg");
-    if (cfg->struct_size != sizeof(kvt_manager_config))
-      return fail(KVT_ERR_INVALID_ARGUMENT,
-                  "%s: cfg->struct_size is %u, this library expects %zu: call "
-                  "kvt_manager_config_init first",
-                  fn, cfg->struct_size, sizeof(kvt_manager_config));
+    kvt_manager_config c;
+    config_defaults(&c);
+    if (kvt_status s = read_versioned(&c, *cfg, fn, "cfg"); s != KVT_OK) return s;
+    kvt_g1_layout layout{};
+    if (c.g1_layout != nullptr) {
+      if (kvt_status s = read_versioned(&layout, *c.g1_layout, fn, "cfg->g1_layout");
+          s != KVT_OK)
+        return s;
+      c.g1_layout = &layout;
+    }
     auto m = std::make_unique<kvt_manager>();
-    if (kvt_status s = Manager::create(&m->impl, *cfg); s != KVT_OK) return s;
+    if (kvt_status s = Manager::create(&m->impl, c); s != KVT_OK) return s;
     *out = m.release();
     return KVT_OK;
   });
@@ -48,19 +66,18 @@ KVT_API kvt_status kvt_tier_stats_get(kvt_tier_stats *out, kvt_manager *m, kvt_t
   static constexpr const char *fn = "kvt_tier_stats_get";
   return on_manager(fn, m, [&](Manager &mgr) {
     if (out == nullptr) return null_arg(fn, "out");
-    if (out->struct_size != sizeof(kvt_tier_stats))
-      return fail(KVT_ERR_INVALID_ARGUMENT, "%s: out->struct_size is %u, expected %zu", fn,
-                  out->struct_size, sizeof(kvt_tier_stats));
+    if (kvt_status s = check_struct_size<kvt_tier_stats>(fn, "out", out->struct_size);
+        s != KVT_OK)
+      return s;
     int tn = tier_number(tier);
     if (tn < KVT_TIER_G1 || tn > KVT_TIER_G3)
       return fail(KVT_ERR_INVALID_ARGUMENT, "%s: tier %d is not a tier", fn, tn);
     kvt_tier_stats r{};
-    r.struct_size = sizeof r;
     if (Tier *t = mgr.tier_if_present(tn)) {
       t->stats(&r);
       r.block_bytes = mgr.block_bytes();
     }
-    *out = r;
+    write_versioned(out, r);
     return KVT_OK;
   });
 }
@@ -70,10 +87,15 @@ KVT_API kvt_status kvt_transfer_stats_get(kvt_transfer_stats *out, kvt_manager *
   static constexpr const char *fn = "kvt_transfer_stats_get";
   return on_manager(fn, m, [&](Manager &mgr) {
     if (out == nullptr) return null_arg(fn, "out");
-    if (out->struct_size != sizeof(kvt_transfer_stats))
-      return fail(KVT_ERR_INVALID_ARGUMENT, "%s: out->struct_size is %u, expected %zu", fn,
-                  out->struct_size, sizeof(kvt_transfer_stats));
-    return mgr.pipeline().transfer_stats(out, tier_number(src), tier_number(dst));
+    if (kvt_status s = check_struct_size<kvt_transfer_stats>(fn, "out", out->struct_size);
+        s != KVT_OK)
+      return s;
+    kvt_transfer_stats r{};
+    if (kvt_status s = mgr.pipeline().transfer_stats(&r, tier_number(src), tier_number(dst));
+        s != KVT_OK)
+      return s;
+    write_versioned(out, r);
+    return KVT_OK;
   });
 }
 

@@ -13,10 +13,6 @@ unsigned long long ull(uint64_t v) { return v; }
 
 kvt_status validate_layout(const kvt_manager_config &c) {
   const kvt_g1_layout &l = *c.g1_layout;
-  if (l.struct_size != sizeof(kvt_g1_layout))
-    return fail(KVT_ERR_INVALID_ARGUMENT,
-                "g1_layout->struct_size is %u, this library expects %zu", l.struct_size,
-                sizeof(kvt_g1_layout));
   if (l.memory != KVT_MEMORY_HOST && l.memory != KVT_MEMORY_CUDA)
     return fail(KVT_ERR_INVALID_ARGUMENT,
                 "g1_layout->memory is %u: KVT_MEMORY_HOST (1) or KVT_MEMORY_CUDA (2)", l.memory);

@@ -3,6 +3,7 @@
 
 #include <memory>
 
+#include "block/tag_pool.hpp"
 #include "block/tier.hpp"
 #include "event/event_queue.hpp"
 #include "kvtier.h"
@@ -38,7 +39,7 @@ class Manager {
   Manager() = default;
 
   Geometry geo_{};
-  uint32_t tag_ = 0;
+  TagLease tag_;  // before the tiers: given back only once they are gone
   std::unique_ptr<EventQueue> events_;
   std::unique_ptr<Tier> tiers_[4];  // index by kvt_tier; null when the tier is absent
   std::unique_ptr<WorkerPool> pool_;
