@@ -259,8 +259,11 @@ KVT_API void kvt_manager_destroy(kvt_manager *m);
 
 /* Checks the manager's invariants: per tier, free + active + inactive + retired = capacity;
  * every registered hash maps to a registered block of its tier and back; reference counts
- * match states; the inactive list is well formed. KVT_OK, or KVT_ERR_INTERNAL with a message
- * naming the first violation. Takes every tier's lock: meant for tests and debug builds. */
+ * match states; the inactive list is well formed; the references on a tier's blocks add up
+ * to those the host holds plus those the transfers hold, and the transfers hold none beyond
+ * what they still need (that part is skipped while copies keep it busy for 100 ms).
+ * KVT_OK, or KVT_ERR_INTERNAL with a message naming the first violation. Takes every tier's
+ * lock: meant for tests and debug builds. */
 KVT_API kvt_status kvt_manager_check(kvt_manager *m);
 
 /* ---------------------------------------------------------------------------------------
