@@ -545,11 +545,17 @@ func (m *Manager) withObject(closed bool, what string, f func() C.kvt_status) er
 	return call(f)
 }
 
-// with runs a short call on the live transfer of a live manager.
+// with runs a short call on the live transfer of a live manager. Locks in the order of
+// Close: the manager's, then the transfer's.
 func (t *Transfer) with(f func(*C.kvt_xfer) C.kvt_status) error {
+	t.m.mu.RLock()
+	defer t.m.mu.RUnlock()
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return t.m.withObject(t.x == nil, "transfer", func() C.kvt_status { return f(t.x) })
+	if t.x == nil || t.m.m == nil {
+		return &Error{Status: StatusInvalidHandle, Message: "the transfer is closed or its manager closed"}
+	}
+	return call(func() C.kvt_status { return f(t.x) })
 }
 
 // Cancel cancels a transfer that has not committed.
