@@ -14,6 +14,7 @@ static inline wrappers, which cffi cannot declare (and ABI mode cannot call). Th
 import argparse
 import os
 import re
+import shlex
 import subprocess
 import sys
 
@@ -24,11 +25,11 @@ OUTPUT = os.path.join(HERE, "kvtier", "_cdef.py")
 
 def preprocess(text):
     body = "".join(l for l in text.splitlines(True) if not re.match(r"\s*#\s*include\b", l))
-    cc = os.environ.get("CC") or "cc"
-    out = subprocess.run([cc, "-E", "-P", "-DKVT_API=", "-DKVT_NO_INLINE", "-x", "c", "-"],
+    cc = shlex.split(os.environ.get("CC") or "cc")
+    out = subprocess.run(cc + ["-E", "-P", "-DKVT_API=", "-DKVT_NO_INLINE", "-x", "c", "-"],
                          input=body, capture_output=True, text=True)
     if out.returncode != 0:
-        sys.exit("gen_cdef: %s -E failed: %s" % (cc, out.stderr))
+        sys.exit("gen_cdef: %s -E failed: %s" % (" ".join(cc), out.stderr))
     return out.stdout
 
 
