@@ -14,6 +14,10 @@
 Arrays in: lists of ints, or any buffer of uint64 (array('Q'), numpy uint64, memoryview),
 passed without a copy. Arrays out: lists of ints. Every error is a kvtier.Error subclass with .status and the
 library's message; kvtier.CancelledError marks a cancelled transfer.
+
+Manager(**config) takes every field of kvt_manager_config by name, G1Layout engine-owned G1
+memory (any writable buffer, or an (address, length) pair), and set_log_handler sends the
+library's diagnostics to a logging.Logger or a callable.
 """
 import array
 import asyncio
