@@ -3,7 +3,7 @@
 # KVTIER_0 aside), misses the SONAME, or still exports kvt_manager_config_init, which is a
 # static inline wrapper over kvt_manager_config_init_sized since 0.2.0.
 lib="$1"
-syms=$(nm -D --defined-only "$lib" | awk '{print $NF}')
+syms=$(nm -D --defined-only "$lib" | awk '{print $NF}' | sed 's/@.*//')  # names without @@KVTIER_0
 bad=$(echo "$syms" | grep -v -e '^kvt_' -e '^KVTIER_0$')
 if [ -n "$bad" ]; then echo "exported outside kvt_:"; echo "$bad"; exit 1; fi
 count=$(echo "$syms" | grep -c '^kvt_')
