@@ -232,11 +232,16 @@ void Pipeline::executor_loop() {
       std::lock_guard lock(stats_mu_);
       for (size_t d = 0; d < kDirections; ++d) stats_[d].busy_ns += uint64_t(busy_ns[d]);
     }
-    for (size_t i = 0; i < batch.size(); ++i) piece_done(batch[i], results[i]);
+    std::vector<std::string> failures;
+    for (size_t i = 0; i < batch.size(); ++i) piece_done(batch[i], results[i], &failures);
+    gate.unlock();
+    for (const std::string &f : failures)  // outside every lock: the callback may call back
+      log(KVT_LOG_WARN, "%s", f.c_str());
   }
 }
 
-void Pipeline::piece_done(const Piece &p, Executor::Result &r) {
+void Pipeline::piece_done(const Piece &p, Executor::Result &r,
+                          std::vector<std::string> *failures) {
   Transfer &t = *p.t;
   std::unique_lock lock(t.mu);
   t.count += r.count;
@@ -276,15 +281,13 @@ void Pipeline::piece_done(const Piece &p, Executor::Result &r) {
     }
     t.landed.clear();
   }
+  if (t.piece_status != KVT_OK)
+    failures->push_back(std::string("a ") + info(*t.dir).name + " transfer failed (" +
+                        kvt_status_str(t.piece_status) + "): " + t.piece_message);
   std::vector<uint64_t> reserved;
-  const kvt_status st = t.piece_status;
-  const std::string why = st == KVT_OK ? std::string() : t.piece_message;
-  end_locked(t, st, std::move(t.piece_message), &reserved);
+  end_locked(t, t.piece_status, std::move(t.piece_message), &reserved);
   lock.unlock();
   policy_.unreserve(t.dst_tier, reserved);
-  if (st != KVT_OK)  // outside every lock: the host's callback may call back in
-    log(KVT_LOG_WARN, "a %s transfer failed (%s): %s", info(*t.dir).name, kvt_status_str(st),
-        why.c_str());
 }
 
 // ---- the end of a transfer ----

@@ -72,7 +72,8 @@ class Pipeline {
   void evaluate(const std::shared_ptr<Transfer> &t);
   void precondition(const std::shared_ptr<Transfer> &t);
   void to_batcher(const std::shared_ptr<Transfer> &t);
-  void piece_done(const Piece &p, Executor::Result &r);
+  // Ends t with its last piece; a failure's log line goes to *failures.
+  void piece_done(const Piece &p, Executor::Result &r, std::vector<std::string> *failures);
   // Ends t unless it has ended or (unless committed_ok) committed; true if this call did.
   bool end(Transfer &t, kvt_status st, std::string message, bool committed_ok = false);
   // The same, with t.mu held by the caller; returns the reservations to give back.
