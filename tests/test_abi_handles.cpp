@@ -1,7 +1,10 @@
 // Block handles never come back: not after a slot's millionth reuse, not in another manager,
 // and not after their manager is gone; and the process-wide bound on live managers.
+#include <atomic>
+#include <barrier>
 #include <cstring>
 #include <deque>
+#include <thread>
 
 #include "support.hpp"
 
@@ -116,4 +119,32 @@ TEST(AbiHandles, OneManagerMoreThanTheMostIsRefused) {
   kvt_manager *m = nullptr;
   ASSERT_KVT_OK(kvt_manager_create(&m, &c));
   kvt_manager_destroy(m);
+}
+
+// Managers created and destroyed on four threads at once get distinct numbers: in every
+// round, each of the four live managers refuses the other three's handles.
+TEST(Threads, ManagersComingAndGoingOnFourThreadsRefuseEachOthersHandles) {
+  constexpr int kThreads = 4, kRounds = 200;
+  const kvt_manager_config c = one_block_config();
+  kvt_block published[kThreads] = {};
+  std::barrier sync(kThreads);
+  std::vector<std::thread> threads;
+  std::atomic<int> accepted{0}, failed{0};
+  for (int t = 0; t < kThreads; ++t)
+    threads.emplace_back([&, t] {
+      for (int r = 0; r < kRounds; ++r) {
+        kvt_manager *m = nullptr;
+        if (kvt_manager_create(&m, &c) != KVT_OK ||
+            kvt_block_alloc(&published[t], 1, m, KVT_TIER_G1) != KVT_OK)
+          ++failed;
+        sync.arrive_and_wait();  // all four live, each with one block
+        for (int o = 0; o < kThreads; ++o)
+          if (o != t && kvt_block_retain(m, published[o]) != KVT_ERR_INVALID_HANDLE) ++accepted;
+        sync.arrive_and_wait();  // done looking before anyone destroys
+        kvt_manager_destroy(m);
+      }
+    });
+  for (auto &th : threads) th.join();
+  EXPECT_EQ(failed.load(), 0);
+  EXPECT_EQ(accepted.load(), 0);
 }
