@@ -101,8 +101,8 @@ TEST(Threads, ReleaseWhileAnotherThreadWaitsOnATransferInFlight) {
       EXPECT_EQ(got, KVT_OK) << "it ended before the release";
     }
     // Make room for the next round.
-    auto all = alloc(m.get(), stats(m.get(), KVT_TIER_G3).free + stats(m.get(), KVT_TIER_G3).inactive,
-                     KVT_TIER_G3);
+    kvt_tier_stats g3 = stats(m.get(), KVT_TIER_G3);
+    auto all = alloc(m.get(), g3.free + g3.inactive, KVT_TIER_G3);
     ASSERT_KVT_OK(kvt_block_release(m.get(), all.data(), all.size()));
     EXPECT_KVT(kvt_manager_check(m.get()), KVT_OK);
   }
