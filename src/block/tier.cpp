@@ -27,14 +27,15 @@ const char *state_name(State s) {
     case State::Complete: return "Complete";
     case State::Registered: return "Registered";
     case State::Inactive: return "Inactive";
+    case State::Removed: return "removed (its stored copy was corrupt)";
     case State::Retired: return "retired";
   }
   return "?";
 }
 bool is_mutable(State s) { return s >= State::Empty && s <= State::Complete; }
 bool is_registered(State s) { return s == State::Registered || s == State::Inactive; }
-unsigned long long ull(uint64_t v) { return v; }
 bool is_live(State s) { return s != State::Free && s != State::Retired; }
+unsigned long long ull(uint64_t v) { return v; }
 }  // namespace
 
 Tier::Tier(kvt_tier id, uint32_t tag, uint64_t capacity, uint32_t page_size,
@@ -86,8 +87,8 @@ uint32_t Tier::take_free_slot() noexcept {
     free_head_ = slots_[s].next;
   } else {
     s = high_water_++;
-  }
     slots_[s].gen = first_gen_;
+  }
   --n_free_;
   return s;
 }
@@ -95,8 +96,8 @@ uint32_t Tier::take_free_slot() noexcept {
 void Tier::free_slot(uint32_t s) noexcept {
   Slot &sl = slots_[s];
   if (State(sl.state) != State::Empty) tokens_.erase(s);
-  sl.state = uint32_t(State::Free);
   if (sl.gen == handle::kLastGen) return retire(s);
+  sl.state = uint32_t(State::Free);
   sl.refs = 0;
   sl.gen = sl.gen + 1;  // every old handle to this slot goes stale
   sl.next = free_head_;
@@ -105,7 +106,6 @@ void Tier::free_slot(uint32_t s) noexcept {
   --n_active_;
 }
 
-void Tier::lru_push_back(uint32_t s) noexcept {
 // A new generation would wrap to one that old handles may still hold: the slot leaves the
 // pool instead, so that no stale handle ever becomes valid again.
 void Tier::retire(uint32_t s) noexcept {
@@ -116,6 +116,7 @@ void Tier::retire(uint32_t s) noexcept {
   ++n_retired_;
 }
 
+void Tier::lru_push_back(uint32_t s) noexcept {
   Slot &sl = slots_[s];
   sl.prev = lru_tail_;
   sl.next = kNil;
@@ -227,15 +228,15 @@ void Tier::settle_locked(kvt_block b) {
   // A handle listed twice is settled once: by then its slot is Free or Inactive.
   if (sl.refs != 0 || sl.gen != handle::gen(b)) return;
   State st = State(sl.state);
-  if (is_mutable(st)) {
+  if (is_mutable(st) || st == State::Removed) {
     free_slot(s);
-  } else if (st == State::Registered) {
   } else if (st == State::Registered && sl.gen == handle::kLastGen) {
     // It could not be evicted into a new generation: it leaves the registry now.
     registry_.erase(sl.seq_hash);
     note_event(KVT_EVENT_BLOCK_REMOVED, sl.seq_hash, 0);
     retire(s);
     publish_events_locked();
+  } else if (st == State::Registered) {
     sl.state = uint32_t(State::Inactive);
     lru_push_back(s);
     --n_active_;
@@ -605,8 +606,8 @@ void Tier::stats(kvt_tier_stats *out) {
   out->free = n_free_;
   out->active = n_active_;
   out->inactive = n_inactive_;
-  out->registered = registry_.size();
   out->retired = n_retired_;
+  out->registered = registry_.size();
   out->metadata_bytes =
       capacity_ * sizeof(Slot) +
       registry_.bytes() +
@@ -629,6 +630,7 @@ kvt_status Tier::check() {
     return bad("free + active + inactive + retired != capacity",
                n_free_ + n_active_ + n_inactive_ + n_retired_, capacity_);
   uint64_t free = capacity_ - high_water_, active = 0, inactive = 0, retired = 0, registered = 0;
+  uint64_t refs = 0;
   for (uint32_t s = 0; s < high_water_; ++s) {
     const Slot &sl = slots_[s];
     State st = State(sl.state);
@@ -637,8 +639,6 @@ kvt_status Tier::check() {
       if (sl.refs != 0) return bad("free slot with references", s, sl.refs);
       continue;
     }
-    if (st == State::Inactive) {
-      ++inactive;
     if (st == State::Retired) {
       ++retired;
       if (sl.refs != 0) return bad("retired slot with references", s, sl.refs);
@@ -646,10 +646,13 @@ kvt_status Tier::check() {
                                                  sl.gen);
       continue;
     }
+    if (st == State::Inactive) {
+      ++inactive;
       if (sl.refs != 0) return bad("inactive slot with references", s, sl.refs);
+      if (sl.gen == handle::kLastGen) return bad("inactive slot at its last generation", s, 0);
     } else {
       ++active;
-      if (sl.gen == handle::kLastGen) return bad("inactive slot at its last generation", s, 0);
+      refs += sl.refs;
       if (sl.refs == 0) return bad("active slot without references", s, 0);
       if (is_mutable(st) && sl.refs > 2) return bad("mutable slot shared", s, sl.refs);
     }
@@ -665,10 +668,13 @@ kvt_status Tier::check() {
   if (free != n_free_) return bad("free count", free, n_free_);
   if (active != n_active_) return bad("active count", active, n_active_);
   if (inactive != n_inactive_) return bad("inactive count", inactive, n_inactive_);
+  if (retired != n_retired_) return bad("retired count", retired, n_retired_);
   if (registered != registry_.size()) return bad("registry size", registered, registry_.size());
+  if (refs != refs_[0] + refs_[1])
+    return bad("references on slots vs held by the host and the pipeline", refs,
+               refs_[0] + refs_[1]);
   uint64_t walked = 0;
   for (uint32_t s = lru_head_, prev = kNil; s != kNil; prev = s, s = slots_[s].next) {
-  if (retired != n_retired_) return bad("retired count", retired, n_retired_);
     if (State(slots_[s].state) != State::Inactive || slots_[s].prev != prev)
       return bad("inactive list links a non-inactive slot", s, slots_[s].state);
     if (++walked > n_inactive_) return bad("inactive list longer than its count", walked,

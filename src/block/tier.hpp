@@ -30,6 +30,7 @@ enum class State : uint8_t {
   Complete = KVT_BLOCK_COMPLETE,
   Registered = KVT_BLOCK_REGISTERED,
   Inactive = KVT_BLOCK_INACTIVE,
+  Removed = 8,  // left the registry (a G3 copy failed its checksum); freed at its last release
   Retired = 15,
 };
 
@@ -45,6 +46,10 @@ struct Slot {
   uint32_t next;
 };
 static_assert(sizeof(Slot) == 32);
+
+// Who holds a reference: the host (through handles it was given) or the pipeline (while it
+// copies). Each tier counts both, and check() holds the slots' references to those counts.
+enum class Holder : uint8_t { Host, Pipeline };
 
 class Tier {
  public:
@@ -136,30 +141,31 @@ class Tier {
   uint32_t take_free_slot() noexcept;
   uint32_t evict_one() noexcept;
   void free_slot(uint32_t s) noexcept;        // mutable block back to the free list
+  void retire(uint32_t s) noexcept;           // a slot at its last generation leaves for good
   void lru_push_back(uint32_t s) noexcept;
   void lru_unlink(uint32_t s) noexcept;
   void pin(uint32_t s) noexcept;               // one more reference on a registered block
   void note_event(kvt_event_type type, uint64_t hash, uint64_t parent) noexcept;
   void publish_events_locked() noexcept;
-  void retire(uint32_t s) noexcept;           // a slot at its last generation leaves for good
   kvt_status commit_registration(kvt_block *out, uint32_t s, uint64_t seq, uint64_t parent);
 
   const kvt_tier id_;
   const uint32_t tag_;
   const uint64_t capacity_;
   const uint32_t page_size_;
+  const uint32_t first_gen_;
   EventQueue *events_ = nullptr;
   TierMemory memory_;
 
   std::mutex mu_;
   Slot *slots_;  // zeroed mmap, huge pages where the kernel gives them
-  const uint32_t first_gen_;
   Registry<Slot> registry_{&slots_};
   std::vector<kvt_event> pending_events_;  // produced under the lock, published on leaving
   absl::flat_hash_map<uint32_t, std::unique_ptr<TokenBuf>> tokens_;
   uint32_t high_water_ = 0;  // slots at or above it have never been used
   uint32_t free_head_ = kNil;
   uint32_t lru_head_ = kNil, lru_tail_ = kNil;  // head: evicted first
+  uint64_t refs_[2] = {};  // references held, by Holder
   uint64_t n_free_, n_active_ = 0, n_inactive_ = 0, n_retired_ = 0;
   uint64_t allocs_ = 0, evictions_ = 0, registrations_ = 0, dedups_ = 0;
   uint64_t match_queried_ = 0, match_hit_ = 0;
