@@ -15,8 +15,8 @@
  *   call; "owned by the library" results stay valid for the time stated.
  * - A destroyed object is gone: every call on a destroyed manager, or with its block
  *   handles, transfers or fences, is forbidden, and so is destroying a manager while another
- *   thread is inside any call on it (kvt_poll included). Like any use after free, the
- *   library cannot catch these.
+ *   thread is inside any call on it (kvt_poll included). The manager is freed memory then:
+ *   the library does not promise to detect such a call.
  * - Versioned structs: the structs that begin with struct_size (kvt_manager_config,
  *   kvt_g1_layout, kvt_tier_stats, kvt_transfer_stats, kvt_block_info) only ever grow at
  *   their end. The caller sets struct_size to the sizeof its program was built with
@@ -29,7 +29,7 @@
 #define KVTIER_H
 
 /* Only size_t from <stddef.h>: its max_align_t carries attributes that cffi's cdef cannot
- * parse once bindings preprocess this header with `cc -E -P -DKVT_API=`. */
+ * parse once bindings preprocess this header with `cc -E -P -DKVT_API= -DKVT_NO_INLINE`. */
 #define __need_size_t
 #include <stddef.h>
 #include <stdint.h>
