@@ -129,8 +129,8 @@ TEST(XferOnboard, RegisteringADestinationInFlightIsRefused) {
     Onboard o = prepare(m.get(), n);
     // Fresh hashes, so that the copies register.
     ASSERT_KVT_OK(kvt_block_release(m.get(), o.g1.data(), n));
-    kvt_tier_stats s = stats(m.get(), KVT_TIER_G1);
-    auto all = alloc(m.get(), s.free + s.inactive);
+    kvt_tier_stats g1s = stats(m.get(), KVT_TIER_G1);
+    auto all = alloc(m.get(), g1s.free + g1s.inactive);
     ASSERT_KVT_OK(kvt_block_release(m.get(), all.data(), all.size()));
     kvt_xfer *x = nullptr;
     ASSERT_KVT_OK(kvt_onboard(&x, m.get(), o.g2.data(), o.dst.data(), n, nullptr, 0));
