@@ -106,9 +106,9 @@ kvt_status Manager::release(const kvt_block *blocks, size_t n, Holder h) {
     if (mask & (1u << t)) locks[t] = std::unique_lock(tiers_[t]->lock());
 
   for (size_t i = 0; i < n; ++i) {
-    kvt_status s = tiers_[handle::tier(blocks[i])]->take_ref_locked(blocks[i]);
+    kvt_status s = tiers_[handle::tier(blocks[i])]->take_ref_locked(blocks[i], h);
     if (s != KVT_OK) {
-      while (i-- > 0) tiers_[handle::tier(blocks[i])]->undo_take_ref_locked(blocks[i]);
+      while (i-- > 0) tiers_[handle::tier(blocks[i])]->undo_take_ref_locked(blocks[i], h);
       return s;
     }
   }
