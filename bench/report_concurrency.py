@@ -17,10 +17,10 @@ print("| direction | transfers in flight | kvtier (median of %d) | baseline, sam
       "kvtier scaling | baseline scaling |" % med[next(iter(med))]["repetitions"])
 print("|---|---|---|---|---|---|---|")
 for direction, run, base, what in (
-        ("G1 -> G2", "BM_ConcurrentG1toG2", "BM_Baseline_MemcpyThreads", "memcpy threads"),
+        ("G1 -> G2", "BM_ConcurrentG1toG2", "BM_Baseline_MemcpyThreads", "memcpy thread"),
         ("G2 -> G3", "BM_ConcurrentG2toG3", "BM_Baseline_DdConcurrent", "dd oflag=direct")):
     k1, b1 = gbps(run + "/1"), gbps(base + "/1")
     for k in (1, 2, 4):
         v, b = gbps("%s/%d" % (run, k)), gbps("%s/%d" % (base, k))
-        print("| %s | %d | %.2f GB/s | %d %s: %.2f GB/s | %.2fx | %.2fx | %.2fx |"
+        print("| %s | %d | %.2f GB/s | %d x %s: %.2f GB/s | %.2fx | %.2fx | %.2fx |"
               % (direction, k, v, k, what, b, v / b, v / k1, b / b1))
