@@ -25,7 +25,8 @@ std::string with_mount(const std::string &mount_args, const std::function<std::s
   return in_child([&]() -> std::string {
     if (unshare(CLONE_NEWNS) != 0)
       return std::string(kSkip) + "unshare(CLONE_NEWNS): " + std::strerror(errno);
-    if (mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0)
+    // Named source and type, ignored here, because valgrind refuses NULL ones.
+    if (mount("none", "/", "none", MS_REC | MS_PRIVATE, nullptr) != 0)
       return std::string(kSkip) + "mount --make-rprivate /: " + std::strerror(errno);
     std::string cmd = "mount " + mount_args + " " + dir.path + " 2>&1";
     if (std::system(cmd.c_str()) != 0) return std::string(kSkip) + "cannot run: " + cmd;
