@@ -41,15 +41,6 @@ void charge(double busy_ns[kDirections], Clock::duration t, const std::vector<E 
 }
 }  // namespace
 
-void Executor::commit(std::vector<Piece> &batch) {
-  std::erase_if(batch, [](const Piece &p) {
-    std::lock_guard lock(p.t->mu);
-    if (p.t->ended()) return true;  // cancelled while batched
-    p.t->state = KVT_XFER_INFLIGHT;
-    return false;
-  });
-}
-
 // Runs one phase of copies: host-to-host through the memcpy engine, anything touching CUDA
 // memory through the CUDA engine. A failed CUDA copy fails the pieces it served.
 void Executor::run_copies(const std::vector<BlockCopy> &copies,
@@ -87,12 +78,17 @@ std::vector<Executor::Result> Executor::run(const std::vector<Piece> &batch,
   std::vector<Result> results(batch.size());
   std::vector<Entry> entries(batch.size());
 
-  // Reserve: weak references become strong; what was evicted or released is dropped.
+  // Commit and reserve: weak references become strong (what was evicted or released is
+  // dropped), under the transfer's lock, so that a cancel comes before or not at all, and
+  // an INFLIGHT transfer's committed destinations are pinned.
   for (size_t i = 0; i < batch.size(); ++i) {
     Entry &e = entries[i];
     e.piece = &batch[i];
     e.result = &results[i];
     Transfer &t = e.t();
+    std::lock_guard lock(t.mu);
+    if (t.ended()) continue;  // cancelled while batched
+    results[i].committed = true;
     const size_t n = batch[i].end - batch[i].begin;
     std::vector<kvt_block> src(n);
     std::unique_ptr<bool[]> ok(new bool[n]), pinned(new bool[n]);
@@ -109,6 +105,7 @@ std::vector<Executor::Result> Executor::run(const std::vector<Piece> &batch,
     }
     for (size_t k = 0; k < n; ++k)
       if (ok[k]) e.items.push_back(batch[i].begin + k);
+    t.state = KVT_XFER_INFLIGHT;
   }
 
   // Plan every copy of the batch.

@@ -1,7 +1,8 @@
 // The executor stage: commits a batch (the last point a cancel applies), upgrades its weak
 // references, plans and runs every copy of the batch together (memory copies, then disk I/O,
 // then the verified G3 reads into G1), registers offloaded copies and gives back its
-// references. It holds no pipeline lock while it works.
+// references. The only lock it holds while it works is each transfer's own, to commit and
+// reserve that transfer's piece; never one that calls on other transfers need.
 #pragma once
 
 #include <string>
@@ -24,17 +25,16 @@ class Executor {
 
   // What one piece came to.
   struct Result {
+    bool committed = false;                  // else its transfer ended before: skipped
     kvt_status status = KVT_OK;
     std::string message;
     uint64_t count = 0;                      // offload: copies registered
     std::vector<Transfer::Landed> landed;    // onboard: copies written, still pinned
   };
 
-  // Drops the pieces of transfers that ended (cancelled) and commits the rest: their
-  // transfers become INFLIGHT, and a cancel no longer applies.
-  static void commit(std::vector<Piece> &batch);
-  // Runs a committed batch; results[i] is batch[i]'s. busy_ns gets each direction's share
-  // of the time spent copying.
+  // Commits a batch and runs it: pieces whose transfers ended (cancelled) are skipped, the
+  // others' transfers become INFLIGHT, and a cancel no longer applies to them. results[i]
+  // is batch[i]'s. busy_ns gets each direction's share of the time spent copying.
   std::vector<Result> run(const std::vector<Piece> &batch, double busy_ns[kDirections]);
 
  private:

@@ -224,8 +224,6 @@ void Pipeline::executor_loop() {
   std::vector<Piece> batch;
   while (batcher_.next(&batch)) {
     std::shared_lock gate(in_flight_);
-    Executor::commit(batch);
-    if (batch.empty()) continue;
     double busy_ns[kDirections] = {};
     std::vector<Executor::Result> results = executor_.run(batch, busy_ns);
     {
@@ -233,7 +231,8 @@ void Pipeline::executor_loop() {
       for (size_t d = 0; d < kDirections; ++d) stats_[d].busy_ns += uint64_t(busy_ns[d]);
     }
     std::vector<std::string> failures;
-    for (size_t i = 0; i < batch.size(); ++i) piece_done(batch[i], results[i], &failures);
+    for (size_t i = 0; i < batch.size(); ++i)
+      if (results[i].committed) piece_done(batch[i], results[i], &failures);
     gate.unlock();
     for (const std::string &f : failures)  // outside every lock: the callback may call back
       log(KVT_LOG_WARN, "%s", f.c_str());

@@ -32,7 +32,9 @@ struct Fence {
   // Under the precondition stage's lock:
   bool signalled = false;
   bool host_holds = true;  // until kvt_fence_destroy
-  std::vector<std::shared_ptr<Transfer>> waiters;  // parked in KVT_XFER_WAITING
+  // Parked in KVT_XFER_WAITING. Weak: a transfer refers to its fence, and the pipeline
+  // keeps every transfer alive until it ends.
+  std::vector<std::weak_ptr<Transfer>> waiters;
 };
 
 struct Transfer {
