@@ -51,14 +51,16 @@ TEST(G3Faults, FieldsAreValidated) {
     void (*set)(kvt_manager_config &);
   } cases[] = {
       {"g3_fault_op", [](kvt_manager_config &c) { c.g3_fault_op = 3; }},
-      {"g3_fault_errno", [](kvt_manager_config &c) { c.g3_fault_op = KVT_G3_FAULT_WRITE, c.g3_fault_count = 1; }},
+      {"g3_fault_errno",
+       [](kvt_manager_config &c) { c.g3_fault_op = KVT_G3_FAULT_WRITE, c.g3_fault_count = 1; }},
       {"g3_fault_errno", [](kvt_manager_config &c) {
          c.g3_fault_op = KVT_G3_FAULT_READ, c.g3_fault_errno = -5, c.g3_fault_count = 1;
        }},
       {"g3_fault_errno", [](kvt_manager_config &c) {
          c.g3_fault_op = KVT_G3_FAULT_READ, c.g3_fault_errno = 5000, c.g3_fault_count = 1;
        }},
-      {"g3_fault_count", [](kvt_manager_config &c) { c.g3_fault_op = KVT_G3_FAULT_WRITE, c.g3_fault_errno = EIO; }},
+      {"g3_fault_count",
+       [](kvt_manager_config &c) { c.g3_fault_op = KVT_G3_FAULT_WRITE, c.g3_fault_errno = EIO; }},
       {"g3_fault_op is OFF", [](kvt_manager_config &c) { c.g3_fault_errno = ENOSPC; }},
       {"g3_fault_op is OFF", [](kvt_manager_config &c) { c.g3_fault_count = 1; }},
   };

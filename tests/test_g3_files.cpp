@@ -25,7 +25,9 @@ std::vector<std::string> g3_files(const std::string &dir) {
 }
 
 std::vector<std::string> minus(std::vector<std::string> a, const std::vector<std::string> &b) {
-  std::erase_if(a, [&](const std::string &x) { return std::find(b.begin(), b.end(), x) != b.end(); });
+  std::erase_if(a, [&](const std::string &x) {
+    return std::find(b.begin(), b.end(), x) != b.end();
+  });
   return a;
 }
 
@@ -165,7 +167,8 @@ TEST(G3Files, KilledOwnersTemporaryDirectoryGoes) {
   EXPECT_EQ(g3_files(tmp.path + "/" + live_dirs[0]).size(), 1u);
   EXPECT_TRUE(std::filesystem::exists(tmp.path + "/kvtier-other"));
   EXPECT_TRUE(std::filesystem::exists(tmp.path + "/kvtier-g3.keepme/notes.txt"));
-  EXPECT_EQ(log.find(KVT_LOG_INFO, dead_dirs[0]).size(), 2u) << "one line for the file, one for the dir";
+  EXPECT_EQ(log.find(KVT_LOG_INFO, dead_dirs[0]).size(), 2u)
+      << "one line for the file, one for the dir";
   auto mine = minus(minus(now, live_dirs), {"kvtier-other", "kvtier-g3.keepme"});
   ASSERT_EQ(mine.size(), 1u);
   EXPECT_EQ(g3_roundtrip(m.get(), 1, 4, 4), "");

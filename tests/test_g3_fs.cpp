@@ -20,7 +20,8 @@ constexpr char kSkip[] = "SKIP: ";
 
 // Runs fn in a child with `fs` mounted at a fresh directory (mount(8) arguments, run by the
 // child after it entered its own mount namespace). Returns what fn reported.
-std::string with_mount(const std::string &mount_args, const std::function<std::string(const std::string &)> &fn) {
+std::string with_mount(const std::string &mount_args,
+                       const std::function<std::string(const std::string &)> &fn) {
   G3Dir dir;
   return in_child([&]() -> std::string {
     if (unshare(CLONE_NEWNS) != 0)

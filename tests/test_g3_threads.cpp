@@ -35,7 +35,8 @@ std::string offload_rounds(kvt_manager *m, int t, std::vector<std::vector<unsign
     }
     kvt_block_register_hashes(r.data(), m, b.data(), h.data(), kBlocks, 0);
     kvt_xfer *x = nullptr;
-    if (kvt_status s = kvt_offload(&x, m, r.data(), kBlocks, KVT_TIER_G3, nullptr, 0); s != KVT_OK)
+    if (kvt_status s = kvt_offload(&x, m, r.data(), kBlocks, KVT_TIER_G3, nullptr, 0);
+        s != KVT_OK)
       return status_text("offload", s);
     kvt_status s = kvt_xfer_wait(x, kWait);
     kvt_xfer_release(x);
@@ -46,7 +47,8 @@ std::string offload_rounds(kvt_manager *m, int t, std::vector<std::vector<unsign
 }
 
 // Thread t's onboards of the same blocks, compared with what was offloaded.
-std::string onboard_rounds(kvt_manager *m, int t, const std::vector<std::vector<unsigned char>> &want) {
+std::string onboard_rounds(kvt_manager *m, int t,
+                           const std::vector<std::vector<unsigned char>> &want) {
   for (int round = 0; round < kRounds; ++round) {
     std::vector<kvt_block> src(kBlocks), dst(kBlocks), fin(kBlocks);
     std::vector<uint64_t> h(kBlocks);
@@ -95,7 +97,8 @@ TEST(Threads, G3BatchesFromSeveralThreadsOverlapSafely) {
       std::vector<std::thread> ts;
       for (int t = 0; t < kThreads; ++t) ts.emplace_back([&, t] { errors[t] = phase(t); });
       for (auto &th : ts) th.join();
-      for (int t = 0; t < kThreads; ++t) EXPECT_EQ(errors[t], "") << "thread " << t << ", g3_io " << io;
+      for (int t = 0; t < kThreads; ++t)
+        EXPECT_EQ(errors[t], "") << "thread " << t << ", g3_io " << io;
     };
     all([&](int t) { return offload_rounds(m.get(), t, &want[t]); });
     // Evict G1, so that the onboards read G3.
