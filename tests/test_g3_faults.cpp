@@ -105,6 +105,31 @@ TEST(G3Faults, WritesFailAfterSkipForCountThenPass) {
   EXPECT_KVT(kvt_manager_check(m.get()), KVT_OK);
 }
 
+// A failed offload gives back its "on its way" marks before its wait returns: offloading the
+// same block again right after moves it (the presence policy must not skip it).
+TEST(G3Faults, RetryAfterAFailedOffloadIsNotFilteredAsPresent) {
+  G3Dir dir;
+  kvt_manager_config c = g3_config(dir.path.c_str());
+  c.g3_fault_op = KVT_G3_FAULT_WRITE;
+  c.g3_fault_errno = EIO;
+  c.g3_fault_count = 50;
+  auto m = make(c);
+  kvt_block b = alloc(m.get(), 1)[0], r = 0;
+  ASSERT_EQ(kvt_block_register_hash(&r, m.get(), b, 77, 0), KVT_OK);
+  for (int i = 0; i < 60; ++i) {
+    kvt_xfer *x = nullptr;
+    ASSERT_EQ(kvt_offload(&x, m.get(), &r, 1, KVT_TIER_G3, nullptr, 0), KVT_OK);
+    kvt_status s = finish(x);
+    uint64_t moved = 99;
+    ASSERT_EQ(kvt_xfer_status(nullptr, nullptr, &moved, x), KVT_OK);
+    kvt_xfer_release(x);
+    ASSERT_EQ(s, i < 50 ? KVT_ERR_IO : KVT_OK) << "try " << i << ": " << kvt_last_error();
+    if (i >= 50) ASSERT_EQ(moved, i == 50 ? 1u : 0u) << "try " << i << ": filtered or doubled";
+  }
+  kvt_block_release(m.get(), &r, 1);
+  EXPECT_KVT(kvt_manager_check(m.get()), KVT_OK);
+}
+
 TEST(G3Faults, ReadFaultFailsOnlyThatOnboard) {
   G3Dir dir;
   kvt_manager_config c = g3_config(dir.path.c_str());

@@ -242,7 +242,7 @@ void Pipeline::executor_loop() {
 void Pipeline::piece_done(const Piece &p, Executor::Result &r,
                           std::vector<std::string> *failures) {
   Transfer &t = *p.t;
-  std::unique_lock lock(t.mu);
+  std::lock_guard lock(t.mu);
   t.count += r.count;
   if (r.status != KVT_OK && t.piece_status == KVT_OK) {
     t.piece_status = r.status;
@@ -283,30 +283,23 @@ void Pipeline::piece_done(const Piece &p, Executor::Result &r,
   if (t.piece_status != KVT_OK)
     failures->push_back(std::string("a ") + info(*t.dir).name + " transfer failed (" +
                         kvt_status_str(t.piece_status) + "): " + t.piece_message);
-  std::vector<uint64_t> reserved;
-  end_locked(t, t.piece_status, std::move(t.piece_message), &reserved);
-  lock.unlock();
-  policy_.unreserve(t.dst_tier, reserved);
+  end_locked(t, t.piece_status, std::move(t.piece_message));
 }
 
 // ---- the end of a transfer ----
 
 bool Pipeline::end(Transfer &t, kvt_status st, std::string message, bool committed_ok) {
-  std::vector<uint64_t> reserved;
-  bool ended;
-  {
-    std::lock_guard lock(t.mu);
-    if (!committed_ok && t.state == KVT_XFER_INFLIGHT) return false;  // it finishes
-    ended = end_locked(t, st, std::move(message), &reserved);
-  }
-  policy_.unreserve(t.dst_tier, reserved);
-  return ended;
+  std::lock_guard lock(t.mu);
+  if (!committed_ok && t.state == KVT_XFER_INFLIGHT) return false;  // it finishes
+  return end_locked(t, st, std::move(message));
 }
 
-bool Pipeline::end_locked(Transfer &t, kvt_status st, std::string message,
-                          std::vector<uint64_t> *reserved) {
+bool Pipeline::end_locked(Transfer &t, kvt_status st, std::string message) {
   if (t.ended()) return false;
-  reserved->swap(t.reserved);
+  // Before anyone can see the end: an offload of the same blocks issued right after a wait
+  // returns must not be filtered out by this transfer's presence marks.
+  policy_.unreserve(t.dst_tier, t.reserved);
+  t.reserved.clear();
   t.state = st == KVT_OK ? KVT_XFER_DONE
             : st == KVT_ERR_CANCELLED ? KVT_XFER_CANCELLED : KVT_XFER_FAILED;
   t.result = st;
@@ -393,14 +386,13 @@ kvt_status Pipeline::blocks(kvt_block *out, size_t n, Transfer &t) {
 }
 
 void Pipeline::release(Transfer &t) {
-  std::vector<uint64_t> reserved;
   {
     std::shared_lock gate(in_flight_);  // as in blocks()
     std::lock_guard lock(t.mu);
     t.host_holds = false;
     tiers_.events().withdraw(token_of(t));
     if (!t.ended() && t.state != KVT_XFER_INFLIGHT)
-      end_locked(t, KVT_ERR_CANCELLED, "released by the host", &reserved);  // emits nothing
+      end_locked(t, KVT_ERR_CANCELLED, "released by the host");  // emits nothing
     if (!t.unread_dedups.empty()) {  // never read: the caller keeps its own blocks
       std::vector<kvt_block> pinned;
       for (size_t i : t.unread_dedups) pinned.push_back(t.final_blocks[i]);
@@ -409,7 +401,6 @@ void Pipeline::release(Transfer &t) {
       t.unread_dedups.clear();
     }
   }
-  policy_.unreserve(t.dst_tier, reserved);
 }
 
 // ---- fences ----

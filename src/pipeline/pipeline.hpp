@@ -76,9 +76,9 @@ class Pipeline {
   void piece_done(const Piece &p, Executor::Result &r, std::vector<std::string> *failures);
   // Ends t unless it has ended or (unless committed_ok) committed; true if this call did.
   bool end(Transfer &t, kvt_status st, std::string message, bool committed_ok = false);
-  // The same, with t.mu held by the caller; returns the reservations to give back.
-  bool end_locked(Transfer &t, kvt_status st, std::string message,
-                  std::vector<uint64_t> *reserved);
+  // The same, with t.mu held by the caller. Gives back its presence marks before it wakes
+  // the waiters (lock order: Transfer::mu, then the policy stage's lock).
+  bool end_locked(Transfer &t, kvt_status st, std::string message);
 
   BlockTiers &tiers_;
   PolicyStage policy_;
