@@ -31,13 +31,15 @@ tools/build.sh build-tsan -DKVT_SANITIZE=thread -DKVT_BUILD_BENCH=OFF -DKVT_BUIL
 TSAN_OPTIONS=halt_on_error=1 ctest --test-dir build-tsan --output-on-failure -R '^Threads\.'
 
 echo "== valgrind (memcheck, leaks)"
+# --max-threads: one test holds KVT_MAX_MANAGERS managers at once, each with its threads.
 # G3 through I/O threads: valgrind does not see io_uring's writes into user buffers. The
 # library reads no such switch; the test programs turn their G3 managers' g3_io to THREADS
 # when KVTIER_TEST_G3_IO=threads (tests/support.hpp, fuzz/fuzz_api.cpp).
 for cmd in "build/tests/kvtier_tests --gtest_filter=-Cuda.*" \
            "build/fuzz/replay_api fuzz/corpus/api" "build/fuzz/replay_config fuzz/corpus/config" \
            "build/fuzz/replay_hash fuzz/corpus/hash"; do
-  KVTIER_TEST_G3_IO=threads valgrind -q --leak-check=full --errors-for-leak-kinds=definite,indirect \
+  KVTIER_TEST_G3_IO=threads valgrind -q --max-threads=1100 --leak-check=full \
+    --errors-for-leak-kinds=definite,indirect \
     --error-exitcode=9 $cmd > valgrind.log 2>&1 || { tail -60 valgrind.log; exit 1; }
   echo "valgrind clean: $cmd"
 done
