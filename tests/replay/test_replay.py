@@ -137,7 +137,7 @@ def test_timeline_and_plot(small_trace, tmp_path):
     (["--g3-blocks", "99999999999"], "--g3-blocks must be in 0.."),
     (["--g1-blocks", "0"], "--g1-blocks must be in 1.."),
     (["--g1-blocks", "10"], "G1 is smaller than one request: the request on line"),
-    (["--g1-blocks", "200000000", "--chunk-bytes", "1048576"], "host memory"),
+    (["--g1-blocks", "60000000", "--chunk-bytes", "1048576"], "host memory"),
     (["--concurrency", "0"], "--concurrency must be in"),
     (["--offload", "sometimes"], "--offload must be eager or lazy"),
     (["--policy", "frequency:x"], "--policy frequency:N"),
