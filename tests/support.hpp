@@ -4,13 +4,21 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "kvtier.h"
+
+#if __has_include(<valgrind/valgrind.h>)
+#include <valgrind/valgrind.h>
+#else
+#define RUNNING_ON_VALGRIND 0
+#endif
 
 #define EXPECT_KVT(expr, want)                                                           \
   do {                                                                                   \
@@ -26,6 +34,42 @@
   } while (0)
 
 namespace kvt_test {
+
+// A directory of the test's own under base (G3 files go there), removed afterwards.
+struct TempDir {
+  std::string path;
+  explicit TempDir(const char *base = "/tmp") {
+    std::string t = std::string(base) + "/kvtier-test-XXXXXX";
+    path = mkdtemp(t.data());
+  }
+  ~TempDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path, ec);
+  }
+  TempDir(const TempDir &) = delete;
+  TempDir &operator=(const TempDir &) = delete;
+  // The G3 file: the largest regular file in the directory, "" if there is none.
+  std::string g3_file() const {
+    std::string best;
+    uintmax_t size = 0;
+    for (auto &e : std::filesystem::directory_iterator(path))
+      if (e.is_regular_file() && e.file_size() >= size) {
+        size = e.file_size();
+        best = e.path();
+      }
+    return best;
+  }
+  // Names in dir that start with prefix, sorted.
+  static std::vector<std::string> names_of(const std::string &dir, const std::string &prefix = "") {
+    std::vector<std::string> v;
+    for (auto &e : std::filesystem::directory_iterator(dir))
+      if (e.path().filename().string().rfind(prefix, 0) == 0)
+        v.push_back(e.path().filename().string());
+    std::sort(v.begin(), v.end());
+    return v;
+  }
+  std::vector<std::string> names() const { return names_of(path); }
+};
 
 struct ManagerDeleter {
   void operator()(kvt_manager *m) const { kvt_manager_destroy(m); }

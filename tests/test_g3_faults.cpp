@@ -45,7 +45,7 @@ kvt_status onboard_one(kvt_manager *m, uint64_t h) {
 }  // namespace
 
 TEST(G3Faults, FieldsAreValidated) {
-  G3Dir dir;
+  TempDir dir;
   struct Case {
     const char *field;
     void (*set)(kvt_manager_config &);
@@ -78,7 +78,7 @@ TEST(G3Faults, FieldsAreValidated) {
 
 // The library reads no environment variable to inject faults any more.
 TEST(G3Faults, EnvironmentInjectsNothing) {
-  G3Dir dir;
+  TempDir dir;
   setenv("KVTIER_FAULT_G3", "write:28:0:100", 1);
   auto m = make(g3_config(dir.path.c_str()));
   unsetenv("KVTIER_FAULT_G3");
@@ -86,7 +86,7 @@ TEST(G3Faults, EnvironmentInjectsNothing) {
 }
 
 TEST(G3Faults, WritesFailAfterSkipForCountThenPass) {
-  G3Dir dir;
+  TempDir dir;
   kvt_manager_config c = g3_config(dir.path.c_str());
   c.g3_fault_op = KVT_G3_FAULT_WRITE;
   c.g3_fault_errno = ENOSPC;
@@ -108,7 +108,7 @@ TEST(G3Faults, WritesFailAfterSkipForCountThenPass) {
 // A failed offload gives back its "on its way" marks before its wait returns: offloading the
 // same block again right after moves it (the presence policy must not skip it).
 TEST(G3Faults, RetryAfterAFailedOffloadIsNotFilteredAsPresent) {
-  G3Dir dir;
+  TempDir dir;
   kvt_manager_config c = g3_config(dir.path.c_str());
   c.g3_fault_op = KVT_G3_FAULT_WRITE;
   c.g3_fault_errno = EIO;
@@ -124,14 +124,16 @@ TEST(G3Faults, RetryAfterAFailedOffloadIsNotFilteredAsPresent) {
     ASSERT_EQ(kvt_xfer_status(nullptr, nullptr, &moved, x), KVT_OK);
     kvt_xfer_release(x);
     ASSERT_EQ(s, i < 50 ? KVT_ERR_IO : KVT_OK) << "try " << i << ": " << kvt_last_error();
-    if (i >= 50) ASSERT_EQ(moved, i == 50 ? 1u : 0u) << "try " << i << ": filtered or doubled";
+    if (i >= 50) {
+      ASSERT_EQ(moved, i == 50 ? 1u : 0u) << "try " << i << ": filtered or doubled";
+    }
   }
   kvt_block_release(m.get(), &r, 1);
   EXPECT_KVT(kvt_manager_check(m.get()), KVT_OK);
 }
 
 TEST(G3Faults, ReadFaultFailsOnlyThatOnboard) {
-  G3Dir dir;
+  TempDir dir;
   kvt_manager_config c = g3_config(dir.path.c_str());
   c.g3_fault_op = KVT_G3_FAULT_READ;
   c.g3_fault_errno = EIO;

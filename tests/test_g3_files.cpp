@@ -52,7 +52,7 @@ struct ScopedTmpdir {
 }  // namespace
 
 TEST(G3Files, KilledOwnersFileGoesLiveOwnersFileStays) {
-  G3Dir dir;
+  TempDir dir;
   Owner live(dir.path.c_str());
   ASSERT_TRUE(live.ready());
   auto live_files = g3_files(dir.path);
@@ -92,7 +92,7 @@ TEST(G3Files, KilledOwnersFileGoesLiveOwnersFileStays) {
 }
 
 TEST(G3Files, FileIsLockedWhileItsManagerLives) {
-  G3Dir dir;
+  TempDir dir;
   auto m = make(g3_config(dir.path.c_str()));
   ASSERT_TRUE(m);
   auto files = g3_files(dir.path);
@@ -113,7 +113,7 @@ TEST(G3Files, FileIsLockedWhileItsManagerLives) {
 // the way a dead process with this PID would have named them, in the old scheme (PID and a
 // counter) and in this one, must neither stop the start nor stay.
 TEST(G3Files, RestartUnderTheSamePidStarts) {
-  G3Dir dir;
+  TempDir dir;
   std::string pid = std::to_string(getpid());
   for (int i = 0; i < 512; ++i)  // the old scheme's counter, from this process's first manager
     touch(dir.path + "/kvtier-g3-" + pid + "-" + std::to_string(i) + ".bin");
@@ -131,7 +131,7 @@ TEST(G3Files, RestartUnderTheSamePidStarts) {
 
 // Two managers of one process in one directory never share a name.
 TEST(G3Files, ManagersInOneDirectoryGetFilesOfTheirOwn) {
-  G3Dir dir;
+  TempDir dir;
   std::vector<ManagerPtr> ms;
   for (int i = 0; i < 8; ++i) ms.push_back(make(g3_config(dir.path.c_str(), 4)));
   EXPECT_EQ(g3_files(dir.path).size(), 8u);
@@ -140,7 +140,7 @@ TEST(G3Files, ManagersInOneDirectoryGetFilesOfTheirOwn) {
 }
 
 TEST(G3Files, KilledOwnersTemporaryDirectoryGoes) {
-  G3Dir tmp;
+  TempDir tmp;
   ScopedTmpdir env(tmp.path);
   Owner live(nullptr);
   ASSERT_TRUE(live.ready());
@@ -185,7 +185,7 @@ TEST(G3Files, EmptyPathIsRefused) {
 }
 
 TEST(G3Files, MissingDirectoryFailsWithIoAndCreatesNothing) {
-  G3Dir dir;
+  TempDir dir;
   std::string missing = dir.path + "/not-there";
   kvt_manager_config c = g3_config(missing.c_str());
   kvt_manager *m = nullptr;

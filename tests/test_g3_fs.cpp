@@ -22,7 +22,7 @@ constexpr char kSkip[] = "SKIP: ";
 // child after it entered its own mount namespace). Returns what fn reported.
 std::string with_mount(const std::string &mount_args,
                        const std::function<std::string(const std::string &)> &fn) {
-  G3Dir dir;
+  TempDir dir;
   return in_child([&]() -> std::string {
     if (unshare(CLONE_NEWNS) != 0)
       return std::string(kSkip) + "unshare(CLONE_NEWNS): " + std::strerror(errno);
@@ -32,7 +32,7 @@ std::string with_mount(const std::string &mount_args,
     std::string cmd = "mount " + mount_args + " " + dir.path + " 2>&1";
     if (std::system(cmd.c_str()) != 0) return std::string(kSkip) + "cannot run: " + cmd;
     std::string r = fn(dir.path);
-    auto left = G3Dir::names_of(dir.path, "kvtier-g3");
+    auto left = TempDir::names_of(dir.path, "kvtier-g3");
     if (r.empty() && !left.empty()) r = "left behind in the mount: " + left[0];
     return r;
   });
@@ -101,7 +101,7 @@ TEST(G3Fs, FullTmpfsIsNoSpace) {
     if (auto r = create_status(g3_config(dir.c_str(), 1024), KVT_ERR_NO_SPACE, dir.c_str());
         !r.empty())
       return "8 MiB on a 1 MiB tmpfs: " + r;
-    if (!G3Dir::names_of(dir).empty()) return "a failed create left a file";
+    if (!TempDir::names_of(dir).empty()) return "a failed create left a file";
     kvt_manager_config c = g3_config(dir.c_str(), 64);  // 512 KiB
     kvt_manager *m = nullptr;
     if (kvt_status s = kvt_manager_create(&m, &c); s != KVT_OK) return status_text("create", s);
@@ -115,7 +115,7 @@ TEST(G3Fs, FullTmpfsIsNoSpace) {
 // than the filesystem is KVT_ERR_NO_SPACE, not "Invalid argument".
 TEST(G3Fs, Ext2WithoutFallocate) {
   if (!have_mkfs_ext2()) GTEST_SKIP() << "mkfs.ext2 is not installed (e2fsprogs)";
-  G3Dir img_dir;
+  TempDir img_dir;
   std::string img = img_dir.path + "/ext2.img";
   std::string mk = "truncate -s 16M " + img + " && mkfs.ext2 -q -F " + img + " > /dev/null 2>&1";
   ASSERT_EQ(std::system(mk.c_str()), 0) << mk;
@@ -124,7 +124,7 @@ TEST(G3Fs, Ext2WithoutFallocate) {
     if (auto r = create_status(g3_config(dir.c_str(), 4096), KVT_ERR_NO_SPACE, "no room");
         !r.empty())
       return "32 MiB on a 16 MiB ext2: " + r;
-    if (!G3Dir::names_of(dir, "kvtier-g3-").empty()) return "a failed create left a file";
+    if (!TempDir::names_of(dir, "kvtier-g3-").empty()) return "a failed create left a file";
     kvt_manager_config c = g3_config(dir.c_str(), 1024);  // 8 MiB: fits
     kvt_manager *m = nullptr;
     if (kvt_status s = kvt_manager_create(&m, &c); s != KVT_OK) return status_text("create", s);
@@ -133,7 +133,7 @@ TEST(G3Fs, Ext2WithoutFallocate) {
     kvt_manager_destroy(m);
     if (r.empty() && !log.find(KVT_LOG_WARN, "").empty())
       r = "unexpected WARN: " + log.find(KVT_LOG_WARN, "")[0];
-    if (r.empty() && !G3Dir::names_of(dir, "kvtier-g3-").empty()) r = "destroy left the file";
+    if (r.empty() && !TempDir::names_of(dir, "kvtier-g3-").empty()) r = "destroy left the file";
     return r;
   }));
 }

@@ -21,28 +21,6 @@
 
 namespace kvt_test {
 
-// A directory of the test's own, removed afterwards.
-struct G3Dir {
-  std::string path;
-  explicit G3Dir(const char *base = "/tmp") {
-    std::string t = std::string(base) + "/kvtier-g3test-XXXXXX";
-    path = mkdtemp(t.data());
-  }
-  ~G3Dir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path, ec);
-  }
-  // Names in the directory that start with prefix, sorted.
-  static std::vector<std::string> names_of(const std::string &dir, const std::string &prefix = "") {
-    std::vector<std::string> v;
-    for (auto &e : std::filesystem::directory_iterator(dir))
-      if (e.path().filename().string().rfind(prefix, 0) == 0)
-        v.push_back(e.path().filename().string());
-    std::sort(v.begin(), v.end());
-    return v;
-  }
-  std::vector<std::string> names() const { return names_of(path); }
-};
 
 // Every log message while it lives (process-wide: one at a time).
 class LogCapture {

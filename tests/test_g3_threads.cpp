@@ -83,7 +83,7 @@ std::string onboard_rounds(kvt_manager *m, int t,
 
 TEST(Threads, G3BatchesFromSeveralThreadsOverlapSafely) {
   for (uint32_t io : {uint32_t(KVT_IO_AUTO), uint32_t(KVT_IO_THREADS)}) {
-    G3Dir dir;
+    TempDir dir;
     kvt_manager_config c = g3_config(dir.path.c_str(), 256);
     c.g1_blocks = 128;
     c.max_concurrent_transfers = 4;

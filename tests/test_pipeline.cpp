@@ -17,19 +17,6 @@ using namespace kvt_test;
 
 namespace {
 
-// A G3 directory of the test's own, removed afterwards.
-struct TempDir {
-  std::string path;
-  TempDir() {
-    char t[] = "/tmp/kvtier-test-XXXXXX";
-    path = mkdtemp(t);
-  }
-  ~TempDir() { std::filesystem::remove_all(path); }
-  std::string g3_file() const {
-    for (auto &e : std::filesystem::directory_iterator(path)) return e.path();
-    return "";
-  }
-};
 
 kvt_manager_config pipe_config(const TempDir &dir, uint64_t g1 = 8, uint64_t g2 = 8,
                                uint64_t g3 = 16) {

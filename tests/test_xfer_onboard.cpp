@@ -89,7 +89,10 @@ TEST(XferOnboard, ReleasedOnboardIntoHashesG1HoldsPinsNothing) {
       ASSERT_KVT_OK(kvt_block_release(m.get(), all.data(), all.size()));
     }
   }
-  EXPECT_GT(in_flight, 0) << "no release landed in flight";
+  // Valgrind runs one thread at a time, so a copy is rarely seen in flight there.
+  if (!RUNNING_ON_VALGRIND) {
+    EXPECT_GT(in_flight, 0) << "no release landed in flight";
+  }
 }
 
 // Read before the release, the final handles are G1's blocks, and the caller's went.
@@ -121,6 +124,8 @@ TEST(XferOnboard, ReadFinalBlocksAreTheHeldOnesAndEveryReferenceReturns) {
 }
 
 TEST(XferOnboard, RegisteringADestinationInFlightIsRefused) {
+  if (RUNNING_ON_VALGRIND)  // XferAccounting.RegisteringABlockAnOnboardWritesIsRefused holds
+    GTEST_SKIP() << "valgrind runs one thread at a time: the copy is never seen in flight";
   TempDir dir;
   const size_t n = 192;
   auto m = make(onboard_config(dir, n));

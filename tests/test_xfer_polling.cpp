@@ -2,12 +2,6 @@
 // kvt_xfer_status and kvt_xfer_cancel return at once while a million-block offload is
 // evaluated, committed and copied. And a container larger than max_batch_size is copied in
 // several batches and still ends once.
-#if __has_include(<valgrind/valgrind.h>)
-#include <valgrind/valgrind.h>
-#else
-#define RUNNING_ON_VALGRIND 0
-#endif
-
 #include <algorithm>
 #include <atomic>
 

@@ -18,25 +18,6 @@ namespace kvt_xfer_test {
 using namespace kvt_test;
 using namespace std::chrono_literals;
 
-struct TempDir {
-  std::string path;
-  TempDir() {
-    char t[] = "/tmp/kvtier-xfer-XXXXXX";
-    path = mkdtemp(t);
-  }
-  ~TempDir() { std::filesystem::remove_all(path); }
-  // The G3 file: the largest file in the directory.
-  std::string g3_file() const {
-    std::string best;
-    uintmax_t size = 0;
-    for (auto &e : std::filesystem::directory_iterator(path))
-      if (e.is_regular_file() && e.file_size() >= size) {
-        size = e.file_size();
-        best = e.path();
-      }
-    return best;
-  }
-};
 
 // 4 KiB blocks (2 layers x 2 x 1 KiB), batches due at once.
 inline kvt_manager_config xfer_config(const TempDir &dir, uint64_t g1, uint64_t g2,
