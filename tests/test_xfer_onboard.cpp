@@ -95,6 +95,45 @@ TEST(XferOnboard, ReleasedOnboardIntoHashesG1HoldsPinsNothing) {
   }
 }
 
+// Two onboards that name the same destination never both write it: held on one fence, they
+// reach the batcher together and commit in one batch; the second to commit drops that pair
+// (final handle 0). Once the block is registered, a new onboard naming it is refused.
+TEST(XferOnboard, OneDestinationInTwoOnboardsIsWrittenOnce) {
+  TempDir dir;
+  kvt_manager_config c = onboard_config(dir, 4);
+  c.min_batch_size = 2;  // both in one batch
+  c.flush_interval_us = 60'000'000;
+  auto m = make(c);
+  Onboard o = prepare(m.get(), 2);  // two blocks: the offload in prepare() flushes at once
+  ASSERT_KVT_OK(kvt_block_release(m.get(), o.g1.data(), 2));  // G1 no longer holds the hashes
+  kvt_tier_stats g1s = stats(m.get(), KVT_TIER_G1);
+  auto all = alloc(m.get(), g1s.free + g1s.inactive);
+  ASSERT_KVT_OK(kvt_block_release(m.get(), all.data(), all.size()));
+  kvt_fence *f = nullptr;
+  ASSERT_KVT_OK(kvt_fence_create(&f, m.get()));
+  kvt_xfer *x[2] = {}, *third = nullptr;
+  for (int i = 0; i < 2; ++i)
+    ASSERT_KVT_OK(kvt_onboard(&x[i], m.get(), o.g2.data(), o.dst.data(), 1, f, i));
+  ASSERT_KVT_OK(kvt_fence_signal(f));
+  uint64_t counts[2] = {9, 9};
+  kvt_block got[2] = {1, 1};
+  for (int i = 0; i < 2; ++i) {
+    ASSERT_KVT_OK(finish(x[i]));
+    ASSERT_KVT_OK(kvt_xfer_status(nullptr, nullptr, &counts[i], x[i]));
+    ASSERT_KVT_OK(kvt_xfer_blocks(&got[i], 1, x[i]));
+  }
+  EXPECT_EQ(counts[0] + counts[1], 1u) << "one block, written by both onboards";
+  EXPECT_EQ(got[0] + got[1], o.dst[0]) << "one final handle is the block, the other 0";
+  EXPECT_KVT(kvt_manager_check(m.get()), KVT_OK);
+  EXPECT_KVT(kvt_onboard(&third, m.get(), o.g2.data(), o.dst.data(), 1, nullptr, 3),
+             KVT_ERR_STATE);
+  for (kvt_xfer *t : x) kvt_xfer_release(t);
+  kvt_fence_destroy(f);
+  ASSERT_KVT_OK(kvt_block_release(m.get(), o.dst.data(), 2));
+  ASSERT_KVT_OK(kvt_block_release(m.get(), o.g2.data(), 2));
+  expect_all_returned(m.get());
+}
+
 // Read before the release, the final handles are G1's blocks, and the caller's went.
 TEST(XferOnboard, ReadFinalBlocksAreTheHeldOnesAndEveryReferenceReturns) {
   TempDir dir;

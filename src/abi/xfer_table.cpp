@@ -10,14 +10,16 @@ uint64_t next_token() noexcept {
   return (uint64_t{0x6b76} << 48) | (counter.fetch_add(1, std::memory_order_relaxed) << 3);
 }
 
+// Never freed, like the tag pool: a manager destroyed during static destruction (a host's
+// global object) still finds its tables.
 TokenTable<Transfer> &transfers() {
-  static TokenTable<Transfer> t;
-  return t;
+  static auto *t = new TokenTable<Transfer>;
+  return *t;
 }
 
 TokenTable<Fence> &fences() {
-  static TokenTable<Fence> t;
-  return t;
+  static auto *t = new TokenTable<Fence>;
+  return *t;
 }
 
 }  // namespace kvt::abi

@@ -410,16 +410,25 @@ bool Tier::contains(uint64_t hash) {
   return registry_.find(hash) != kNil;
 }
 
+// An Empty block holds only its owner's reference, plus one pin while an onboard writes
+// it: a second onboard naming it is refused at enqueue, or drops the pair at commit.
 kvt_status Tier::expect_empty(kvt_block b) {
   Locked lock(*this);
   uint32_t s = 0;
-  return expect(b, &s, State::Empty, "onboard");
+  if (kvt_status st = expect(b, &s, State::Empty, "onboard"); st != KVT_OK) return st;
+  if (slots_[s].refs != 1)
+    return fail(KVT_ERR_STATE, "onboard: block 0x%llx is the destination of another onboard",
+                ull(b));
+  return KVT_OK;
 }
 
 kvt_status Tier::pin_empty(kvt_block b) {
   Locked lock(*this);
   uint32_t s = 0;
   if (kvt_status st = expect(b, &s, State::Empty, "onboard"); st != KVT_OK) return st;
+  if (slots_[s].refs != 1)
+    return fail(KVT_ERR_STATE, "onboard: block 0x%llx is the destination of another onboard",
+                ull(b));
   ++slots_[s].refs;
   ++refs_[int(Holder::Pipeline)];
   return KVT_OK;

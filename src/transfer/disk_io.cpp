@@ -69,6 +69,15 @@ void RingPool::give(Ring r) {
   cv_.notify_one();
 }
 
+void RingPool::retire(Ring r) {
+  {
+    std::lock_guard lock(mu_);
+    --made_;
+  }
+  cv_.notify_one();  // a waiter may make the next ring
+  r.reset();         // io_uring_queue_exit, outside the lock
+}
+
 void RingPool::run(int fd, IoRequest *req, size_t n) {
   Ring ring = take();
   size_t next = 0, inflight = 0;
@@ -87,9 +96,17 @@ void RingPool::run(int fd, IoRequest *req, size_t n) {
     // Submits what was queued and waits for at least one completion.
     int r = io_uring_submit_and_wait(ring.get(), 1);
     if (r < 0 && r != -EINTR && r != -EAGAIN && r != -EBUSY) {
-      // The ring refused the new entries: they never reached the kernel.
-      for (size_t i = next - queued; i < next; ++i) req[i].result = r;
-      queued = 0;
+      // The kernel took none of the new entries, yet they stay in the ring's queue, where
+      // the next submission would send them with this batch's buffers long gone. Fail them
+      // and the rest, reap what is in flight without submitting, and retire the ring.
+      for (size_t i = next - queued; i < n; ++i) req[i].result = r;
+      for (io_uring_cqe *cqe = nullptr; inflight > 0 && io_uring_wait_cqe(ring.get(), &cqe) == 0;
+           --inflight) {
+        req[io_uring_cqe_get_data64(cqe)].result = cqe->res;
+        io_uring_cqe_seen(ring.get(), cqe);
+      }
+      retire(std::move(ring));
+      return;
     }
     inflight += queued;
     io_uring_cqe *cqe = nullptr;

@@ -45,6 +45,7 @@ class RingPool {
   explicit RingPool(unsigned max_rings) : max_(max_rings) {}
   Ring take();
   void give(Ring r);
+  void retire(Ring r);  // a ring left unusable: destroyed, so that a new one may be made
 
   std::mutex mu_;
   std::condition_variable cv_;

@@ -36,12 +36,19 @@ unsigned long long ull(uint64_t v) { return v; }
 // The files this process's managers hold. flock keeps a live owner's file safe from other
 // processes, and from this one on local filesystems; this set also covers filesystems
 // (NFS) where flock is a per-process POSIX lock that this process could take twice.
-std::mutex live_mu;
-std::set<std::pair<uint64_t, uint64_t>> live_files;
+// Never freed, so that a manager destroyed during static destruction still finds it.
+struct LiveFiles {
+  std::mutex mu;
+  std::set<std::pair<uint64_t, uint64_t>> files;
+};
+LiveFiles &live() {
+  static auto *l = new LiveFiles;
+  return *l;
+}
 
 bool live_here(const struct stat &st) {
-  std::lock_guard lock(live_mu);
-  return live_files.count({st.st_dev, st.st_ino}) != 0;
+  std::lock_guard lock(live().mu);
+  return live().files.count({st.st_dev, st.st_ino}) != 0;
 }
 
 bool is_g3_name(const char *name) {
@@ -218,8 +225,8 @@ kvt_status G3File::open_in(int dirfd) {
     path_ = dir_ + "/" + name;
     dev_ = st.st_dev;
     ino_ = st.st_ino;
-    std::lock_guard lock(live_mu);
-    live_files.insert({dev_, ino_});
+    std::lock_guard lock(live().mu);
+    live().files.insert({dev_, ino_});
     return KVT_OK;
   }
   return fail(KVT_ERR_IO, "G3: cannot create a file of its own in %s", dir_.c_str());
@@ -273,8 +280,8 @@ G3File::~G3File() {
   if (fd_ >= 0) {
     unlink(path_.c_str());  // before the lock goes, so that no cleaner meets the file
     close(fd_);
-    std::lock_guard lock(live_mu);
-    live_files.erase({dev_, ino_});
+    std::lock_guard lock(live().mu);
+    live().files.erase({dev_, ino_});
   }
   if (own_dir_) {
     std::error_code ec;
