@@ -4,7 +4,7 @@
 #      replay tool against its oracle, and every committed fuzz corpus file;
 #   2. the bindings: Rust, Python, Go, and seed 003 compared across the four languages;
 #   3. the unit tests and fuzz corpora under AddressSanitizer + UndefinedBehaviorSanitizer;
-#   4. the concurrency tests under ThreadSanitizer;
+#   4. the concurrency, transfer and versioned-struct tests under ThreadSanitizer;
 #   5. valgrind --leak-check=full on the unit tests and the fuzz corpora;
 #   6. each libFuzzer target for FUZZ_SECONDS (default 30) from its corpus, under ASan+UBSan.
 set -euo pipefail
@@ -25,10 +25,10 @@ tools/build.sh build-asan -DKVT_SANITIZE=address,undefined -DKVT_BUILD_BENCH=OFF
 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
   ctest --test-dir build-asan --output-on-failure -j"$(nproc)" -R '^([A-Z][A-Za-z]+\.|fuzz_corpus_)'
 
-echo "== TSan (concurrency tests)"
+echo "== TSan (concurrency, transfer and versioned-struct tests)"
 tools/build.sh build-tsan -DKVT_SANITIZE=thread -DKVT_BUILD_BENCH=OFF -DKVT_BUILD_EXAMPLES=OFF \
   -DKVT_BUILD_REPLAY=OFF > build-tsan.log 2>&1 || { tail -50 build-tsan.log; exit 1; }
-TSAN_OPTIONS=halt_on_error=1 ctest --test-dir build-tsan --output-on-failure -R '^Threads\.'
+TSAN_OPTIONS=halt_on_error=1 ctest --test-dir build-tsan --output-on-failure -R '^(Threads|AbiVersioned|Xfer[A-Za-z]*)\.'
 
 echo "== valgrind (memcheck, leaks)"
 # --max-threads: one test holds KVT_MAX_MANAGERS managers at once, each with its threads.
