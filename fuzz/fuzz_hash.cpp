@@ -22,7 +22,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   // Page sizes: mostly small powers of two, sometimes anything at all.
   uint32_t page = in.flag() ? 1u << in.below(8) : in.take<uint32_t>();
   uint8_t salt_len = in.byte() % 16;
-  char salt[16];
+  char salt[16] = {};
   in.bytes(salt, salt_len);
   uint64_t salt_hash = 0;
   check(kvt_hash_salt(&salt_hash, salt, salt_len) == KVT_OK, "kvt_hash_salt");

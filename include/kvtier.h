@@ -233,7 +233,9 @@ typedef struct kvt_manager_config {
  * above; writes nothing past size bytes. A size this library does not accept (see Versioned
  * structs) sets only struct_size (when size >= 4), so that kvt_manager_create refuses the
  * config with a message. cfg: borrowed; NULL is ignored. Call it through
- * kvt_manager_config_init, which passes the size this header declares. */
+ * kvt_manager_config_init, which passes the size this header declares. (Binaries built
+ * against the 0.1.0 header call an exported kvt_manager_config_init instead, which the
+ * library keeps: it fills a struct of 0.1.0's size.) */
 KVT_API void kvt_manager_config_init_sized(kvt_manager_config *cfg, size_t size);
 #ifndef KVT_NO_INLINE  /* defined by binding generators that read declarations only (cffi) */
 static inline void kvt_manager_config_init(kvt_manager_config *cfg) {

@@ -3,6 +3,8 @@
 // their size, and refuses sizes outside [0.1.0 size, its own size] or off the 8-byte steps.
 // Every struct below lives in a heap buffer of exactly the caller's size, so that ASan
 // reports any byte the library touches past it.
+#include <dlfcn.h>
+
 #include <cstddef>
 #include <cstring>
 #include <memory>
@@ -60,6 +62,22 @@ TEST(AbiVersioned, InitSizedWritesTheDefaultsUpToTheGivenSizeAndNoFurther) {
   kvt_manager_config_init_sized(roomy.get(), kConfig01);
   for (size_t i = kConfig01; i < roomy.size; ++i) ASSERT_EQ(roomy.bytes[i], 0x5A) << i;
   kvt_manager_config_init_sized(nullptr, sizeof full);  // ignored
+}
+
+// A binary built against the 0.1.0 header calls the exported kvt_manager_config_init (the
+// header now inlines one of that name), on a struct of 0.1.0's size.
+TEST(AbiVersioned, TheExportedInitOf010WritesOnlyA010Struct) {
+  using Init = void (*)(kvt_manager_config *);
+  auto init = reinterpret_cast<Init>(dlsym(RTLD_DEFAULT, "kvt_manager_config_init"));
+  ASSERT_NE(init, nullptr) << "0.1.0's kvt_manager_config_init is not exported";
+  Cut<kvt_manager_config> cut(kConfig01);
+  init(cut.get());
+  EXPECT_EQ(cut.get()->struct_size, kConfig01);
+  cut.get()->g1_blocks = 4;
+  cut.get()->g2_blocks = 4;
+  kvt_manager *m = nullptr;
+  EXPECT_KVT(kvt_manager_create(&m, cut.get()), KVT_OK);
+  kvt_manager_destroy(m);
 }
 
 TEST(AbiVersioned, InitSizedWithASizeOutOfRangeSetsOnlyTheSizeAndCreateRefusesIt) {

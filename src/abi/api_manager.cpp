@@ -1,4 +1,7 @@
 // Manager lifetime, statistics and events.
+// Without the header's inline kvt_manager_config_init: this file exports 0.1.0's function of
+// that name, which programs built against the 0.1.0 header still call.
+#define KVT_NO_INLINE
 #include <algorithm>
 #include <cstring>
 
@@ -26,6 +29,12 @@ KVT_API void kvt_manager_config_init_sized(kvt_manager_config *cfg, size_t size)
   config_defaults(&full);
   full.struct_size = uint32_t(size);
   std::memcpy(static_cast<void *>(cfg), &full, size);
+}
+
+// 0.1.0's init, for binaries built against that header: their struct is 0.1.0's size.
+KVT_API void kvt_manager_config_init(kvt_manager_config *cfg);
+KVT_API void kvt_manager_config_init(kvt_manager_config *cfg) {
+  kvt_manager_config_init_sized(cfg, Versioned<kvt_manager_config>::first);
 }
 
 KVT_API kvt_status kvt_manager_create(kvt_manager **out, const kvt_manager_config *cfg) {
