@@ -35,6 +35,19 @@
 
 namespace kvt_test {
 
+// Length of the prefix of h that tier t holds; the matched blocks go to *out (pinned, the
+// caller's) or are released at once.
+inline size_t matched(kvt_manager *m, kvt_tier t, const std::vector<uint64_t> &h,
+                      std::vector<kvt_block> *out = nullptr) {
+  std::vector<kvt_block> b(h.size());
+  size_t n = 0;
+  EXPECT_EQ(kvt_match_prefix(&n, b.data(), m, t, h.data(), h.size()), KVT_OK);
+  b.resize(n);
+  if (out) *out = b;
+  else kvt_block_release(m, b.data(), n);
+  return n;
+}
+
 // A directory of the test's own under base (G3 files go there), removed afterwards.
 struct TempDir {
   std::string path;

@@ -76,17 +76,6 @@ void evict_all(kvt_manager *m, kvt_tier t) {
   EXPECT_EQ(stats(m, t).registered, stats(m, t).active);
 }
 
-size_t matched(kvt_manager *m, kvt_tier t, const std::vector<uint64_t> &h,
-               std::vector<kvt_block> *out = nullptr) {
-  std::vector<kvt_block> b(h.size());
-  size_t n = 0;
-  EXPECT_EQ(kvt_match_prefix(&n, b.data(), m, t, h.data(), h.size()), KVT_OK);
-  b.resize(n);
-  if (out) *out = b;
-  else kvt_block_release(m, b.data(), n);
-  return n;
-}
-
 uint32_t state_of_xfer(kvt_xfer *x) {
   uint32_t st = 0;
   kvt_xfer_status(&st, nullptr, nullptr, x);

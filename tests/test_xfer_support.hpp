@@ -47,17 +47,6 @@ inline std::vector<kvt_block> filled(kvt_manager *m, const std::vector<uint64_t>
   return out;
 }
 
-inline size_t matched(kvt_manager *m, kvt_tier t, const std::vector<uint64_t> &h,
-                      std::vector<kvt_block> *out = nullptr) {
-  std::vector<kvt_block> b(h.size());
-  size_t n = 0;
-  EXPECT_EQ(kvt_match_prefix(&n, b.data(), m, t, h.data(), h.size()), KVT_OK);
-  b.resize(n);
-  if (out) *out = b;
-  else kvt_block_release(m, b.data(), n);
-  return n;
-}
-
 inline kvt_status finish(kvt_xfer *x) { return kvt_xfer_wait(x, int64_t{20} * 1000 * 1000 * 1000); }
 
 inline uint32_t state_of_xfer(kvt_xfer *x) {
