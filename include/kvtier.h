@@ -18,12 +18,13 @@
  *   thread is inside any call on it (kvt_poll included). The manager is freed memory then:
  *   the library does not promise to detect such a call.
  * - Versioned structs: the structs that begin with struct_size (kvt_manager_config,
- *   kvt_g1_layout, kvt_tier_stats, kvt_transfer_stats, kvt_block_info) only ever grow at
- *   their end. The caller sets struct_size to the sizeof its program was built with
- *   (kvt_manager_config_init does it for the config). The library accepts any size from the
- *   struct's size in 0.1.0 up to its own, in steps of 8 bytes: fields beyond a caller's size
- *   keep their defaults in structs the library reads, and are not written in structs it
- *   fills. Other sizes fail with KVT_ERR_INVALID_ARGUMENT.
+ *   kvt_g1_layout, kvt_tier_stats, kvt_transfer_stats, kvt_block_info and, since 0.3.0,
+ *   kvt_connector_config, kvt_connector_stats, kvt_finished) only ever grow at their end.
+ *   The caller sets struct_size to the sizeof its program was built with (the *_config_init
+ *   functions do it for configs). The library accepts any size from the struct's size in
+ *   the release that introduced it up to its own, in steps of 8 bytes: fields beyond a
+ *   caller's size keep their defaults in structs the library reads, and are not written in
+ *   structs it fills. Other sizes fail with KVT_ERR_INVALID_ARGUMENT.
  */
 #ifndef KVTIER_H
 #define KVTIER_H
@@ -43,7 +44,7 @@ extern "C" {
 #endif
 
 #define KVT_VERSION_MAJOR 0
-#define KVT_VERSION_MINOR 2
+#define KVT_VERSION_MINOR 3
 #define KVT_VERSION_PATCH 0
 
 /* ---------------------------------------------------------------------------------------
@@ -68,6 +69,7 @@ typedef int32_t kvt_status;
 #define KVT_ERR_CORRUPT          (-8)  /* a checksum or hash did not match */
 #define KVT_ERR_NO_MEMORY        (-9)
 #define KVT_ERR_CUDA             (-10)
+#define KVT_ERR_NOT_FOUND        (-11) /* an unknown request id (never seen, or finished) */
 #define KVT_ERR_INTERNAL         (-99)
 
 /* A block handle names one block in one tier of one manager: tier, slot and generation.
@@ -608,6 +610,266 @@ KVT_API size_t kvt_poll(kvt_manager *m, kvt_event *out, size_t max);
 /* A file descriptor that is readable while events are pending, for epoll, select, asyncio
  * or Go's poller. Owned by the manager: do not close it, do not read it. -1 for NULL. */
 KVT_API int kvt_event_fd(kvt_manager *m);
+
+/* ---------------------------------------------------------------------------------------
+ * Connector: the request layer a serving engine plugs in (vLLM's KVConnectorBase_V1)
+ *
+ * A connector carries requests, by id, through the slot state machine below and moves their
+ * KV between the engine's G1 blocks and kvtier's G2/G3. It has two halves, named after
+ * vLLM's methods, that may live in different processes:
+ * - The scheduler half decides. It owns the G2/G3 registries of its manager: it matches a
+ *   request's block hashes, picks the G2/G3 slots of loads and stores, pins them until the
+ *   worker reports the copies done, and registers stored blocks (BLOCK_STORED events).
+ * - The worker half copies. It reads and writes the engine's G1 memory (register_kv_caches)
+ *   and its manager's G2 memory and G3 file, at the slots the metadata names. Its manager's
+ *   registries are not used.
+ * Between them pass only two byte strings: the metadata of a step (scheduler -> worker) and
+ * the worker's report (worker -> scheduler). Their format is versioned and documented in
+ * docs/CONNECTOR.md; bytes that are truncated, corrupt, from another format version or from
+ * a connector with other capacities are refused with KVT_ERR_CORRUPT.
+ * In one process, one connector of role KVT_ROLE_BOTH does both over one manager; across
+ * two, each process creates its manager with the same page_size, G2 and G3 capacities (the
+ * scheduler's may have chunk_bytes 0) and a connector of its role.
+ *
+ * The engine owns G1: it allocates the block ids, and kvtier never allocates, registers or
+ * frees G1 blocks for a connector. The manager's own G1 tier is left alone. A G1 block id is
+ * "written" by a request at positions from its num_computed_tokens on (its loads and the
+ * tokens it computes); a block written by one live request may not be given to another for
+ * writing (KVT_ERR_INVALID_ARGUMENT). Blocks of the engine's own prefix hit (below
+ * num_computed_tokens) may be shared.
+ *
+ * Slot states (seed 004) and every legal transition, with its trigger:
+ *   (none)          -> INITIALIZED       get_num_new_matched_tokens, first call for an id
+ *   INITIALIZED     -> ONBOARD_STAGED    get_num_new_matched_tokens finds tokens in G2/G3
+ *   PREEMPTED       -> ONBOARD_STAGED    the same, for a preempted request coming back
+ *   ONBOARD_STAGED  -> ONBOARDING        update_state_after_alloc with external tokens > 0
+ *   ONBOARD_STAGED  -> INITIALIZED       update_state_after_alloc with 0 external tokens
+ *                                        (the engine declined the hit; pins are dropped)
+ *   INITIALIZED, ONBOARDING, PREEMPTED
+ *                   -> PREFILLING        build_connector_meta schedules it
+ *   PREFILLING      -> PREFILLING        scheduled again without new tokens (chunked prefill)
+ *   PREFILLING, DECODING
+ *                   -> DECODING          scheduled with new tokens (sampled ones)
+ *   PREFILLING      -> SKIPPED_PREFILL   build_connector_meta without it
+ *   DECODING        -> SKIPPED_DECODE    build_connector_meta without it
+ *   SKIPPED_PREFILL -> PREFILLING or DECODING, SKIPPED_DECODE -> DECODING: scheduled again
+ *   INITIALIZED, ONBOARD_STAGED, PREFILLING, DECODING, SKIPPED_* -> PREEMPTED
+ *                                        request_preempted: device blocks are dropped,
+ *                                        tokens kept; it can onboard again
+ *   any state but FINISHING, FINISHED -> FINISHING   request_finished
+ *   FINISHING       -> FINISHED          its stores and loads drain (update_connector_output)
+ * request_finished moves straight on to FINISHED when nothing is outstanding. A FINISHED
+ * slot is gone: its id is unknown afterwards (KVT_ERR_NOT_FOUND). Every call that would make
+ * a transition not listed fails with KVT_ERR_STATE and changes nothing, and a failing call
+ * on one request leaves every other request as it was.
+ *
+ * Offload: EAGER plans a store, at the step that computes it (or loads it from G3), for
+ * every full block of a request that its store tier lacks. LAZY stores a full block only
+ * when the engine hands its G1 block id to a request to write (the block is about to be
+ * overwritten); the worker copies such blocks out in start_load_kv, before anything writes
+ * them. Either way a store's G2/G3 slot is pinned until the worker reports its batch done,
+ * and a load's sources until the worker reports the load done.
+ * ------------------------------------------------------------------------------------ */
+
+typedef struct kvt_connector kvt_connector;
+
+typedef enum kvt_connector_role {
+  KVT_ROLE_SCHEDULER = 1, KVT_ROLE_WORKER = 2, KVT_ROLE_BOTH = 3
+} kvt_connector_role;
+
+typedef enum kvt_offload_mode { KVT_OFFLOAD_EAGER = 0, KVT_OFFLOAD_LAZY = 1 } kvt_offload_mode;
+
+typedef enum kvt_slot_state {
+  KVT_SLOT_INITIALIZED = 1,
+  KVT_SLOT_ONBOARD_STAGED = 2,
+  KVT_SLOT_ONBOARDING = 3,
+  KVT_SLOT_PREFILLING = 4,
+  KVT_SLOT_DECODING = 5,
+  KVT_SLOT_SKIPPED_PREFILL = 6,
+  KVT_SLOT_SKIPPED_DECODE = 7,
+  KVT_SLOT_PREEMPTED = 8,
+  KVT_SLOT_FINISHING = 9,
+  KVT_SLOT_FINISHED = 10
+} kvt_slot_state;
+
+/* Longest request id, in bytes; ids are NUL-terminated, non-empty strings. */
+#define KVT_REQ_ID_MAX 255
+
+typedef struct kvt_connector_config {
+  uint32_t struct_size;         /* set by kvt_connector_config_init */
+  uint32_t role;                /* kvt_connector_role (default BOTH) */
+  uint32_t offload;             /* kvt_offload_mode (default EAGER) */
+  uint32_t store_tier;          /* where stores go: KVT_TIER_G2 (default) or KVT_TIER_G3;
+                                   loads come from G2, then G3 for the rest of a prefix */
+  uint64_t num_gpu_blocks;      /* scheduler: G1 block ids are 0..num_gpu_blocks-1; 0 (the
+                                   default) takes the manager's g1_blocks */
+  uint64_t salt_hash;           /* of the requests' block hashes (default: the empty salt's) */
+  uint32_t load_async;          /* 1: loads are asynchronous (the engine waits for the
+                                   request in finished_recving); 0 (default): they end
+                                   before wait_for_layer_load returns, within the step */
+  uint32_t reserved;            /* must be 0 */
+} kvt_connector_config;
+
+/* Sets cfg->struct_size to size and every field within the first size bytes to its default.
+ * Call it through kvt_connector_config_init. */
+KVT_API void kvt_connector_config_init_sized(kvt_connector_config *cfg, size_t size);
+#ifndef KVT_NO_INLINE
+static inline void kvt_connector_config_init(kvt_connector_config *cfg) {
+  kvt_connector_config_init_sized(cfg, sizeof *cfg);
+}
+#endif
+
+/* Creates a connector over m, which must outlive it. cfg: borrowed. A manager has at most
+ * one connector (KVT_ERR_STATE). The scheduler role needs G2 or G3 (whichever store_tier
+ * names); KVT_ERR_INVALID_ARGUMENT names a field that does not validate. */
+KVT_API kvt_status kvt_connector_create(kvt_connector **out, kvt_manager *m,
+                                        const kvt_connector_config *cfg);
+/* Waits for the worker's copies in flight, releases every pin and frees the connector.
+ * NULL is ignored. Must not race with other calls on c. */
+KVT_API void kvt_connector_destroy(kvt_connector *c);
+
+/* Calls on a connector are serialized by its lock; any thread may make them. Calls of the
+ * wrong half (a worker call on a SCHEDULER connector, say) fail with KVT_ERR_STATE. */
+
+/* --- scheduler half --- */
+
+/* How many tokens beyond num_computed_tokens (the engine's own prefix hit) kvtier can load,
+ * and whether the load is asynchronous (*out_load_async, from the config's load_async).
+ * tokens[0..num_tokens): the request's tokens so far (the prompt, plus its outputs when a
+ * preempted request comes back); borrowed. Only full blocks count, and never the last
+ * token: the engine must compute at least one. The first call for an id creates its slot.
+ * Found blocks are pinned (ONBOARD_STAGED) until update_state_after_alloc. Called again
+ * before then, it drops the earlier pins and matches anew. */
+KVT_API kvt_status kvt_connector_get_num_new_matched_tokens(
+    uint64_t *out_num_tokens, int32_t *out_load_async, kvt_connector *c, const char *req_id,
+    const uint32_t *tokens, size_t num_tokens, uint64_t num_computed_tokens);
+
+/* The engine allocated block_ids[0..num_block_ids) (all of the request's G1 blocks, in
+ * order) and wants num_external_tokens of them filled by kvtier: 0, or exactly what
+ * get_num_new_matched_tokens reported. Plans the loads (ONBOARDING). */
+KVT_API kvt_status kvt_connector_update_state_after_alloc(
+    kvt_connector *c, const char *req_id, const uint32_t *block_ids, size_t num_block_ids,
+    uint64_t num_external_tokens);
+
+/* One request in a step's schedule. */
+typedef struct kvt_scheduled_request {
+  const char     *req_id;
+  uint64_t        num_computed_tokens;   /* before this step */
+  uint64_t        num_scheduled_tokens;  /* tokens whose KV this step computes */
+  const uint32_t *new_block_ids;         /* G1 blocks added to it since the connector last
+                                            saw its list, in order */
+  size_t          num_new_block_ids;
+  const uint32_t *new_token_ids;         /* tokens appended to its sequence since the last
+                                            step (sampled ones); empty during prefill */
+  size_t          num_new_token_ids;
+} kvt_scheduled_request;
+
+/* One step: the loads planned since the last step, and the stores the step's computing
+ * makes due, as metadata bytes for the worker. Live slots missing from reqs are skipped
+ * (SKIPPED_*). *out_meta: owned by the connector, valid until its next
+ * build_connector_meta or destroy. All or nothing: a bad entry fails the call and changes
+ * no slot. */
+KVT_API kvt_status kvt_connector_build_connector_meta(
+    const void **out_meta, size_t *out_len, kvt_connector *c,
+    const kvt_scheduled_request *reqs, size_t num_reqs);
+
+/* The worker's report (kvt_finished.report): registers completed stores in their tier,
+ * unpins what the finished copies used, drops failed stores, unregisters G3 blocks that
+ * failed their checksum, and finishes FINISHING slots whose copies drained. A report
+ * naming an unknown transfer fails with KVT_ERR_INVALID_ARGUMENT and changes nothing. */
+KVT_API kvt_status kvt_connector_update_connector_output(kvt_connector *c, const void *report,
+                                                         size_t len);
+
+/* The request is done. *out_delay_free is 1 when stores still read its G1 blocks: the
+ * engine keeps them until the worker lists the request in finished_sending. */
+KVT_API kvt_status kvt_connector_request_finished(int32_t *out_delay_free, kvt_connector *c,
+                                                  const char *req_id);
+
+/* The engine preempted the request and takes its G1 blocks back (PREEMPTED). Stores already
+ * in the metadata still run: the worker's handle_preemptions waits for them before the
+ * engine reuses the blocks. */
+KVT_API kvt_status kvt_connector_request_preempted(kvt_connector *c, const char *req_id);
+
+/* The slot's state, and its states so far (from INITIALIZED on) into out_history[0..cap)
+ * with their number in *out_n (the whole number, even when cap is smaller; either may be
+ * NULL). Finished requests stay queryable until 4096 later ones have finished. */
+KVT_API kvt_status kvt_connector_slot_state(uint32_t *out_state, uint32_t *out_history,
+                                            size_t *out_n, size_t cap, kvt_connector *c,
+                                            const char *req_id);
+
+/* Counters of the scheduler half. */
+typedef struct kvt_connector_stats {
+  uint32_t struct_size;          /* set by the caller: sizeof(kvt_connector_stats) */
+  uint32_t reserved;
+  uint64_t transitions[11][11];  /* [from][to] by kvt_slot_state; from 0: slot created */
+  uint64_t preemptions;
+  uint64_t matched_tokens;       /* reported by get_num_new_matched_tokens and accepted */
+  uint64_t loaded_blocks;        /* loads the worker reported done */
+  uint64_t load_errors;          /* blocks whose load failed */
+  uint64_t stored_blocks;        /* stores registered in their tier */
+  uint64_t store_failures;       /* stores dropped */
+} kvt_connector_stats;
+/* Fills *out up to out->struct_size (set by the caller). */
+KVT_API kvt_status kvt_connector_stats_get(kvt_connector_stats *out, kvt_connector *c);
+
+/* The manager's pending events (BLOCK_STORED/REMOVED of G2 and G3), as kvt_poll gives them:
+ * vLLM's take_events. */
+KVT_API size_t kvt_connector_take_events(kvt_event *out, size_t max, kvt_connector *c);
+
+/* --- worker half --- */
+
+/* The engine's G1 memory: num_blocks blocks in the layout (see kvt_g1_layout), with the
+ * manager's num_layers, num_outer and chunk_bytes. Once, before the first bind. Borrowed
+ * arrays; the memory must outlive the connector. */
+KVT_API kvt_status kvt_connector_register_kv_caches(kvt_connector *c,
+                                                    const kvt_g1_layout *layout,
+                                                    uint64_t num_blocks);
+
+/* Decodes a step's metadata and holds it until clear_connector_metadata. Bytes that do not
+ * decode fail with KVT_ERR_CORRUPT and bind nothing; so does a block id or slot out of
+ * range. KVT_ERR_STATE while another metadata is bound. meta: borrowed. */
+KVT_API kvt_status kvt_connector_bind_connector_metadata(kvt_connector *c, const void *meta,
+                                                         size_t len);
+KVT_API kvt_status kvt_connector_clear_connector_metadata(kvt_connector *c);
+
+/* Starts the bound metadata's lazy stores and loads on the connector's copy thread (stores
+ * first: they read blocks that loads or the model may then overwrite). */
+KVT_API kvt_status kvt_connector_start_load_kv(kvt_connector *c);
+/* Waits until the bound metadata's lazy stores, and its loads unless they are asynchronous,
+ * have ended (all layers at once: the first call for a step waits, later ones return). */
+KVT_API kvt_status kvt_connector_wait_for_layer_load(kvt_connector *c, uint32_t layer);
+/* The model wrote layer `layer` of this step. When the last layer is saved, the bound
+ * metadata's eager stores start. */
+KVT_API kvt_status kvt_connector_save_kv_layer(kvt_connector *c, uint32_t layer);
+/* Starts the eager stores that save_kv_layer has not started, and returns: stores run in
+ * the background and get_finished reports them, as in vLLM's offloading connectors. */
+KVT_API kvt_status kvt_connector_wait_for_save(kvt_connector *c);
+/* Waits until no copy in flight reads or writes the G1 blocks of these requests, so that
+ * the engine can reuse them. Unknown ids are ignored. req_ids: borrowed. */
+KVT_API kvt_status kvt_connector_handle_preemptions(kvt_connector *c,
+                                                    const char *const *req_ids, size_t n);
+
+/* What the worker finished since its last get_finished. */
+typedef struct kvt_finished {
+  uint32_t           struct_size;          /* set by the caller: sizeof(kvt_finished) */
+  uint32_t           reserved;
+  const char *const *finished_sending;     /* finished requests whose stores all ended */
+  size_t             num_finished_sending;
+  const char *const *finished_recving;     /* requests whose loads all ended */
+  size_t             num_finished_recving;
+  const uint32_t    *load_error_block_ids; /* G1 blocks whose load failed: recompute them */
+  size_t             num_load_errors;
+  const void        *report;               /* for the scheduler's update_connector_output */
+  size_t             report_len;
+} kvt_finished;
+
+/* Fills *out (up to out->struct_size) with everything that ended since the last call; never
+ * waits. The arrays and the report are owned by the connector, valid until its next
+ * get_finished or destroy. */
+KVT_API kvt_status kvt_connector_get_finished(kvt_finished *out, kvt_connector *c);
+
+/* The name of a kvt_slot_state, e.g. "KVT_SLOT_DECODING"; "KVT_SLOT_UNKNOWN" otherwise. */
+KVT_API const char *kvt_slot_state_str(uint32_t state);
 
 #ifdef __cplusplus
 }
