@@ -173,6 +173,80 @@ typedef struct kvt_event {
 } kvt_event;
 size_t kvt_poll(kvt_manager *m, kvt_event *out, size_t max);
 int kvt_event_fd(kvt_manager *m);
+typedef struct kvt_connector kvt_connector;
+typedef enum kvt_connector_role {
+  KVT_ROLE_SCHEDULER = 1, KVT_ROLE_WORKER = 2, KVT_ROLE_BOTH = 3
+} kvt_connector_role;
+typedef enum kvt_offload_mode {
+  KVT_OFFLOAD_EAGER = 0, KVT_OFFLOAD_LAZY = 1
+} kvt_offload_mode;
+typedef enum kvt_slot_state {
+  KVT_SLOT_INITIALIZED = 1, KVT_SLOT_ONBOARD_STAGED = 2, KVT_SLOT_ONBOARDING = 3, KVT_SLOT_PREFILLING = 4, KVT_SLOT_DECODING = 5, KVT_SLOT_SKIPPED_PREFILL = 6, KVT_SLOT_SKIPPED_DECODE = 7, KVT_SLOT_PREEMPTED = 8, KVT_SLOT_FINISHING = 9, KVT_SLOT_FINISHED = 10
+} kvt_slot_state;
+typedef struct kvt_connector_config {
+  uint32_t struct_size;
+  uint32_t role;
+  uint32_t offload;
+  uint32_t store_tier;
+  uint64_t num_gpu_blocks;
+  uint64_t salt_hash;
+  uint32_t load_async;
+  uint32_t reserved;
+} kvt_connector_config;
+void kvt_connector_config_init_sized(kvt_connector_config *cfg, size_t size);
+kvt_status kvt_connector_create(kvt_connector **out, kvt_manager *m, const kvt_connector_config *cfg);
+void kvt_connector_destroy(kvt_connector *c);
+kvt_status kvt_connector_get_num_new_matched_tokens( uint64_t *out_num_tokens, int32_t *out_load_async, kvt_connector *c, const char *req_id, const uint32_t *tokens, size_t num_tokens, uint64_t num_computed_tokens);
+kvt_status kvt_connector_update_state_after_alloc( kvt_connector *c, const char *req_id, const uint32_t *block_ids, size_t num_block_ids, uint64_t num_external_tokens);
+typedef struct kvt_scheduled_request {
+  const char *req_id;
+  uint64_t num_computed_tokens;
+  uint64_t num_scheduled_tokens;
+  const uint32_t *new_block_ids;
+  size_t num_new_block_ids;
+  const uint32_t *new_token_ids;
+  size_t num_new_token_ids;
+} kvt_scheduled_request;
+kvt_status kvt_connector_build_connector_meta( const void **out_meta, size_t *out_len, kvt_connector *c, const kvt_scheduled_request *reqs, size_t num_reqs);
+kvt_status kvt_connector_update_connector_output(kvt_connector *c, const void *report, size_t len);
+kvt_status kvt_connector_request_finished(int32_t *out_delay_free, kvt_connector *c, const char *req_id);
+kvt_status kvt_connector_request_preempted(kvt_connector *c, const char *req_id);
+kvt_status kvt_connector_slot_state(uint32_t *out_state, uint32_t *out_history, size_t *out_n, size_t cap, kvt_connector *c, const char *req_id);
+typedef struct kvt_connector_stats {
+  uint32_t struct_size;
+  uint32_t reserved;
+  uint64_t transitions[11][11];
+  uint64_t preemptions;
+  uint64_t matched_tokens;
+  uint64_t loaded_blocks;
+  uint64_t load_errors;
+  uint64_t stored_blocks;
+  uint64_t store_failures;
+} kvt_connector_stats;
+kvt_status kvt_connector_stats_get(kvt_connector_stats *out, kvt_connector *c);
+size_t kvt_connector_take_events(kvt_event *out, size_t max, kvt_connector *c);
+kvt_status kvt_connector_register_kv_caches(kvt_connector *c, const kvt_g1_layout *layout, uint64_t num_blocks);
+kvt_status kvt_connector_bind_connector_metadata(kvt_connector *c, const void *meta, size_t len);
+kvt_status kvt_connector_clear_connector_metadata(kvt_connector *c);
+kvt_status kvt_connector_start_load_kv(kvt_connector *c);
+kvt_status kvt_connector_wait_for_layer_load(kvt_connector *c, uint32_t layer);
+kvt_status kvt_connector_save_kv_layer(kvt_connector *c, uint32_t layer);
+kvt_status kvt_connector_wait_for_save(kvt_connector *c);
+kvt_status kvt_connector_handle_preemptions(kvt_connector *c, const char *const *req_ids, size_t n);
+typedef struct kvt_finished {
+  uint32_t struct_size;
+  uint32_t reserved;
+  const char *const *finished_sending;
+  size_t num_finished_sending;
+  const char *const *finished_recving;
+  size_t num_finished_recving;
+  const uint32_t *load_error_block_ids;
+  size_t num_load_errors;
+  const void *report;
+  size_t report_len;
+} kvt_finished;
+kvt_status kvt_connector_get_finished(kvt_finished *out, kvt_connector *c);
+const char *kvt_slot_state_str(uint32_t state);
 """
 
 CONST = {
@@ -184,6 +258,7 @@ CONST = {
     'KVT_ERR_INVALID_ARGUMENT': -1,
     'KVT_ERR_INVALID_HANDLE': -2,
     'KVT_ERR_IO': -7,
+    'KVT_ERR_NOT_FOUND': -11,
     'KVT_ERR_NO_MEMORY': -9,
     'KVT_ERR_NO_SPACE': -4,
     'KVT_ERR_STATE': -3,
@@ -194,8 +269,9 @@ CONST = {
     'KVT_POLICY_FREQUENCY': 2,
     'KVT_POLICY_PASS_ALL': 0,
     'KVT_POLICY_PRESENCE': 1,
+    'KVT_REQ_ID_MAX': 255,
     'KVT_TIMEOUT': 2,
     'KVT_VERSION_MAJOR': 0,
-    'KVT_VERSION_MINOR': 2,
+    'KVT_VERSION_MINOR': 3,
     'KVT_VERSION_PATCH': 0,
 }
