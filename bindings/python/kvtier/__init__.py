@@ -18,6 +18,9 @@ library's message; kvtier.CancelledError marks a cancelled transfer.
 Manager(**config) takes every field of kvt_manager_config by name, G1Layout engine-owned G1
 memory (any writable buffer, or an (address, length) pair), and set_log_handler sends the
 library's diagnostics to a logging.Logger or a callable.
+
+Connector(manager, **config) is the request layer (kvt_connector_*) with vLLM's method names
+(see kvtier/connector.py); kvtier.vllm plugs it into vLLM by module path.
 """
 import array
 import asyncio
@@ -35,7 +38,8 @@ __all__ = [
     "InvalidArgumentError", "InvalidHandleError", "StateError", "NoSpaceError",
     "CancelledError", "UnsupportedError", "IoError", "CorruptError", "NoMemoryError",
     "CudaError", "InternalError", "TimeoutError", "hash_salt", "hash_sequence", "version",
-    "G1Layout", "Policy", "set_log_handler",
+    "G1Layout", "Policy", "set_log_handler", "NotFoundError", "Connector", "ScheduledRequest",
+    "Finished", "slot_state_str",
 ]
 
 G1, G2, G3 = C.KVT_TIER_G1, C.KVT_TIER_G2, C.KVT_TIER_G3
@@ -124,6 +128,8 @@ IoError = _error_class("IoError", "KVT_ERR_IO", "G3 I/O failed")
 CorruptError = _error_class("CorruptError", "KVT_ERR_CORRUPT", "checksum or hash mismatch")
 NoMemoryError = _error_class("NoMemoryError", "KVT_ERR_NO_MEMORY", "out of memory")
 CudaError = _error_class("CudaError", "KVT_ERR_CUDA", "a CUDA call failed")
+NotFoundError = _error_class("NotFoundError", "KVT_ERR_NOT_FOUND",
+                             "an unknown request id (never seen, or finished)")
 InternalError = _error_class("InternalError", "KVT_ERR_INTERNAL", "a bug in kvtier")
 
 
@@ -134,8 +140,8 @@ class TimeoutError(Error, builtins.TimeoutError):
 
 _BY_STATUS = {c.status: c for c in (
     InvalidArgumentError, InvalidHandleError, StateError, NoSpaceError, CancelledError,
-    UnsupportedError, IoError, CorruptError, NoMemoryError, CudaError, InternalError,
-    TimeoutError)}
+    UnsupportedError, IoError, CorruptError, NoMemoryError, CudaError, NotFoundError,
+    InternalError, TimeoutError)}
 
 
 def _raise(status):
@@ -383,6 +389,8 @@ class Manager:
         self._keep = keep  # G1's buffers among them: the library uses them until close
         self._lock = threading.Lock()  # guards close() against itself only
         self._transfers = set()
+        self._shape = (cfg.num_layers, cfg.num_outer, cfg.chunk_bytes)  # for a connector's G1
+        self._connector = None  # at most one (kvt_connector_create): closed before the manager
 
     # lifetime
     def _live(self):
@@ -397,6 +405,8 @@ class Manager:
                 return
             for x in list(self._transfers):  # cancels them, and waits for their waiters
                 x.close()
+            if self._connector is not None:
+                self._connector.close()
             C.kvt_manager_destroy(self._m)
             self._m = None
             self._keep = None
@@ -686,3 +696,10 @@ class Fence:
 
     def __exit__(self, *exc):
         self.close()
+
+
+from .connector import (  # noqa: E402,F401 (it builds on the classes above; re-exported)
+    OFFLOAD_EAGER, OFFLOAD_LAZY, ROLE_BOTH, ROLE_SCHEDULER, ROLE_WORKER, SLOT_DECODING,
+    SLOT_FINISHED, SLOT_FINISHING, SLOT_INITIALIZED, SLOT_ONBOARD_STAGED, SLOT_ONBOARDING,
+    SLOT_PREEMPTED, SLOT_PREFILLING, SLOT_SKIPPED_DECODE, SLOT_SKIPPED_PREFILL, Connector,
+    Finished, ScheduledRequest, slot_state_str)
