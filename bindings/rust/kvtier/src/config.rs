@@ -104,6 +104,22 @@ impl G1Layout {
         G1Layout { memory, cuda_device, bases: bases.iter().map(|p| *p as usize).collect(),
                    strides: strides.to_vec() }
     }
+
+    /// The C struct, borrowing this layout's arrays.
+    pub(crate) fn raw(&self) -> Result<sys::kvt_g1_layout> {
+        if self.bases.len() != self.strides.len() {
+            return Err(invalid(format!("g1_layout: {} bases but {} strides", self.bases.len(),
+                                       self.strides.len())));
+        }
+        Ok(sys::kvt_g1_layout {
+            struct_size: std::mem::size_of::<sys::kvt_g1_layout>() as u32,
+            memory: self.memory as u32,
+            cuda_device: self.cuda_device,
+            reserved: 0,
+            bases: self.bases.as_ptr().cast(),
+            strides: self.strides.as_ptr(),
+        })
+    }
 }
 
 /// The manager's configuration: every field of `kvt_manager_config`. `Default` gives the
@@ -228,21 +244,7 @@ impl Config {
             None => None,
         };
         c.g3_path = path.as_ref().map_or(ptr::null(), |p| p.as_ptr());
-        let layout = match &self.g1_layout {
-            Some(l) if l.bases.len() != l.strides.len() => {
-                return Err(invalid(format!("g1_layout: {} bases but {} strides", l.bases.len(),
-                                           l.strides.len())));
-            }
-            Some(l) => Some(sys::kvt_g1_layout {
-                struct_size: std::mem::size_of::<sys::kvt_g1_layout>() as u32,
-                memory: l.memory as u32,
-                cuda_device: l.cuda_device,
-                reserved: 0,
-                bases: l.bases.as_ptr().cast(),
-                strides: l.strides.as_ptr(),
-            }),
-            None => None,
-        };
+        let layout = self.g1_layout.as_ref().map(G1Layout::raw).transpose()?;
         c.g1_layout = layout.as_ref().map_or(ptr::null(), |l| l as *const _);
         let mut m = ptr::null_mut();
         check(unsafe { sys::kvt_manager_create(&mut m, &c) })?;

@@ -11,8 +11,8 @@
 //! # Ok::<(), kvtier::Error>(())
 //! ```
 //!
-//! Ownership follows the C contract: a [`Manager`] owns everything; a [`Transfer`] and a
-//! [`Fence`] borrow their manager, so they cannot outlive it. Block handles are plain values
+//! Ownership follows the C contract: a [`Manager`] owns everything; a [`Transfer`], a
+//! [`Fence`] and a [`Connector`] borrow their manager, so they cannot outlive it. Block handles are plain values
 //! ([`Block`]): the library itself refuses stale and foreign ones.
 use std::ffi::CStr;
 use std::fmt;
@@ -22,8 +22,13 @@ use std::ptr;
 use kvtier_sys as sys;
 
 mod config;
+mod connector;
 mod log;
 pub use config::{Config, CudaCopy, G1Layout, G3Fault, IoEngine, MemoryKind, Policy};
+pub use connector::{
+    Connector, ConnectorConfig, ConnectorStats, Finished, OffloadMode, Role, ScheduledRequest,
+    SlotState,
+};
 pub use log::{clear_log_handler, set_log_handler, LogLevel};
 
 /// A kvt_status that is an error, kept as an enum.
@@ -41,6 +46,8 @@ pub enum Status {
     Corrupt,
     NoMemory,
     Cuda,
+    /// An unknown request id (never seen, or finished).
+    NotFound,
     Internal,
     Other(i32),
 }
@@ -59,6 +66,7 @@ impl Status {
             x if x == sys::KVT_ERR_CORRUPT as i64 => Status::Corrupt,
             x if x == sys::KVT_ERR_NO_MEMORY as i64 => Status::NoMemory,
             x if x == sys::KVT_ERR_CUDA as i64 => Status::Cuda,
+            x if x == sys::KVT_ERR_NOT_FOUND as i64 => Status::NotFound,
             x if x == sys::KVT_ERR_INTERNAL as i64 => Status::Internal,
             _ => Status::Other(s),
         }
