@@ -37,6 +37,19 @@ template <> struct Versioned<kvt_block_info> {
   static constexpr size_t first = 40;
 };
 
+template <> struct Versioned<kvt_connector_config> {
+  static constexpr const char *name = "kvt_connector_config";
+  static constexpr size_t first = 40;
+};
+template <> struct Versioned<kvt_connector_stats> {
+  static constexpr const char *name = "kvt_connector_stats";
+  static constexpr size_t first = 1024;
+};
+template <> struct Versioned<kvt_finished> {
+  static constexpr const char *name = "kvt_finished";
+  static constexpr size_t first = 72;
+};
+
 // KVT_OK for a struct_size this library accepts, else KVT_ERR_INVALID_ARGUMENT with a
 // message naming fn and the struct (what: "cfg", "out", ...).
 template <class T>

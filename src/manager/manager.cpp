@@ -32,6 +32,9 @@ kvt_status Manager::create(std::unique_ptr<Manager> *out, const kvt_manager_conf
   if (kvt_status s = config_validate(c); s != KVT_OK) return s;
   std::unique_ptr<Manager> m(new Manager());
   m->geo_ = Geometry{c.num_layers, c.num_outer, c.chunk_bytes};
+  m->cfg_ = c;
+  m->cfg_.g3_path = nullptr;
+  m->cfg_.g1_layout = nullptr;
   if (kvt_status s = m->tag_.acquire(); s != KVT_OK) return s;
   m->events_ = std::make_unique<EventQueue>(c.event_capacity);
   const uint64_t caps[4] = {0, c.g1_blocks, c.g2_blocks, c.g3_blocks};

@@ -1,6 +1,7 @@
 // The manager: validated configuration, the tiers and the event queue.
 #pragma once
 
+#include <atomic>
 #include <memory>
 
 #include "block/tag_pool.hpp"
@@ -33,12 +34,21 @@ class Manager {
   EventQueue &events() noexcept { return *events_; }
   Pipeline &pipeline() noexcept { return *pipeline_; }
   uint64_t block_bytes() const noexcept { return geo_.block_bytes(); }
+  // The validated config; its pointers (g3_path, g1_layout) are cleared.
+  const kvt_manager_config &config() const noexcept { return cfg_; }
+  WorkerPool &pool() noexcept { return *pool_; }
+  DiskEngine *disk() noexcept { return disk_.get(); }
+  // A manager serves at most one connector: true for the caller that takes it.
+  bool take_connector() noexcept { return !has_connector_.exchange(true); }
+  void give_connector() noexcept { has_connector_ = false; }
   const Geometry &geometry() const noexcept { return geo_; }
 
  private:
   Manager() = default;
 
   Geometry geo_{};
+  kvt_manager_config cfg_{};
+  std::atomic<bool> has_connector_{false};
   TagLease tag_;  // before the tiers: given back only once they are gone
   std::unique_ptr<EventQueue> events_;
   std::unique_ptr<Tier> tiers_[4];  // index by kvt_tier; null when the tier is absent

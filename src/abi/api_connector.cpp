@@ -1,0 +1,362 @@
+// The connector: a scheduler half and a worker half over one manager (src/connector/).
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "abi/guard.hpp"
+#include "abi/objects.hpp"
+#include "common/versioned.hpp"
+#include "connector/metadata.hpp"
+#include "connector/scheduler.hpp"
+#include "connector/slot.hpp"
+#include "connector/worker.hpp"
+#include "hash/chain_hash.hpp"
+
+using namespace kvt;
+using namespace kvt::abi;
+using namespace kvt::conn;
+
+struct kvt_connector {
+  static constexpr uint64_t kMagic = 0x6b7674636f6e6e65;  // "kvtconne"
+  uint64_t magic = kMagic;
+  kvt_manager *manager;
+  Manager *mgr;
+  std::mutex mu;  // serializes the scheduler half
+  std::unique_ptr<Scheduler> sched;
+  std::unique_ptr<Worker> worker;
+  std::string meta;  // the last build_connector_meta's bytes
+};
+
+namespace {
+
+void defaults(kvt_connector_config *c) {
+  std::memset(c, 0, sizeof *c);
+  c->struct_size = sizeof *c;
+  c->role = KVT_ROLE_BOTH;
+  c->offload = KVT_OFFLOAD_EAGER;
+  c->store_tier = KVT_TIER_G2;
+  c->salt_hash = hash_salt(nullptr, 0);
+}
+
+kvt_status validate(kvt_connector_config *c, const Manager &m, const char *fn) {
+  auto bad = [&](const char *field, uint64_t v, const char *want) {
+    return fail(KVT_ERR_INVALID_ARGUMENT, "%s: cfg->%s is %llu, but must be %s", fn, field,
+                (unsigned long long)v, want);
+  };
+  if (c->role < KVT_ROLE_SCHEDULER || c->role > KVT_ROLE_BOTH)
+    return bad("role", c->role, "KVT_ROLE_SCHEDULER (1), KVT_ROLE_WORKER (2) or KVT_ROLE_BOTH (3)");
+  if (c->offload > KVT_OFFLOAD_LAZY)
+    return bad("offload", c->offload, "KVT_OFFLOAD_EAGER (0) or KVT_OFFLOAD_LAZY (1)");
+  if (c->store_tier != KVT_TIER_G2 && c->store_tier != KVT_TIER_G3)
+    return bad("store_tier", c->store_tier, "KVT_TIER_G2 (2) or KVT_TIER_G3 (3)");
+  if (c->load_async > 1) return bad("load_async", c->load_async, "0 or 1");
+  if (c->reserved != 0) return bad("reserved", c->reserved, "0");
+  if (c->num_gpu_blocks == 0) c->num_gpu_blocks = m.config().g1_blocks;
+  if (c->num_gpu_blocks > KVT_MAX_TIER_BLOCKS)
+    return bad("num_gpu_blocks", c->num_gpu_blocks, "at most KVT_MAX_TIER_BLOCKS");
+  uint64_t cap = c->store_tier == KVT_TIER_G2 ? m.config().g2_blocks : m.config().g3_blocks;
+  if ((c->role & KVT_ROLE_SCHEDULER) && cap == 0)
+    return fail(KVT_ERR_INVALID_ARGUMENT,
+                "%s: cfg->store_tier is G%u, which the manager lacks (its capacity is 0)", fn,
+                c->store_tier);
+  return KVT_OK;
+}
+
+kvt_connector *connector(const char *fn, kvt_connector *c, kvt_status *st) {
+  if (c == nullptr || c->magic != kvt_connector::kMagic) {
+    *st = bad_object(fn, c, "connector");
+    return nullptr;
+  }
+  *st = KVT_OK;
+  return c;
+}
+
+// op on the scheduler half, under the connector's lock.
+template <class Op>
+kvt_status on_scheduler(const char *fn, kvt_connector *c, Op &&op) noexcept {
+  return guard(fn, [&] {
+    kvt_status st;
+    if (connector(fn, c, &st) == nullptr) return st;
+    if (!c->sched)
+      return fail(KVT_ERR_STATE, "%s: this connector has no scheduler half (its role is WORKER)",
+                  fn);
+    std::lock_guard lk(c->mu);
+    return op(*c->sched);
+  });
+}
+
+// op on the worker half, which synchronizes itself (its waits must not block the rest).
+template <class Op>
+kvt_status on_worker(const char *fn, kvt_connector *c, Op &&op) noexcept {
+  return guard(fn, [&] {
+    kvt_status st;
+    if (connector(fn, c, &st) == nullptr) return st;
+    if (!c->worker)
+      return fail(KVT_ERR_STATE, "%s: this connector has no worker half (its role is SCHEDULER)",
+                  fn);
+    return op(*c->worker);
+  });
+}
+
+kvt_status with_id(const char *fn, const char *id) { return check_id(fn, id); }
+
+}  // namespace
+
+extern "C" {
+
+KVT_API void kvt_connector_config_init_sized(kvt_connector_config *cfg, size_t size) {
+  if (cfg == nullptr) return;
+  if (check_struct_size<kvt_connector_config>("kvt_connector_config_init_sized", "cfg", size) !=
+      KVT_OK) {
+    if (size >= sizeof cfg->struct_size) cfg->struct_size = uint32_t(std::min<size_t>(size, UINT32_MAX));
+    return;
+  }
+  kvt_connector_config full;
+  defaults(&full);
+  full.struct_size = uint32_t(size);
+  std::memcpy(static_cast<void *>(cfg), &full, size);
+}
+
+KVT_API kvt_status kvt_connector_create(kvt_connector **out, kvt_manager *m,
+                                        const kvt_connector_config *cfg) {
+  static constexpr const char *fn = "kvt_connector_create";
+  return on_manager(fn, m, [&](Manager &mgr) {
+    if (out == nullptr) return null_arg(fn, "out");
+    if (cfg == nullptr) return null_arg(fn, "cfg");
+    kvt_connector_config c;
+    defaults(&c);
+    if (kvt_status s = read_versioned(&c, *cfg, fn, "cfg"); s != KVT_OK) return s;
+    if (kvt_status s = validate(&c, mgr, fn); s != KVT_OK) return s;
+    if (!mgr.take_connector())
+      return fail(KVT_ERR_STATE, "%s: the manager serves another connector already", fn);
+    auto conn = std::make_unique<kvt_connector>();
+    conn->manager = m;
+    conn->mgr = &mgr;
+    try {
+      if (c.role & KVT_ROLE_SCHEDULER) conn->sched = std::make_unique<Scheduler>(mgr, c);
+      if (c.role & KVT_ROLE_WORKER) conn->worker = std::make_unique<Worker>(mgr);
+    } catch (...) {
+      mgr.give_connector();
+      throw;
+    }
+    *out = conn.release();
+    return KVT_OK;
+  });
+}
+
+KVT_API void kvt_connector_destroy(kvt_connector *c) {
+  if (c == nullptr || c->magic != kvt_connector::kMagic) return;
+  c->magic = 0;
+  c->worker.reset();  // first: its copies end before the scheduler drops their pins
+  c->sched.reset();
+  c->mgr->give_connector();
+  delete c;
+}
+
+KVT_API kvt_status kvt_connector_get_num_new_matched_tokens(
+    uint64_t *out_num_tokens, int32_t *out_load_async, kvt_connector *c, const char *req_id,
+    const uint32_t *tokens, size_t num_tokens, uint64_t num_computed_tokens) {
+  static constexpr const char *fn = "kvt_connector_get_num_new_matched_tokens";
+  return on_scheduler(fn, c, [&](Scheduler &s) {
+    if (out_num_tokens == nullptr) return null_arg(fn, "out_num_tokens");
+    if (kvt_status e = with_id(fn, req_id); e != KVT_OK) return e;
+    if (kvt_status e = check_array(fn, "tokens", tokens, num_tokens); e != KVT_OK) return e;
+    uint64_t n = 0;
+    if (kvt_status e = s.get_num_new_matched_tokens(&n, req_id, tokens, num_tokens,
+                                                    num_computed_tokens);
+        e != KVT_OK)
+      return e;
+    *out_num_tokens = n;
+    if (out_load_async) *out_load_async = n > 0 && s.load_async();
+    return KVT_OK;
+  });
+}
+
+KVT_API kvt_status kvt_connector_update_state_after_alloc(
+    kvt_connector *c, const char *req_id, const uint32_t *block_ids, size_t num_block_ids,
+    uint64_t num_external_tokens) {
+  static constexpr const char *fn = "kvt_connector_update_state_after_alloc";
+  return on_scheduler(fn, c, [&](Scheduler &s) {
+    if (kvt_status e = with_id(fn, req_id); e != KVT_OK) return e;
+    if (kvt_status e = check_array(fn, "block_ids", block_ids, num_block_ids); e != KVT_OK)
+      return e;
+    return s.update_state_after_alloc(req_id, block_ids, num_block_ids, num_external_tokens);
+  });
+}
+
+KVT_API kvt_status kvt_connector_build_connector_meta(const void **out_meta, size_t *out_len,
+                                                      kvt_connector *c,
+                                                      const kvt_scheduled_request *reqs,
+                                                      size_t num_reqs) {
+  static constexpr const char *fn = "kvt_connector_build_connector_meta";
+  return on_scheduler(fn, c, [&](Scheduler &s) {
+    if (out_meta == nullptr) return null_arg(fn, "out_meta");
+    if (out_len == nullptr) return null_arg(fn, "out_len");
+    if (kvt_status e = check_array(fn, "reqs", reqs, num_reqs); e != KVT_OK) return e;
+    for (size_t i = 0; i < num_reqs; ++i) {
+      if (kvt_status e = check_array(fn, "new_block_ids", reqs[i].new_block_ids,
+                                     reqs[i].num_new_block_ids);
+          e != KVT_OK)
+        return e;
+      if (kvt_status e = check_array(fn, "new_token_ids", reqs[i].new_token_ids,
+                                     reqs[i].num_new_token_ids);
+          e != KVT_OK)
+        return e;
+    }
+    std::string bytes;
+    if (kvt_status e = s.build_meta(&bytes, reqs, num_reqs); e != KVT_OK) return e;
+    c->meta = std::move(bytes);
+    *out_meta = c->meta.data();
+    *out_len = c->meta.size();
+    return KVT_OK;
+  });
+}
+
+KVT_API kvt_status kvt_connector_update_connector_output(kvt_connector *c, const void *report,
+                                                         size_t len) {
+  static constexpr const char *fn = "kvt_connector_update_connector_output";
+  return on_scheduler(fn, c, [&](Scheduler &s) {
+    if (kvt_status e = check_array(fn, "report", static_cast<const char *>(report), len);
+        e != KVT_OK)
+      return e;
+    Report r;
+    if (kvt_status e = decode(&r, report, len); e != KVT_OK)
+      return fail(e, "%s: %s", fn, std::string(last_error()).c_str());
+    return s.update_output(r);
+  });
+}
+
+KVT_API kvt_status kvt_connector_request_finished(int32_t *out_delay_free, kvt_connector *c,
+                                                  const char *req_id) {
+  static constexpr const char *fn = "kvt_connector_request_finished";
+  return on_scheduler(fn, c, [&](Scheduler &s) {
+    if (kvt_status e = with_id(fn, req_id); e != KVT_OK) return e;
+    bool delay = false;
+    if (kvt_status e = s.request_finished(&delay, req_id); e != KVT_OK) return e;
+    if (out_delay_free) *out_delay_free = delay;
+    return KVT_OK;
+  });
+}
+
+KVT_API kvt_status kvt_connector_request_preempted(kvt_connector *c, const char *req_id) {
+  static constexpr const char *fn = "kvt_connector_request_preempted";
+  return on_scheduler(fn, c, [&](Scheduler &s) {
+    if (kvt_status e = with_id(fn, req_id); e != KVT_OK) return e;
+    return s.request_preempted(req_id);
+  });
+}
+
+KVT_API kvt_status kvt_connector_slot_state(uint32_t *out_state, uint32_t *out_history,
+                                            size_t *out_n, size_t cap, kvt_connector *c,
+                                            const char *req_id) {
+  static constexpr const char *fn = "kvt_connector_slot_state";
+  return on_scheduler(fn, c, [&](Scheduler &s) {
+    if (kvt_status e = with_id(fn, req_id); e != KVT_OK) return e;
+    if (out_history == nullptr && cap > 0) return null_arg(fn, "out_history");
+    uint32_t state;
+    const std::vector<uint32_t> *history;
+    if (kvt_status e = s.slot_state(&state, &history, req_id); e != KVT_OK) return e;
+    if (out_state) *out_state = state;
+    if (out_history)
+      std::copy_n(history->begin(), std::min(cap, history->size()), out_history);
+    if (out_n) *out_n = history->size();
+    return KVT_OK;
+  });
+}
+
+KVT_API kvt_status kvt_connector_stats_get(kvt_connector_stats *out, kvt_connector *c) {
+  static constexpr const char *fn = "kvt_connector_stats_get";
+  return on_scheduler(fn, c, [&](Scheduler &s) {
+    if (out == nullptr) return null_arg(fn, "out");
+    if (kvt_status e = check_struct_size<kvt_connector_stats>(fn, "out", out->struct_size);
+        e != KVT_OK)
+      return e;
+    kvt_connector_stats full;
+    s.stats(&full);
+    write_versioned(out, full);
+    return KVT_OK;
+  });
+}
+
+KVT_API size_t kvt_connector_take_events(kvt_event *out, size_t max, kvt_connector *c) {
+  kvt_status st;
+  if (connector("kvt_connector_take_events", c, &st) == nullptr) return 0;
+  return kvt_poll(c->manager, out, max);
+}
+
+KVT_API kvt_status kvt_connector_register_kv_caches(kvt_connector *c,
+                                                    const kvt_g1_layout *layout,
+                                                    uint64_t num_blocks) {
+  static constexpr const char *fn = "kvt_connector_register_kv_caches";
+  return on_worker(fn, c, [&](Worker &w) {
+    if (layout == nullptr) return null_arg(fn, "layout");
+    kvt_g1_layout l{};
+    l.struct_size = sizeof l;
+    if (kvt_status e = read_versioned(&l, *layout, fn, "layout"); e != KVT_OK) return e;
+    return w.register_kv_caches(l, num_blocks);
+  });
+}
+
+KVT_API kvt_status kvt_connector_bind_connector_metadata(kvt_connector *c, const void *meta,
+                                                         size_t len) {
+  static constexpr const char *fn = "kvt_connector_bind_connector_metadata";
+  return on_worker(fn, c, [&](Worker &w) {
+    if (kvt_status e = check_array(fn, "meta", static_cast<const char *>(meta), len);
+        e != KVT_OK)
+      return e;
+    return w.bind(meta, len);
+  });
+}
+
+KVT_API kvt_status kvt_connector_clear_connector_metadata(kvt_connector *c) {
+  return on_worker("kvt_connector_clear_connector_metadata", c,
+                   [&](Worker &w) { return w.clear(); });
+}
+
+KVT_API kvt_status kvt_connector_start_load_kv(kvt_connector *c) {
+  return on_worker("kvt_connector_start_load_kv", c, [&](Worker &w) { return w.start_load_kv(); });
+}
+
+KVT_API kvt_status kvt_connector_wait_for_layer_load(kvt_connector *c, uint32_t layer) {
+  return on_worker("kvt_connector_wait_for_layer_load", c,
+                   [&](Worker &w) { return w.wait_for_layer_load(layer); });
+}
+
+KVT_API kvt_status kvt_connector_save_kv_layer(kvt_connector *c, uint32_t layer) {
+  return on_worker("kvt_connector_save_kv_layer", c,
+                   [&](Worker &w) { return w.save_kv_layer(layer); });
+}
+
+KVT_API kvt_status kvt_connector_wait_for_save(kvt_connector *c) {
+  return on_worker("kvt_connector_wait_for_save", c, [&](Worker &w) { return w.wait_for_save(); });
+}
+
+KVT_API kvt_status kvt_connector_handle_preemptions(kvt_connector *c, const char *const *req_ids,
+                                                    size_t n) {
+  static constexpr const char *fn = "kvt_connector_handle_preemptions";
+  return on_worker(fn, c, [&](Worker &w) {
+    if (kvt_status e = check_array(fn, "req_ids", req_ids, n); e != KVT_OK) return e;
+    for (size_t i = 0; i < n; ++i)
+      if (kvt_status e = with_id(fn, req_ids[i]); e != KVT_OK) return e;
+    return w.handle_preemptions(req_ids, n);
+  });
+}
+
+KVT_API kvt_status kvt_connector_get_finished(kvt_finished *out, kvt_connector *c) {
+  static constexpr const char *fn = "kvt_connector_get_finished";
+  return on_worker(fn, c, [&](Worker &w) {
+    if (out == nullptr) return null_arg(fn, "out");
+    if (kvt_status e = check_struct_size<kvt_finished>(fn, "out", out->struct_size); e != KVT_OK)
+      return e;
+    kvt_finished full{};
+    full.struct_size = sizeof full;
+    if (kvt_status e = w.get_finished(&full); e != KVT_OK) return e;
+    write_versioned(out, full);
+    return KVT_OK;
+  });
+}
+
+KVT_API const char *kvt_slot_state_str(uint32_t state) { return state_name(state); }
+
+}  // extern "C"

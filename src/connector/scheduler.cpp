@@ -1,0 +1,561 @@
+#include "connector/scheduler.hpp"
+
+#include <algorithm>
+
+#include "block/handle.hpp"
+#include "block/tier.hpp"
+#include "common/error.hpp"
+#include "manager/manager.hpp"
+
+namespace kvt::conn {
+
+namespace {
+std::string quoted(std::string_view id) { return std::string(id); }
+// Debian's abseil has its own string_view.
+absl::string_view key(std::string_view id) { return {id.data(), id.size()}; }
+}  // namespace
+
+Shape shape_of(const Manager &m) {
+  const kvt_manager_config &c = m.config();
+  return Shape{c.page_size, c.g2_blocks, c.g3_blocks};
+}
+
+Scheduler::Scheduler(Manager &m, const kvt_connector_config &c)
+    : m_(m), cfg_(c), store_tier_(m.tier_if_present(int(c.store_tier))),
+      tiers_{m.tier_if_present(KVT_TIER_G2), m.tier_if_present(KVT_TIER_G3)},
+      page_(m.config().page_size), writer_(c.num_gpu_blocks, nullptr),
+      stamp_(c.num_gpu_blocks, 0) {
+  shape_ = shape_of(m);
+  if (c.offload == KVT_OFFLOAD_LAZY) content_.resize(c.num_gpu_blocks);
+  stats_.struct_size = sizeof stats_;
+}
+
+Scheduler::~Scheduler() {
+  for (auto &[id, s] : slots_) drop_staged(*s);
+  for (auto &[id, r] : loads_)
+    for (const Pinned &p : r.src) release({p.block});
+  for (auto &[id, r] : stores_) release(r.dst);
+}
+
+void Scheduler::release(const std::vector<kvt_block> &blocks) {
+  // The scheduler's own references: failing would be a bug, and there is no caller to tell.
+  if (!blocks.empty()) m_.release(blocks.data(), blocks.size());
+}
+
+Slot *Scheduler::find(const char *fn, std::string_view id, kvt_status *st) const {
+  auto it = slots_.find(key(id));
+  if (it == slots_.end()) {
+    *st = fail(KVT_ERR_NOT_FOUND, "%s: unknown request id '%s' (never seen, or finished)", fn,
+               quoted(id).c_str());
+    return nullptr;
+  }
+  *st = KVT_OK;
+  return it->second.get();
+}
+
+kvt_status Scheduler::transition_error(const char *fn, const Slot &s, SlotState to) const {
+  return fail(KVT_ERR_STATE, "%s: request '%s' is %s, which cannot become %s", fn,
+              s.id.c_str(), state_name(s.state), state_name(to));
+}
+
+void Scheduler::move(Slot &s, SlotState to) {
+  ++stats_.transitions[s.state][to];
+  if (s.state != to) s.to(to);
+}
+
+// Block ids the call hands to s for writing: in range, not written by another live request,
+// not given twice. Marks them with stamp for the duplicate check.
+kvt_status Scheduler::check_blocks(const char *fn, const Slot &s, const uint32_t *ids, size_t n,
+                                   uint32_t stamp) {
+  for (size_t i = 0; i < n; ++i) {
+    uint32_t b = ids[i];
+    if (b >= writer_.size())
+      return fail(KVT_ERR_INVALID_ARGUMENT,
+                  "%s: request '%s': block id %u is out of range (num_gpu_blocks is %zu)", fn,
+                  s.id.c_str(), b, writer_.size());
+    if (writer_[b] != nullptr && writer_[b] != &s)
+      return fail(KVT_ERR_INVALID_ARGUMENT,
+                  "%s: request '%s': block id %u is written by request '%s'", fn, s.id.c_str(),
+                  b, writer_[b]->id.c_str());
+    if (stamp_[b] == stamp)
+      return fail(KVT_ERR_INVALID_ARGUMENT, "%s: request '%s': block id %u is given twice", fn,
+                  s.id.c_str(), b);
+    stamp_[b] = stamp;
+  }
+  return KVT_OK;
+}
+
+// s now writes g1. In lazy mode, whatever full block g1 held is stored first, unless its
+// store tier has it already.
+void Scheduler::claim(Slot &s, uint32_t g1, std::vector<CopyOp> *lazy) {
+  writer_[g1] = &s;
+  if (content_.empty() || !content_[g1].valid) return;
+  Content c = content_[g1];
+  content_[g1].valid = false;
+  StoreRec *rec = nullptr;
+  if (!planned_lazy_.empty() && planned_lazy_.back().req_id == s.id)
+    rec = &stores_.at(planned_lazy_.back().id);
+  StoreRec fresh = store_rec(s);
+  if (plan_store(g1, c.hash, c.parent, lazy, rec ? rec : &fresh) && rec == nullptr) {
+    uint64_t id = next_batch_++;
+    planned_lazy_.push_back(Batch{id, s.id, {}});
+    stores_.emplace(id, std::move(fresh));
+    ++s.batches;
+  }
+}
+
+// Blocks s wrote are the engine's again.
+void Scheduler::unclaim(Slot &s) {
+  for (uint32_t b : s.blocks)
+    if (writer_[b] == &s) writer_[b] = nullptr;
+}
+
+void Scheduler::drop_staged(Slot &s) {
+  std::vector<kvt_block> pins;
+  for (const Pinned &p : s.staged) pins.push_back(p.block);
+  release(pins);
+  s.staged.clear();
+}
+
+void Scheduler::drop_planned_loads(Slot &s) {
+  auto keep = planned_loads_.begin();
+  for (uint64_t id : planned_loads_) {
+    auto it = loads_.find(id);
+    if (it->second.slot != &s) {
+      *keep++ = id;
+      continue;
+    }
+    std::vector<kvt_block> pins;
+    for (const Pinned &p : it->second.src) pins.push_back(p.block);
+    release(pins);
+    loads_.erase(it);
+    --s.batches;
+  }
+  planned_loads_.erase(keep, planned_loads_.end());
+}
+
+// Plans one store of g1's block (hash, parent) into rec and ops: false when the store tier
+// has it, a store of it is in flight, or no slot can be had.
+bool Scheduler::plan_store(uint32_t g1, uint64_t hash, uint64_t parent,
+                           std::vector<CopyOp> *ops, StoreRec *rec) {
+  if (storing_.contains(hash) || store_tier_->contains(hash)) return false;
+  kvt_block dst;
+  if (store_tier_->alloc(&dst, 1) != KVT_OK) {
+    ++stats_.store_failures;  // every block of the tier is pinned
+    return false;
+  }
+  storing_.insert(hash);
+  ops->push_back(CopyOp{g1, uint8_t(store_tier_->id()), handle::slot(dst), hash, parent});
+  rec->dst.push_back(dst);
+  rec->hash.push_back(hash);
+  rec->parent.push_back(parent);
+  return true;
+}
+
+// Eager: stores for the full blocks s has computed since the last plan. Lazy: remembers
+// what their G1 blocks hold.
+void Scheduler::plan_eager(Slot &s, Batch *batch) {
+  const auto &hashes = s.seq.seq_hashes();
+  size_t full = std::min<size_t>({s.computed / page_, hashes.size(), s.blocks.size()});
+  StoreRec rec = store_rec(s);
+  for (size_t j = s.store_next; j < full; ++j) {
+    uint64_t parent = j ? hashes[j - 1] : 0;
+    if (!content_.empty()) {
+      content_[s.blocks[j]] = Content{hashes[j], parent, true};
+      continue;
+    }
+    plan_store(s.blocks[j], hashes[j], parent, &batch->ops, &rec);
+  }
+  s.store_next = std::max(s.store_next, full);
+  if (batch->ops.empty()) return;
+  batch->id = next_batch_++;
+  batch->req_id = s.id;
+  rec.sent = true;
+  stores_.emplace(batch->id, std::move(rec));
+  ++s.batches;
+}
+
+kvt_status Scheduler::get_num_new_matched_tokens(uint64_t *out, std::string_view id,
+                                                 const uint32_t *tokens, size_t n,
+                                                 uint64_t computed) {
+  static constexpr const char *fn = "kvt_connector_get_num_new_matched_tokens";
+  if (computed > n)
+    return fail(KVT_ERR_INVALID_ARGUMENT,
+                "%s: request '%s': num_computed_tokens %llu exceeds its %zu tokens", fn,
+                quoted(id).c_str(), (unsigned long long)computed, n);
+  auto it = slots_.find(key(id));
+  Slot *s = it == slots_.end() ? nullptr : it->second.get();
+  if (s && s->state != KVT_SLOT_INITIALIZED && s->state != KVT_SLOT_ONBOARD_STAGED &&
+      s->state != KVT_SLOT_PREEMPTED)
+    return transition_error(fn, *s, KVT_SLOT_ONBOARD_STAGED);
+
+  auto fresh = std::make_unique<Slot>(std::string(id), cfg_.salt_hash, page_);
+  fresh->tokens.assign(tokens, tokens + n);
+  fresh->seq.append(tokens, n);
+  // Full blocks only, and never the last token: the engine computes at least one.
+  const auto &hashes = fresh->seq.seq_hashes();
+  size_t usable = n ? std::min<size_t>((n - 1) / page_, hashes.size()) : 0;
+  size_t first = (computed + page_ - 1) / page_;
+  std::vector<Pinned> hit;
+  if (first < usable) {
+    std::vector<kvt_block> got(usable - first);
+    for (Tier *t : tiers_) {
+      size_t at = first + hit.size();
+      if (t == nullptr || at >= usable) continue;
+      size_t k = 0;
+      if (kvt_status st = t->match(&k, got.data(), &hashes[at], usable - at); st != KVT_OK) {
+        for (const Pinned &p : hit) release({p.block});
+        return st;
+      }
+      for (size_t i = 0; i < k; ++i)
+        hit.push_back(Pinned{got[i], hashes[at + i], at + i ? hashes[at + i - 1] : 0});
+      if (at + k < usable) break;  // the prefix ends here: a lower tier cannot extend it
+    }
+  }
+
+  if (s == nullptr) {
+    s = fresh.get();
+    ++stats_.transitions[0][KVT_SLOT_INITIALIZED];
+    slots_.emplace(s->id, std::move(fresh));
+  } else {
+    drop_staged(*s);
+    s->tokens = std::move(fresh->tokens);
+    std::swap(s->seq, fresh->seq);
+  }
+  s->matched_from = computed;
+  s->staged = std::move(hit);
+  if (!s->staged.empty() && s->state != KVT_SLOT_ONBOARD_STAGED) move(*s, KVT_SLOT_ONBOARD_STAGED);
+  if (s->staged.empty() && s->state == KVT_SLOT_ONBOARD_STAGED) move(*s, KVT_SLOT_INITIALIZED);
+  *out = s->staged.empty() ? 0 : (first + s->staged.size()) * page_ - computed;
+  return KVT_OK;
+}
+
+kvt_status Scheduler::update_state_after_alloc(std::string_view id, const uint32_t *blocks,
+                                               size_t n, uint64_t external) {
+  static constexpr const char *fn = "kvt_connector_update_state_after_alloc";
+  kvt_status st;
+  Slot *s = find(fn, id, &st);
+  if (s == nullptr) return st;
+  if (s->state != KVT_SLOT_INITIALIZED && s->state != KVT_SLOT_ONBOARD_STAGED &&
+      s->state != KVT_SLOT_PREEMPTED)
+    return transition_error(fn, *s, KVT_SLOT_ONBOARDING);
+  uint64_t first = (s->matched_from + page_ - 1) / page_;
+  uint64_t hit = s->staged.empty() ? 0 : (first + s->staged.size()) * page_ - s->matched_from;
+  if (external != 0 && external != hit)
+    return fail(KVT_ERR_INVALID_ARGUMENT,
+                "%s: request '%s': num_external_tokens is %llu, but kvtier reported %llu", fn,
+                s->id.c_str(), (unsigned long long)external, (unsigned long long)hit);
+  if (uint64_t{n} * page_ < s->matched_from + external)
+    return fail(KVT_ERR_INVALID_ARGUMENT,
+                "%s: request '%s': %zu blocks cannot hold its %llu computed and external tokens",
+                fn, s->id.c_str(), n, (unsigned long long)(s->matched_from + external));
+  size_t write_from = std::min<size_t>(s->matched_from / page_, n);
+  for (size_t i = 0; i < write_from; ++i)
+    if (blocks[i] >= writer_.size())
+      return fail(KVT_ERR_INVALID_ARGUMENT,
+                  "%s: request '%s': block id %u is out of range (num_gpu_blocks is %zu)", fn,
+                  s->id.c_str(), blocks[i], writer_.size());
+  if (kvt_status e = check_blocks(fn, *s, blocks + write_from, n - write_from, ++stamp_now_);
+      e != KVT_OK)
+    return e;
+
+  unclaim(*s);
+  s->blocks.assign(blocks, blocks + n);
+  s->write_from = write_from;
+  s->store_next = std::max<size_t>(s->store_next, write_from);
+  std::vector<CopyOp> lazy;
+  for (size_t i = write_from; i < n; ++i) claim(*s, blocks[i], &lazy);
+  if (!lazy.empty()) {
+    auto &ops = planned_lazy_.back().ops;
+    ops.insert(ops.end(), lazy.begin(), lazy.end());
+  }
+  if (external == 0) {
+    drop_staged(*s);
+    if (s->state == KVT_SLOT_ONBOARD_STAGED) move(*s, KVT_SLOT_INITIALIZED);
+    return KVT_OK;
+  }
+  LoadRec rec;
+  rec.slot = s;
+  for (size_t i = 0; i < s->staged.size(); ++i) {
+    uint32_t g1 = blocks[first + i];
+    rec.g1.push_back(g1);
+    if (!content_.empty()) content_[g1] = Content{s->staged[i].hash, s->staged[i].parent, true};
+  }
+  rec.src = std::move(s->staged);
+  s->staged.clear();
+  uint64_t bid = next_batch_++;
+  loads_.emplace(bid, std::move(rec));
+  planned_loads_.push_back(bid);
+  ++s->batches;
+  stats_.matched_tokens += external;
+  move(*s, KVT_SLOT_ONBOARDING);
+  return KVT_OK;
+}
+
+kvt_status Scheduler::build_meta(std::string *out, const kvt_scheduled_request *reqs,
+                                 size_t n) {
+  static constexpr const char *fn = "kvt_connector_build_connector_meta";
+  // Check everything first: a bad entry changes no slot.
+  std::vector<Slot *> slot(n);
+  std::vector<SlotState> target(n);
+  uint32_t stamp = ++stamp_now_;
+  for (size_t i = 0; i < n; ++i) {
+    const kvt_scheduled_request &r = reqs[i];
+    if (kvt_status e = check_id(fn, r.req_id); e != KVT_OK) return e;
+    if ((r.new_block_ids == nullptr && r.num_new_block_ids) ||
+        (r.new_token_ids == nullptr && r.num_new_token_ids))
+      return fail(KVT_ERR_INVALID_ARGUMENT, "%s: reqs[%zu] has a NULL array with a count", fn, i);
+    kvt_status st;
+    Slot *s = slot[i] = find(fn, r.req_id, &st);
+    if (s == nullptr) return st;
+    if (s->new_this_step) {
+      for (size_t k = 0; k < i; ++k) slot[k]->new_this_step = false;
+      s->new_this_step = false;
+      return fail(KVT_ERR_INVALID_ARGUMENT, "%s: request '%s' is scheduled twice", fn,
+                  s->id.c_str());
+    }
+    s->new_this_step = true;
+    target[i] = r.num_new_token_ids ? KVT_SLOT_DECODING : KVT_SLOT_PREFILLING;
+    kvt_status e = KVT_OK;
+    uint64_t tokens = s->tokens.size() + r.num_new_token_ids;
+    uint64_t blocks = s->blocks.size() + r.num_new_block_ids;
+    if (!legal(s->state, target[i]))
+      e = transition_error(fn, *s, target[i]);
+    else if (r.num_computed_tokens > tokens || r.num_scheduled_tokens > tokens - r.num_computed_tokens)
+      e = fail(KVT_ERR_INVALID_ARGUMENT,
+               "%s: request '%s': %llu computed + %llu scheduled tokens exceed its %llu tokens",
+               fn, s->id.c_str(), (unsigned long long)r.num_computed_tokens,
+               (unsigned long long)r.num_scheduled_tokens, (unsigned long long)tokens);
+    else if (r.num_computed_tokens + r.num_scheduled_tokens > blocks * page_)
+      e = fail(KVT_ERR_INVALID_ARGUMENT,
+               "%s: request '%s': %llu blocks cannot hold %llu computed + %llu scheduled tokens",
+               fn, s->id.c_str(), (unsigned long long)blocks,
+               (unsigned long long)r.num_computed_tokens,
+               (unsigned long long)r.num_scheduled_tokens);
+    else
+      e = check_blocks(fn, *s, r.new_block_ids, r.num_new_block_ids, stamp);
+    if (e == KVT_OK)
+      for (size_t k = 0; k < r.num_new_block_ids && e == KVT_OK; ++k)
+        if (writer_[r.new_block_ids[k]] == s)
+          e = fail(KVT_ERR_INVALID_ARGUMENT, "%s: request '%s' holds block id %u already", fn,
+                   s->id.c_str(), r.new_block_ids[k]);
+    if (e != KVT_OK) {
+      for (size_t k = 0; k <= i; ++k) slot[k]->new_this_step = false;
+      return e;
+    }
+  }
+
+  Meta meta;
+  meta.shape = shape_;
+  meta.step = ++step_;
+  meta.async_load = cfg_.load_async != 0;
+  for (auto &[id, s] : slots_) {
+    if (s->new_this_step) continue;
+    if (s->state == KVT_SLOT_PREFILLING) move(*s, KVT_SLOT_SKIPPED_PREFILL);
+    else if (s->state == KVT_SLOT_DECODING) move(*s, KVT_SLOT_SKIPPED_DECODE);
+  }
+  for (size_t i = 0; i < n; ++i) {
+    const kvt_scheduled_request &r = reqs[i];
+    Slot &s = *slot[i];
+    s.new_this_step = false;
+    if (r.num_new_token_ids) {
+      s.tokens.insert(s.tokens.end(), r.new_token_ids, r.new_token_ids + r.num_new_token_ids);
+      s.seq.append(r.new_token_ids, r.num_new_token_ids);
+    }
+    std::vector<CopyOp> lazy;
+    for (size_t k = 0; k < r.num_new_block_ids; ++k) {
+      s.blocks.push_back(r.new_block_ids[k]);
+      claim(s, r.new_block_ids[k], &lazy);
+    }
+    if (!lazy.empty()) {
+      auto &ops = planned_lazy_.back().ops;
+      ops.insert(ops.end(), lazy.begin(), lazy.end());
+    }
+    // A step that starts before what the connector counted as computed recomputes (a load
+    // failed): its blocks are considered for storing again.
+    if (r.num_computed_tokens < s.computed)
+      s.store_next = std::min<size_t>(s.store_next, r.num_computed_tokens / page_);
+    s.computed = r.num_computed_tokens + r.num_scheduled_tokens;
+    move(s, target[i]);
+    Batch batch;
+    plan_eager(s, &batch);
+    if (!batch.ops.empty()) meta.stores.push_back(std::move(batch));
+  }
+  for (uint64_t id : planned_loads_) {
+    LoadRec &rec = loads_.at(id);
+    rec.sent = true;
+    Batch b{id, rec.slot->id, {}};
+    for (size_t i = 0; i < rec.src.size(); ++i) {
+      const Pinned &p = rec.src[i];
+      b.ops.push_back(CopyOp{rec.g1[i], uint8_t(handle::tier(p.block)), handle::slot(p.block),
+                             p.hash, p.parent});
+    }
+    meta.loads.push_back(std::move(b));
+  }
+  planned_loads_.clear();
+  for (Batch &b : planned_lazy_) stores_.at(b.id).sent = true;
+  meta.lazy_stores = std::move(planned_lazy_);
+  planned_lazy_.clear();
+  meta.finished = std::move(finishing_);
+  finishing_.clear();
+  *out = encode(meta);
+  return KVT_OK;
+}
+
+kvt_status Scheduler::update_output(const Report &r) {
+  static constexpr const char *fn = "kvt_connector_update_connector_output";
+  if (!(r.shape == shape_))
+    return fail(KVT_ERR_CORRUPT,
+                "%s: the report comes from a worker with other capacities (page_size %u, G2 "
+                "%llu, G3 %llu blocks; this scheduler has %u, %llu, %llu)",
+                fn, r.shape.page_size, (unsigned long long)r.shape.g2_blocks,
+                (unsigned long long)r.shape.g3_blocks, shape_.page_size,
+                (unsigned long long)shape_.g2_blocks, (unsigned long long)shape_.g3_blocks);
+  // Check everything first: a report naming an unknown batch changes nothing.
+  absl::flat_hash_set<uint64_t> seen;
+  auto check = [&](const Done &d, size_t ops, bool sent, bool known, const char *what) {
+    if (!known || !sent)
+      return fail(KVT_ERR_INVALID_ARGUMENT, "%s: the report names an unknown %s batch %llu",
+                  fn, what, (unsigned long long)d.id);
+    if (!seen.insert(d.id).second)
+      return fail(KVT_ERR_INVALID_ARGUMENT, "%s: the report names %s batch %llu twice", fn,
+                  what, (unsigned long long)d.id);
+    for (const Failure &f : d.failed)
+      if (f.op >= ops)
+        return fail(KVT_ERR_INVALID_ARGUMENT,
+                    "%s: the report names copy %u of %s batch %llu, which has %zu", fn, f.op,
+                    what, (unsigned long long)d.id, ops);
+    return KVT_OK;
+  };
+  for (const Done &d : r.loads) {
+    auto it = loads_.find(d.id);
+    bool known = it != loads_.end();
+    if (kvt_status e = check(d, known ? it->second.src.size() : 0, known && it->second.sent,
+                             known, "load");
+        e != KVT_OK)
+      return e;
+  }
+  for (const Done &d : r.stores) {
+    auto it = stores_.find(d.id);
+    bool known = it != stores_.end();
+    if (kvt_status e = check(d, known ? it->second.dst.size() : 0, known && it->second.sent,
+                             known, "store");
+        e != KVT_OK)
+      return e;
+  }
+
+  std::vector<Slot *> touched;
+  for (const Done &d : r.loads) {
+    auto it = loads_.find(d.id);
+    LoadRec &rec = it->second;
+    std::vector<bool> bad(rec.src.size());
+    for (const Failure &f : d.failed) {
+      bad[f.op] = true;
+      // A copy that fails its checksum leaves the registry, so that no match serves it.
+      if (f.status == KVT_ERR_CORRUPT) m_.tier_of(rec.src[f.op].block)->remove(rec.src[f.op].block);
+      if (!content_.empty()) content_[rec.g1[f.op]].valid = false;
+    }
+    std::vector<kvt_block> pins;
+    for (size_t i = 0; i < rec.src.size(); ++i) {
+      pins.push_back(rec.src[i].block);
+      ++(bad[i] ? stats_.load_errors : stats_.loaded_blocks);
+    }
+    release(pins);
+    --rec.slot->batches;
+    touched.push_back(rec.slot);
+    loads_.erase(it);
+  }
+  for (const Done &d : r.stores) {
+    auto it = stores_.find(d.id);
+    StoreRec &rec = it->second;
+    std::vector<bool> bad(rec.dst.size());
+    for (const Failure &f : d.failed) bad[f.op] = true;
+    std::vector<kvt_block> done;
+    for (size_t i = 0; i < rec.dst.size(); ++i) {
+      storing_.erase(rec.hash[i]);
+      kvt_block b = rec.dst[i];
+      if (!bad[i] && rec.tier->register_hash(&b, rec.dst[i], rec.hash[i], rec.parent[i]) == KVT_OK) {
+        ++stats_.stored_blocks;
+      } else {
+        ++stats_.store_failures;
+        b = rec.dst[i];
+      }
+      done.push_back(b);
+    }
+    release(done);
+    --rec.slot->batches;
+    touched.push_back(rec.slot);
+    stores_.erase(it);
+  }
+  std::sort(touched.begin(), touched.end());
+  touched.erase(std::unique(touched.begin(), touched.end()), touched.end());
+  for (Slot *s : touched)
+    if (s->state == KVT_SLOT_FINISHING && s->batches == 0) finish(*s);
+  return KVT_OK;
+}
+
+// FINISHING -> FINISHED: the slot goes; its history stays for a while.
+void Scheduler::finish(Slot &s) {
+  move(s, KVT_SLOT_FINISHED);
+  if (done_.size() >= kKeepFinished) {
+    done_.erase(done_order_.front());
+    done_order_.pop_front();
+  }
+  done_order_.push_back(s.id);
+  done_[s.id] = std::move(s.history);
+  slots_.erase(s.id);
+}
+
+kvt_status Scheduler::request_finished(bool *delay_free, std::string_view id) {
+  static constexpr const char *fn = "kvt_connector_request_finished";
+  kvt_status st;
+  Slot *s = find(fn, id, &st);
+  if (s == nullptr) return st;
+  if (!legal(s->state, KVT_SLOT_FINISHING)) return transition_error(fn, *s, KVT_SLOT_FINISHING);
+  drop_staged(*s);
+  drop_planned_loads(*s);
+  unclaim(*s);
+  move(*s, KVT_SLOT_FINISHING);
+  *delay_free = s->batches > 0;
+  if (s->batches == 0) finish(*s);
+  else finishing_.push_back(s->id);
+  return KVT_OK;
+}
+
+kvt_status Scheduler::request_preempted(std::string_view id) {
+  static constexpr const char *fn = "kvt_connector_request_preempted";
+  kvt_status st;
+  Slot *s = find(fn, id, &st);
+  if (s == nullptr) return st;
+  if (!legal(s->state, KVT_SLOT_PREEMPTED)) return transition_error(fn, *s, KVT_SLOT_PREEMPTED);
+  drop_staged(*s);
+  drop_planned_loads(*s);
+  unclaim(*s);
+  s->blocks.clear();
+  s->computed = 0;
+  s->write_from = 0;
+  ++stats_.preemptions;
+  move(*s, KVT_SLOT_PREEMPTED);
+  return KVT_OK;
+}
+
+kvt_status Scheduler::slot_state(uint32_t *state, const std::vector<uint32_t> **history,
+                                 std::string_view id) const {
+  if (auto it = slots_.find(key(id)); it != slots_.end()) {
+    *state = it->second->state;
+    *history = &it->second->history;
+    return KVT_OK;
+  }
+  if (auto it = done_.find(key(id)); it != done_.end()) {
+    *state = KVT_SLOT_FINISHED;
+    *history = &it->second;
+    return KVT_OK;
+  }
+  kvt_status st;
+  find("kvt_connector_slot_state", id, &st);
+  return st;
+}
+
+void Scheduler::stats(kvt_connector_stats *out) const { *out = stats_; }
+
+}  // namespace kvt::conn

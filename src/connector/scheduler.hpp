@@ -1,0 +1,122 @@
+// The connector's scheduler half: slots by request id, the G2/G3 hits they stage, the loads
+// and stores it plans into each step's metadata, and the pins it holds until the worker's
+// report says the copies ended. It never touches block bytes.
+#pragma once
+
+#include <absl/container/flat_hash_map.h>
+#include <absl/container/flat_hash_set.h>
+
+#include <deque>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "connector/metadata.hpp"
+#include "connector/slot.hpp"
+#include "kvtier.h"
+
+namespace kvt {
+class Manager;
+class Tier;
+}  // namespace kvt
+
+namespace kvt::conn {
+
+// The capacities of m that both halves must agree on.
+Shape shape_of(const Manager &m);
+
+class Scheduler {
+ public:
+  // c has been validated: store_tier is present in m, num_gpu_blocks resolved.
+  Scheduler(Manager &m, const kvt_connector_config &c);
+  ~Scheduler();  // drops every pin
+  Scheduler(const Scheduler &) = delete;
+  Scheduler &operator=(const Scheduler &) = delete;
+
+  kvt_status get_num_new_matched_tokens(uint64_t *out, std::string_view id,
+                                        const uint32_t *tokens, size_t n, uint64_t computed);
+  kvt_status update_state_after_alloc(std::string_view id, const uint32_t *blocks, size_t n,
+                                      uint64_t external);
+  // *out: the encoded metadata.
+  kvt_status build_meta(std::string *out, const kvt_scheduled_request *reqs, size_t n);
+  kvt_status update_output(const Report &r);
+  kvt_status request_finished(bool *delay_free, std::string_view id);
+  kvt_status request_preempted(std::string_view id);
+  // The state and the history of a live or recently finished request.
+  kvt_status slot_state(uint32_t *state, const std::vector<uint32_t> **history,
+                        std::string_view id) const;
+  void stats(kvt_connector_stats *out) const;
+  const Shape &shape() const noexcept { return shape_; }
+  bool load_async() const noexcept { return cfg_.load_async != 0; }
+
+ private:
+  struct LoadRec {
+    Slot *slot = nullptr;
+    bool sent = false;             // in a metadata already (else planned for the next one)
+    std::vector<Pinned> src;       // pinned until the report
+    std::vector<uint32_t> g1;
+  };
+  struct StoreRec {
+    Slot *slot = nullptr;
+    Tier *tier = nullptr;
+    bool sent = false;
+    std::vector<kvt_block> dst;    // Empty blocks of the store tier, held until the report
+    std::vector<uint64_t> hash, parent;
+  };
+
+  StoreRec store_rec(Slot &s) {
+    StoreRec r;
+    r.slot = &s;
+    r.tier = store_tier_;
+    return r;
+  }
+  Slot *find(const char *fn, std::string_view id, kvt_status *st) const;
+  kvt_status transition_error(const char *fn, const Slot &s, SlotState to) const;
+  void move(Slot &s, SlotState to);
+  kvt_status check_blocks(const char *fn, const Slot &s, const uint32_t *ids, size_t n,
+                          uint32_t stamp);
+  void claim(Slot &s, uint32_t g1, std::vector<CopyOp> *lazy);
+  void unclaim(Slot &s);
+  void drop_staged(Slot &s);
+  void drop_planned_loads(Slot &s);
+  void plan_eager(Slot &s, Batch *batch);
+  bool plan_store(uint32_t g1, uint64_t hash, uint64_t parent, std::vector<CopyOp> *ops,
+                  StoreRec *rec);
+  void finish(Slot &s);
+  void release(const std::vector<kvt_block> &blocks);
+
+  Manager &m_;
+  kvt_connector_config cfg_;
+  Shape shape_;
+  Tier *store_tier_;
+  Tier *tiers_[2];                 // where hits are looked for, in order (null if absent)
+  uint32_t page_;
+
+  absl::flat_hash_map<std::string, std::unique_ptr<Slot>> slots_;
+  std::vector<Slot *> writer_;       // per G1 block: the live slot that writes it
+  std::vector<uint32_t> stamp_;      // per G1 block: duplicate detection within one call
+  uint32_t stamp_now_ = 0;
+  struct Content {
+    uint64_t hash = 0, parent = 0;
+    bool valid = false;
+  };
+  std::vector<Content> content_;     // lazy: what each G1 block holds, until reused
+
+  uint64_t next_batch_ = 1, step_ = 0;
+  absl::flat_hash_map<uint64_t, LoadRec> loads_;
+  absl::flat_hash_map<uint64_t, StoreRec> stores_;
+  absl::flat_hash_set<uint64_t> storing_;   // hashes with a store in flight
+  std::vector<uint64_t> planned_loads_;     // batch ids for the next metadata
+  std::vector<Batch> planned_lazy_;         // lazy stores for the next metadata
+  std::vector<std::string> finishing_;      // finished with batches outstanding, to announce
+
+  // Histories of finished requests, the oldest dropped past kKeepFinished.
+  static constexpr size_t kKeepFinished = 4096;
+  absl::flat_hash_map<std::string, std::vector<uint32_t>> done_;
+  std::deque<std::string> done_order_;
+
+  kvt_connector_stats stats_{};
+};
+
+}  // namespace kvt::conn

@@ -1,0 +1,55 @@
+// One request's slot: the seed 004 state machine and what the scheduler half knows about
+// the request (its tokens and hashes, its G1 blocks, its pins and outstanding copies).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "hash/token_seq.hpp"
+#include "kvtier.h"
+
+namespace kvt::conn {
+
+using SlotState = kvt_slot_state;
+inline constexpr int kSlotStates = 11;  // 1..10, and 0 for "no slot yet"
+
+// Whether from -> to is a transition of the table in kvtier.h.
+bool legal(SlotState from, SlotState to) noexcept;
+const char *state_name(uint32_t s) noexcept;
+// KVT_OK for a request id of 1..KVT_REQ_ID_MAX bytes, else KVT_ERR_INVALID_ARGUMENT.
+kvt_status check_id(const char *fn, const char *id) noexcept;
+
+// A G2/G3 block the slot holds one reference on, matched for a load.
+struct Pinned {
+  kvt_block block;
+  uint64_t hash, parent;
+};
+
+struct Slot {
+  Slot(std::string id, uint64_t salt_hash, uint32_t page_size)
+      : id(std::move(id)), seq(salt_hash, page_size) {}
+
+  std::string id;
+  SlotState state = KVT_SLOT_INITIALIZED;
+  std::vector<uint32_t> history{KVT_SLOT_INITIALIZED};
+
+  std::vector<uint32_t> tokens;  // every token known so far
+  TokenSeq seq;                  // hashes of its full blocks
+  std::vector<uint32_t> blocks;  // its G1 block ids, in order
+  uint64_t computed = 0;         // tokens whose KV is computed or loaded, after the last step
+  uint64_t write_from = 0;       // first block it writes: blocks before are the engine's hit
+  size_t store_next = 0;         // eager: the first full block not yet considered for a store
+  uint64_t matched_from = 0;     // get_num_new_matched_tokens' num_computed_tokens
+  std::vector<Pinned> staged;    // ONBOARD_STAGED: the hit, G2 blocks then G3 blocks
+  uint64_t batches = 0;          // load and store batches in the metadata, not yet reported
+  bool new_this_step = false;    // in the current build's schedule
+
+  void to(SlotState s) {
+    state = s;
+    history.push_back(s);
+  }
+};
+
+}  // namespace kvt::conn

@@ -1,0 +1,339 @@
+#include "connector/worker.hpp"
+
+#include <algorithm>
+
+#include "block/tier.hpp"
+#include "common/error.hpp"
+#include "connector/scheduler.hpp"
+#include "manager/manager.hpp"
+#include "memory/cuda.hpp"
+#include "memory/mapping.hpp"
+#include "transfer/cuda_engine.hpp"
+#include "transfer/disk_engine.hpp"
+
+namespace kvt::conn {
+
+Worker::Worker(Manager &m) : m_(m), shape_(shape_of(m)) {
+  thread_ = std::thread([this] { run(); });
+}
+
+Worker::~Worker() {
+  {
+    std::lock_guard lk(mu_);
+    if (meta_) {  // a step bound and never cleared: its copies still run, nothing is lost
+      start_stores();
+      meta_.reset();
+    }
+    stop_ = true;
+  }
+  work_cv_.notify_all();
+  thread_.join();
+}
+
+kvt_status Worker::register_kv_caches(const kvt_g1_layout &l, uint64_t num_blocks) {
+  static constexpr const char *fn = "kvt_connector_register_kv_caches";
+  std::lock_guard lk(mu_);
+  if (g1_blocks_ != 0) return fail(KVT_ERR_STATE, "%s: the KV caches are registered already", fn);
+  if (num_blocks == 0 || num_blocks > KVT_MAX_TIER_BLOCKS)
+    return fail(KVT_ERR_INVALID_ARGUMENT, "%s: num_blocks %llu is not in 1..%llu", fn,
+                (unsigned long long)num_blocks, (unsigned long long)KVT_MAX_TIER_BLOCKS);
+  const Geometry &g = m_.geometry();
+  if (g.block_bytes() == 0)
+    return fail(KVT_ERR_INVALID_ARGUMENT, "%s: the manager's blocks hold no bytes (chunk_bytes 0)",
+                fn);
+  if (l.memory != KVT_MEMORY_HOST && l.memory != KVT_MEMORY_CUDA)
+    return fail(KVT_ERR_INVALID_ARGUMENT, "%s: layout->memory %u is neither HOST nor CUDA", fn,
+                l.memory);
+  if (l.reserved != 0) return fail(KVT_ERR_INVALID_ARGUMENT, "%s: layout->reserved must be 0", fn);
+  if (l.bases == nullptr || l.strides == nullptr)
+    return fail(KVT_ERR_INVALID_ARGUMENT, "%s: layout->bases and layout->strides must be set", fn);
+  size_t pairs = size_t{g.num_layers} * g.num_outer;
+  for (size_t i = 0; i < pairs; ++i) {
+    if (l.bases[i] == nullptr)
+      return fail(KVT_ERR_INVALID_ARGUMENT, "%s: layout->bases[%zu] is NULL", fn, i);
+    if (l.strides[i] < g.chunk_bytes)
+      return fail(KVT_ERR_INVALID_ARGUMENT,
+                  "%s: layout->strides[%zu] is %llu, less than chunk_bytes %llu", fn, i,
+                  (unsigned long long)l.strides[i], (unsigned long long)g.chunk_bytes);
+  }
+  if (l.memory == KVT_MEMORY_CUDA) {
+    if (!cuda::device_present(l.cuda_device))
+      return fail(KVT_ERR_UNSUPPORTED, "%s: the layout is CUDA memory on device %d, which kvtier "
+                  "cannot use", fn, l.cuda_device);
+    if (kvt_status s = CudaEngine::create(&cuda_, l.cuda_device,
+                                          kvt_cuda_copy(m_.config().cuda_copy));
+        s != KVT_OK)
+      return s;
+  }
+  g1_.init_engine(g, l);
+  g1_blocks_ = num_blocks;
+  return KVT_OK;
+}
+
+kvt_status Worker::bound(const char *fn) const {
+  if (!meta_) return fail(KVT_ERR_STATE, "%s: no metadata is bound", fn);
+  return KVT_OK;
+}
+
+kvt_status Worker::bind(const void *bytes, size_t len) {
+  static constexpr const char *fn = "kvt_connector_bind_connector_metadata";
+  Meta meta;
+  if (kvt_status s = decode(&meta, bytes, len); s != KVT_OK)
+    return fail(s, "%s: %s", fn, std::string(last_error()).c_str());
+  if (!(meta.shape == shape_))
+    return fail(KVT_ERR_CORRUPT,
+                "%s: the metadata comes from a scheduler with other capacities (page_size %u, "
+                "G2 %llu, G3 %llu blocks; this worker has %u, %llu, %llu)",
+                fn, meta.shape.page_size, (unsigned long long)meta.shape.g2_blocks,
+                (unsigned long long)meta.shape.g3_blocks, shape_.page_size,
+                (unsigned long long)shape_.g2_blocks, (unsigned long long)shape_.g3_blocks);
+  std::lock_guard lk(mu_);
+  if (meta_) return fail(KVT_ERR_STATE, "%s: a metadata is bound already: clear it first", fn);
+  if (g1_blocks_ == 0)
+    return fail(KVT_ERR_STATE, "%s: register_kv_caches must come before the first bind", fn);
+  for (const auto *list : {&meta.lazy_stores, &meta.loads, &meta.stores})
+    for (const Batch &b : *list)
+      for (const CopyOp &op : b.ops)
+        if (op.g1 >= g1_blocks_)
+          return fail(KVT_ERR_CORRUPT,
+                      "%s: the metadata names G1 block %u, but the engine registered %llu", fn,
+                      op.g1, (unsigned long long)g1_blocks_);
+  meta_ = std::move(meta);
+  loads_started_ = stores_started_ = false;
+  for (std::string &id : meta_->finished) finishing_.insert(std::move(id));
+  meta_->finished.clear();
+  announce_finished();
+  return KVT_OK;
+}
+
+kvt_status Worker::clear() {
+  std::lock_guard lk(mu_);
+  if (kvt_status s = bound("kvt_connector_clear_connector_metadata"); s != KVT_OK) return s;
+  start_stores();  // what the engine never started still runs: no pin is left behind
+  meta_.reset();
+  return KVT_OK;
+}
+
+void Worker::enqueue(Kind kind, std::vector<Batch> &batches) {
+  for (Batch &b : batches) {
+    ++outstanding_[b.req_id];
+    queue_.push_back(Job{kind, meta_->step, std::move(b)});
+    ++queued_;
+  }
+  batches.clear();
+  work_cv_.notify_one();
+}
+
+void Worker::start_loads() {
+  if (loads_started_) return;
+  loads_started_ = true;
+  enqueue(Kind::LazyStore, meta_->lazy_stores);
+  load_wait_ = queued_;  // the model overwrites lazily stored blocks: always wait for them
+  enqueue(Kind::Load, meta_->loads);
+  if (!meta_->async_load) load_wait_ = queued_;
+}
+
+void Worker::start_stores() {
+  start_loads();  // a store may read what a load of the same step writes
+  if (stores_started_) return;
+  stores_started_ = true;
+  enqueue(Kind::Store, meta_->stores);
+}
+
+kvt_status Worker::start_load_kv() {
+  std::lock_guard lk(mu_);
+  if (kvt_status s = bound("kvt_connector_start_load_kv"); s != KVT_OK) return s;
+  start_loads();
+  return KVT_OK;
+}
+
+kvt_status Worker::wait_for_layer_load(uint32_t layer) {
+  static constexpr const char *fn = "kvt_connector_wait_for_layer_load";
+  std::unique_lock lk(mu_);
+  if (kvt_status s = bound(fn); s != KVT_OK) return s;
+  if (layer >= m_.geometry().num_layers)
+    return fail(KVT_ERR_INVALID_ARGUMENT, "%s: layer %u is not below num_layers %u", fn, layer,
+                m_.geometry().num_layers);
+  if (!loads_started_) return fail(KVT_ERR_STATE, "%s: start_load_kv was not called", fn);
+  done_cv_.wait(lk, [&] { return ended_ >= load_wait_; });
+  return KVT_OK;
+}
+
+kvt_status Worker::save_kv_layer(uint32_t layer) {
+  static constexpr const char *fn = "kvt_connector_save_kv_layer";
+  std::lock_guard lk(mu_);
+  if (kvt_status s = bound(fn); s != KVT_OK) return s;
+  if (layer >= m_.geometry().num_layers)
+    return fail(KVT_ERR_INVALID_ARGUMENT, "%s: layer %u is not below num_layers %u", fn, layer,
+                m_.geometry().num_layers);
+  if (layer + 1 == m_.geometry().num_layers) start_stores();
+  return KVT_OK;
+}
+
+kvt_status Worker::wait_for_save() {
+  std::lock_guard lk(mu_);
+  if (kvt_status s = bound("kvt_connector_wait_for_save"); s != KVT_OK) return s;
+  start_stores();
+  return KVT_OK;
+}
+
+kvt_status Worker::handle_preemptions(const char *const *ids, size_t n) {
+  std::vector<std::string> want(ids, ids + n);
+  std::unique_lock lk(mu_);
+  done_cv_.wait(lk, [&] {
+    return std::none_of(want.begin(), want.end(),
+                        [&](const std::string &id) { return outstanding_.contains(id); });
+  });
+  return KVT_OK;
+}
+
+// Finished requests whose jobs all ended go to finished_sending.
+void Worker::announce_finished() {
+  for (auto it = finishing_.begin(); it != finishing_.end();) {
+    auto cur = it++;
+    if (outstanding_.contains(*cur)) continue;
+    sending_.push_back(*cur);
+    finishing_.erase(cur);
+  }
+}
+
+kvt_status Worker::get_finished(kvt_finished *out) {
+  Report r;
+  r.shape = shape_;
+  {
+    std::lock_guard lk(mu_);
+    r.loads = std::move(loads_done_);
+    r.stores = std::move(stores_done_);
+    r.finished_sending = std::move(sending_);
+    r.finished_recving = std::move(recving_);
+    out_errors_ = std::move(load_errors_);
+    loads_done_.clear();
+    stores_done_.clear();
+    sending_.clear();
+    recving_.clear();
+    load_errors_.clear();
+  }
+  report_ = encode(r);
+  out_sending_ = std::move(r.finished_sending);
+  out_recving_ = std::move(r.finished_recving);
+  out_sending_ptrs_.clear();
+  out_recving_ptrs_.clear();
+  for (const std::string &s : out_sending_) out_sending_ptrs_.push_back(s.c_str());
+  for (const std::string &s : out_recving_) out_recving_ptrs_.push_back(s.c_str());
+  out->finished_sending = out_sending_ptrs_.data();
+  out->num_finished_sending = out_sending_ptrs_.size();
+  out->finished_recving = out_recving_ptrs_.data();
+  out->num_finished_recving = out_recving_ptrs_.size();
+  out->load_error_block_ids = out_errors_.data();
+  out->num_load_errors = out_errors_.size();
+  out->report = report_.data();
+  out->report_len = report_.size();
+  return KVT_OK;
+}
+
+void Worker::run() {
+  std::unique_lock lk(mu_);
+  for (;;) {
+    work_cv_.wait(lk, [&] { return stop_ || !queue_.empty(); });
+    if (queue_.empty()) return;  // stopping, and everything queued has run
+    Job job = std::move(queue_.front());
+    queue_.pop_front();
+    lk.unlock();
+    std::vector<Failure> failed = execute(job);
+    lk.lock();
+    const std::string &id = job.batch.req_id;
+    if (job.kind == Kind::Load) {
+      for (const Failure &f : failed) load_errors_.push_back(job.batch.ops[f.op].g1);
+      if (std::find(recving_.begin(), recving_.end(), id) == recving_.end())
+        recving_.push_back(id);
+      loads_done_.push_back(Done{job.batch.id, std::move(failed)});
+    } else {
+      stores_done_.push_back(Done{job.batch.id, std::move(failed)});
+    }
+    if (--outstanding_[id] == 0) outstanding_.erase(id);
+    announce_finished();
+    ++ended_;
+    done_cv_.notify_all();
+  }
+}
+
+// Host-to-host copies through the memcpy engine, anything touching the engine's CUDA memory
+// through the CUDA engine.
+kvt_status Worker::copy(const std::vector<BlockCopy> &copies) {
+  if (!cuda_) {
+    copy_blocks(m_.geometry(), copies, m_.pool());
+    return KVT_OK;
+  }
+  std::vector<Segment> h2d, d2h;
+  for (const BlockCopy &c : copies)
+    append_segments(m_.geometry(), c, c.dst.mem == &g1_ ? h2d : d2h);
+  for (auto [segs, to_device] : {std::pair{&h2d, true}, std::pair{&d2h, false}})
+    if (!segs->empty())
+      if (kvt_status s = cuda_->copy(*segs, to_device); s != KVT_OK) return s;
+  return KVT_OK;
+}
+
+// Runs one batch; the copies that failed, and why.
+std::vector<Failure> Worker::execute(const Job &job) {
+  const bool load = job.kind == Kind::Load;
+  const std::vector<CopyOp> &ops = job.batch.ops;
+  const Geometry &g = m_.geometry();
+  Tier *g2_tier = m_.tier_if_present(KVT_TIER_G2);
+  const TierMemory *g2 = g2_tier ? &g2_tier->memory() : nullptr;  // present for G2 ops
+  if (job.step != failed_step_) {
+    failed_g1_.clear();
+    failed_step_ = job.step;
+  }
+  std::vector<kvt_status> status(ops.size(), KVT_OK);
+  std::vector<BlockCopy> mem, before, after;
+  std::vector<DiskOp> disk;
+  std::vector<size_t> disk_op;
+  std::vector<AlignedBuffer> staging;
+  for (size_t i = 0; i < ops.size(); ++i) {
+    const CopyOp &op = ops[i];
+    if (!load) {  // a store of a block whose load failed in this step would store garbage
+      if (failed_g1_.contains(op.g1)) {
+        status[i] = KVT_ERR_CANCELLED;
+        continue;
+      }
+    }
+    BlockRef g1{&g1_, op.g1, nullptr};
+    if (op.tier == KVT_TIER_G2) {
+      BlockRef other{g2, op.slot, nullptr};
+      mem.push_back(load ? BlockCopy{g1, other} : BlockCopy{other, g1});
+      continue;
+    }
+    staging.push_back(aligned_buffer(g.block_bytes()));
+    BlockRef buf{nullptr, 0, staging.back().get()};
+    if (!load) before.push_back({buf, g1});
+    disk.push_back({!load, op.slot, buf.buf, op.hash, op.parent});
+    disk_op.push_back(i);
+    if (load) after.push_back({g1, buf});
+  }
+  kvt_status st = copy(mem);
+  if (st != KVT_OK)
+    for (size_t i = 0; i < ops.size(); ++i)
+      if (ops[i].tier == KVT_TIER_G2 && status[i] == KVT_OK) status[i] = st;
+  if (!disk.empty()) {
+    st = copy(before);
+    if (st == KVT_OK) m_.disk()->run(disk);
+    std::vector<BlockCopy> good;
+    for (size_t k = 0; k < disk.size(); ++k) {
+      kvt_status s = st != KVT_OK ? st : disk[k].status;
+      if (s != KVT_OK) status[disk_op[k]] = s;
+      else if (load) good.push_back(after[k]);  // G1 sees only bytes that passed the check
+    }
+    if (kvt_status s = copy(good); s != KVT_OK)
+      for (size_t k = 0; k < disk.size(); ++k)
+        if (status[disk_op[k]] == KVT_OK) status[disk_op[k]] = s;
+  }
+  std::vector<Failure> failed;
+  for (size_t i = 0; i < ops.size(); ++i) {
+    if (status[i] == KVT_OK) continue;
+    failed.push_back(Failure{uint32_t(i), status[i]});
+    if (load) failed_g1_.insert(ops[i].g1);
+  }
+  return failed;
+}
+
+}  // namespace kvt::conn

@@ -1,0 +1,98 @@
+// The connector's worker half: copies between the engine's G1 blocks and its manager's G2
+// memory and G3 file, at the slots each step's metadata names, on one copy thread, and
+// reports what ended. It never touches the manager's registries.
+#pragma once
+
+#include <absl/container/flat_hash_map.h>
+#include <absl/container/flat_hash_set.h>
+
+#include <condition_variable>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "connector/metadata.hpp"
+#include "kvtier.h"
+#include "memory/tier_memory.hpp"
+#include "transfer/memcpy_engine.hpp"
+
+namespace kvt {
+class Manager;
+class CudaEngine;
+}  // namespace kvt
+
+namespace kvt::conn {
+
+class Worker {
+ public:
+  explicit Worker(Manager &m);
+  ~Worker();  // runs what is queued, then stops
+  Worker(const Worker &) = delete;
+  Worker &operator=(const Worker &) = delete;
+
+  kvt_status register_kv_caches(const kvt_g1_layout &layout, uint64_t num_blocks);
+  kvt_status bind(const void *bytes, size_t len);
+  kvt_status clear();
+  kvt_status start_load_kv();
+  kvt_status wait_for_layer_load(uint32_t layer);
+  kvt_status save_kv_layer(uint32_t layer);
+  kvt_status wait_for_save();
+  kvt_status handle_preemptions(const char *const *ids, size_t n);
+  kvt_status get_finished(kvt_finished *out);
+
+ private:
+  enum class Kind : uint8_t { LazyStore, Load, Store };
+  struct Job {
+    Kind kind;
+    uint64_t step;
+    Batch batch;
+  };
+  kvt_status bound(const char *fn) const;
+  void start_loads();   // under mu_
+  void start_stores();  // under mu_
+  void enqueue(Kind kind, std::vector<Batch> &batches);  // under mu_
+  void announce_finished();                              // under mu_
+  void run();
+  std::vector<Failure> execute(const Job &job);
+  kvt_status copy(const std::vector<BlockCopy> &copies);
+
+  Manager &m_;
+  Shape shape_;
+  TierMemory g1_;
+  uint64_t g1_blocks_ = 0;
+  std::unique_ptr<CudaEngine> cuda_;
+  // G1 blocks whose load failed in step failed_step_: a store of the same step reading one
+  // fails too. Copy thread only.
+  absl::flat_hash_set<uint32_t> failed_g1_;
+  uint64_t failed_step_ = 0;
+
+  std::mutex mu_;
+  std::condition_variable work_cv_, done_cv_;
+  std::deque<Job> queue_;
+  uint64_t queued_ = 0, ended_ = 0;  // jobs run in order: job k has ended when ended_ >= k
+  bool stop_ = false;
+  absl::flat_hash_map<std::string, uint32_t> outstanding_;  // jobs per request
+  absl::flat_hash_set<std::string> finishing_;  // finished requests with jobs outstanding
+  std::vector<Done> loads_done_, stores_done_;
+  std::vector<std::string> sending_, recving_;
+  std::vector<uint32_t> load_errors_;
+
+  // The bound metadata and how far its step got.
+  std::optional<Meta> meta_;
+  bool loads_started_ = false, stores_started_ = false;
+  uint64_t load_wait_ = 0;  // the job wait_for_layer_load waits for
+
+  // What the last get_finished handed out.
+  std::string report_;
+  std::vector<std::string> out_sending_, out_recving_;
+  std::vector<const char *> out_sending_ptrs_, out_recving_ptrs_;
+  std::vector<uint32_t> out_errors_;
+
+  std::thread thread_;  // last: started once everything above exists
+};
+
+}  // namespace kvt::conn
