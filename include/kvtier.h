@@ -658,8 +658,8 @@ KVT_API int kvt_event_fd(kvt_manager *m);
  *                                        tokens kept; it can onboard again
  *   any state but FINISHING, FINISHED -> FINISHING   request_finished
  *   FINISHING       -> FINISHED          its stores and loads drain (update_connector_output)
- * request_finished moves straight on to FINISHED when nothing is outstanding. A FINISHED
- * slot is gone: its id is unknown afterwards (KVT_ERR_NOT_FOUND). Every call that would make
+ * request_finished always enters FINISHING, and moves on to FINISHED in the same call when
+ * nothing is outstanding (the history shows both). A FINISHED slot is gone: its id is unknown afterwards (KVT_ERR_NOT_FOUND). Every call that would make
  * a transition not listed fails with KVT_ERR_STATE and changes nothing, and a failing call
  * on one request leaves every other request as it was.
  *
@@ -728,8 +728,10 @@ KVT_API kvt_status kvt_connector_create(kvt_connector **out, kvt_manager *m,
  * NULL is ignored. Must not race with other calls on c. */
 KVT_API void kvt_connector_destroy(kvt_connector *c);
 
-/* Calls on a connector are serialized by its lock; any thread may make them. Calls of the
- * wrong half (a worker call on a SCHEDULER connector, say) fail with KVT_ERR_STATE. */
+/* Any thread may call a connector. The scheduler half's calls are serialized by a lock; the
+ * worker half synchronizes itself, so that its waits (wait_for_layer_load,
+ * handle_preemptions) block no other call. Calls of the wrong half (a worker call on a
+ * SCHEDULER connector, say) fail with KVT_ERR_STATE. */
 
 /* --- scheduler half --- */
 
