@@ -33,6 +33,7 @@ KVT_API const char *kvt_status_str(kvt_status s) {
     case KVT_ERR_CORRUPT: return "KVT_ERR_CORRUPT";
     case KVT_ERR_NO_MEMORY: return "KVT_ERR_NO_MEMORY";
     case KVT_ERR_CUDA: return "KVT_ERR_CUDA";
+    case KVT_ERR_NOT_FOUND: return "KVT_ERR_NOT_FOUND";
     case KVT_ERR_INTERNAL: return "KVT_ERR_INTERNAL";
   }
   return "KVT_UNKNOWN_STATUS";
