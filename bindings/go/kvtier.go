@@ -50,6 +50,7 @@ const (
 	StatusCorrupt         Status = C.KVT_ERR_CORRUPT
 	StatusNoMemory        Status = C.KVT_ERR_NO_MEMORY
 	StatusCUDA            Status = C.KVT_ERR_CUDA
+	StatusNotFound        Status = C.KVT_ERR_NOT_FOUND // an unknown request id (never seen, or finished)
 	StatusInternal        Status = C.KVT_ERR_INTERNAL
 )
 
@@ -81,6 +82,7 @@ var (
 	ErrIO              = &Error{Status: StatusIO}
 	ErrCorrupt         = &Error{Status: StatusCorrupt}
 	ErrNoMemory        = &Error{Status: StatusNoMemory}
+	ErrNotFound        = &Error{Status: StatusNotFound}
 	ErrInternal        = &Error{Status: StatusInternal}
 )
 
@@ -261,9 +263,10 @@ func DefaultConfig() Config {
 type Manager struct {
 	mu      sync.RWMutex // Close takes it for writing, every call for reading
 	m       *C.kvt_manager
-	waitMu  sync.Mutex // guards waiting and closing
+	waitMu  sync.Mutex // guards waiting, closing and conn
 	waiting map[*C.kvt_xfer]int
 	closing bool
+	conn    *Connector // open, closed before the manager
 }
 
 // cLayout copies a layout into C memory (cgo forbids Go memory holding these pointers);
@@ -335,8 +338,8 @@ func NewManager(cfg Config) (*Manager, error) {
 	return mgr, nil
 }
 
-// Close destroys the manager and everything it owns; transfers and fences of it become
-// invalid. Calling it again is a no-op.
+// Close destroys the manager and everything it owns, its connector first; transfers and
+// fences of it become invalid. Calling it again is a no-op.
 func (m *Manager) Close() error {
 	m.waitMu.Lock()
 	m.closing = true
@@ -346,6 +349,12 @@ func (m *Manager) Close() error {
 	m.waitMu.Unlock()
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	m.waitMu.Lock()
+	conn := m.conn
+	m.waitMu.Unlock()
+	if conn != nil {
+		conn.closeLocked()
+	}
 	if m.m != nil {
 		C.kvt_manager_destroy(m.m)
 		m.m = nil
@@ -467,13 +476,17 @@ func (m *Manager) Poll(max int) ([]Event, error) {
 		n = C.kvt_poll(c, &buf[0], C.size_t(max))
 		return C.KVT_OK
 	})
-	out := make([]Event, n)
+	return events(buf[:n]), err
+}
+
+func events(buf []C.kvt_event) []Event {
+	out := make([]Event, len(buf))
 	for i := range out {
 		e := &buf[i]
 		out[i] = Event{uint32(e._type), Status(e.status), Tier(e.tier), uint64(e.user_data),
 			uint64(e.hash), uint64(e.parent_hash), uint64(e.count)}
 	}
-	return out, err
+	return out
 }
 
 // EventFD is readable while events are pending; owned by the manager.
