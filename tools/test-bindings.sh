@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The binding suites, against the library in a build tree (default build/): Rust, Python,
-# Go, then seed 003's scenario in C, Rust, Python and Go, compared line by line. C's own
-# binding tests (examples/dlopen, examples/scenario) run in ctest.
+# Go, then seed 003's scenario in C, Rust, Python and Go, and its run through the connector,
+# each compared line by line. C's own binding tests (examples/dlopen, examples/scenario) run
+# in ctest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -40,3 +41,17 @@ for lang in rust python go; do
 done
 echo "$c"
 echo "identical output from C, Rust, Python and Go"
+
+echo "== seed 003 through the connector in four languages"
+c=$("$build/examples/connector_seed003")
+rust=$(cd bindings/rust && cargo run -q --offline --example connector_seed003)
+python=$(/usr/bin/python3 bindings/python/examples/connector_seed003.py)
+go=$(cd bindings/go && go run ./cmd/connector_seed003)
+for lang in rust python go; do
+  if ! diff <(echo "$c") <(echo "${!lang}"); then
+    echo "test-bindings: the $lang connector transcript differs from C's"
+    exit 1
+  fi
+done
+echo "$c"
+echo "identical connector transcripts from C, Rust, Python and Go"
