@@ -22,13 +22,13 @@ const TRANSCRIPT: &str = "\
 A: matched 0 async 0
 A: stored 2 loaded 0
 A: delay_free 0
-A: states KVT_SLOT_INITIALIZED KVT_SLOT_PREFILLING KVT_SLOT_FINISHED
+A: states KVT_SLOT_INITIALIZED KVT_SLOT_PREFILLING KVT_SLOT_FINISHING KVT_SLOT_FINISHED
 B: matched 32 async 0
 B: loaded blocks matching A's 2
 B: finished_recving B
 B: stored 3 loaded 2
 B: delay_free 0
-B: states KVT_SLOT_INITIALIZED KVT_SLOT_ONBOARD_STAGED KVT_SLOT_ONBOARDING KVT_SLOT_PREFILLING KVT_SLOT_DECODING KVT_SLOT_FINISHED
+B: states KVT_SLOT_INITIALIZED KVT_SLOT_ONBOARD_STAGED KVT_SLOT_ONBOARDING KVT_SLOT_PREFILLING KVT_SLOT_DECODING KVT_SLOT_FINISHING KVT_SLOT_FINISHED
 G2: registered 3 matching 3";
 
 // --- frames: a u32 length (little-endian), then that many bytes ---
@@ -236,7 +236,8 @@ fn seed003_in_one_process() {
 }
 
 fn seed003_in_two_processes() {
-    let m = Manager::new(&manager_config()).unwrap();
+    // The scheduler's manager holds no KV bytes: chunk_bytes 0.
+    let m = Manager::new(&kvtier::Config { chunk_bytes: 0, ..manager_config() }).unwrap();
     let c = Connector::new(&m, &connector_config(Role::Scheduler)).unwrap();
     let mut w = RemoteWorker::spawn();
     // Metadata that does not decode is refused by the worker, which then goes on.
