@@ -846,8 +846,10 @@ KVT_API kvt_status kvt_connector_save_kv_layer(kvt_connector *c, uint32_t layer)
 /* Starts the eager stores that save_kv_layer has not started, and returns: stores run in
  * the background and get_finished reports them, as in vLLM's offloading connectors. */
 KVT_API kvt_status kvt_connector_wait_for_save(kvt_connector *c);
-/* Waits until no copy in flight reads or writes the G1 blocks of these requests, so that
- * the engine can reuse them. Unknown ids are ignored. req_ids: borrowed. */
+/* Waits until no copy queued or running reads or writes the G1 blocks of these requests, so
+ * that the engine can reuse them; first starts the bound metadata's lazy stores and loads,
+ * as start_load_kv would. Copies run in the order their metadata came, so a later step's
+ * loads never overtake an earlier step's stores. Unknown ids are ignored. req_ids: borrowed. */
 KVT_API kvt_status kvt_connector_handle_preemptions(kvt_connector *c,
                                                     const char *const *req_ids, size_t n);
 

@@ -100,6 +100,8 @@ kvt_status Worker::bind(const void *bytes, size_t len) {
                       op.g1, (unsigned long long)g1_blocks_);
   meta_ = std::move(meta);
   loads_started_ = stores_started_ = false;
+  for (const auto *list : {&meta_->lazy_stores, &meta_->loads, &meta_->stores})
+    for (const Batch &b : *list) ++unstarted_[b.req_id];
   for (std::string &id : meta_->finished) finishing_.insert(std::move(id));
   meta_->finished.clear();
   announce_finished();
@@ -117,6 +119,7 @@ kvt_status Worker::clear() {
 void Worker::enqueue(Kind kind, std::vector<Batch> &batches) {
   for (Batch &b : batches) {
     ++outstanding_[b.req_id];
+    if (--unstarted_[b.req_id] == 0) unstarted_.erase(b.req_id);
     queue_.push_back(Job{kind, meta_->step, std::move(b)});
     ++queued_;
   }
@@ -180,6 +183,9 @@ kvt_status Worker::wait_for_save() {
 kvt_status Worker::handle_preemptions(const char *const *ids, size_t n) {
   std::vector<std::string> want(ids, ids + n);
   std::unique_lock lk(mu_);
+  // A preempted request has no stores in the bound metadata (the engine did not schedule
+  // it), but it may have lazy stores: those run before anything else of the step anyway.
+  if (meta_) start_loads();
   done_cv_.wait(lk, [&] {
     return std::none_of(want.begin(), want.end(),
                         [&](const std::string &id) { return outstanding_.contains(id); });
@@ -191,7 +197,7 @@ kvt_status Worker::handle_preemptions(const char *const *ids, size_t n) {
 void Worker::announce_finished() {
   for (auto it = finishing_.begin(); it != finishing_.end();) {
     auto cur = it++;
-    if (outstanding_.contains(*cur)) continue;
+    if (outstanding_.contains(*cur) || unstarted_.contains(*cur)) continue;
     sending_.push_back(*cur);
     finishing_.erase(cur);
   }

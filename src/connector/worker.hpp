@@ -75,7 +75,8 @@ class Worker {
   std::deque<Job> queue_;
   uint64_t queued_ = 0, ended_ = 0;  // jobs run in order: job k has ended when ended_ >= k
   bool stop_ = false;
-  absl::flat_hash_map<std::string, uint32_t> outstanding_;  // jobs per request
+  absl::flat_hash_map<std::string, uint32_t> outstanding_;  // queued or running jobs per request
+  absl::flat_hash_map<std::string, uint32_t> unstarted_;    // the bound metadata's other batches
   absl::flat_hash_set<std::string> finishing_;  // finished requests with jobs outstanding
   std::vector<Done> loads_done_, stores_done_;
   std::vector<std::string> sending_, recving_;
