@@ -16,21 +16,23 @@ import connector_seed003 as seed  # noqa: E402
 
 S = kvtier.ScheduledRequest
 HASH_A, HASH_B = seed.hashes(seed.TOKENS_A), seed.hashes(seed.TOKENS_B)
-STATES_A = [kvtier.SLOT_INITIALIZED, kvtier.SLOT_PREFILLING, kvtier.SLOT_FINISHED]
+STATES_A = [kvtier.SLOT_INITIALIZED, kvtier.SLOT_PREFILLING, kvtier.SLOT_FINISHING,
+            kvtier.SLOT_FINISHED]
 STATES_B = [kvtier.SLOT_INITIALIZED, kvtier.SLOT_ONBOARD_STAGED, kvtier.SLOT_ONBOARDING,
-            kvtier.SLOT_PREFILLING, kvtier.SLOT_DECODING, kvtier.SLOT_FINISHED]
+            kvtier.SLOT_PREFILLING, kvtier.SLOT_DECODING, kvtier.SLOT_FINISHING,
+            kvtier.SLOT_FINISHED]
 TRANSCRIPT = """\
 A: matched 0 async 0
 A: stored 2 loaded 0
 A: delay_free 0
-A: states KVT_SLOT_INITIALIZED KVT_SLOT_PREFILLING KVT_SLOT_FINISHED
+A: states KVT_SLOT_INITIALIZED KVT_SLOT_PREFILLING KVT_SLOT_FINISHING KVT_SLOT_FINISHED
 B: matched 32 async 0
 B: loaded blocks matching A's 2
 B: finished_recving B
 B: stored 3 loaded 2
 B: delay_free 0
 B: states KVT_SLOT_INITIALIZED KVT_SLOT_ONBOARD_STAGED KVT_SLOT_ONBOARDING \
-KVT_SLOT_PREFILLING KVT_SLOT_DECODING KVT_SLOT_FINISHED
+KVT_SLOT_PREFILLING KVT_SLOT_DECODING KVT_SLOT_FINISHING KVT_SLOT_FINISHED
 G2: registered 3 matching 3
 """
 
