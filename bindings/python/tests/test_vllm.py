@@ -382,6 +382,62 @@ def test_preemption_reaches_both_halves(engines):
     assert kvtier.SLOT_PREEMPTED in history and history[-1] == kvtier.SLOT_FINISHED
 
 
+def test_a_failed_load_is_reported_and_recomputed():
+    """B's load from G3 meets an injected read error: the worker reports the block in
+    get_block_ids_with_load_errors (vLLM's invalid_block_ids), nothing computed over it is
+    stored, and B recomputed from there stores what was missing."""
+    e = Engines(store_tier="G3", g2_blocks=0, g3_blocks=50,
+                manager=dict(g3_fault_op=kvtier.G3_FAULT_READ, g3_fault_errno=5,
+                             g3_fault_count=1))
+    try:
+        S = e.sched
+        a = Request("A", seed.TOKENS_A)
+        S.get_num_new_matched_tokens(a, 0)
+        S.update_state_after_alloc(a, kv_blocks([1, 2, 3]), 0)
+        so = scheduler_output(new=[(a, [1, 2, 3])])
+        so.num_scheduled_tokens = {"A": 40}
+        e.execute(so, [(1, HASH_A[0]), (2, HASH_A[1])])
+        e.settle(stored=2, loaded=0)
+        S.request_finished(a, [1, 2, 3])
+
+        b = Request("B", seed.TOKENS_B)
+        assert S.get_num_new_matched_tokens(b, 0) == (32, False)
+        S.update_state_after_alloc(b, kv_blocks([4, 5, 6, 7]), 32)
+        b.num_computed_tokens = 32
+        so = scheduler_output(new=[(b, [4, 5, 6, 7])])
+        so.num_scheduled_tokens = {"B": 20}
+        seen, out = e.execute(so, [(6, HASH_B[2])],
+                              after_load=lambda: [e.engine.block(4), e.engine.block(5)])
+        bad = out.invalid_block_ids
+        assert bad and bad <= {4, 5}  # the first read failed
+        assert [seen[i] == seed.kv(HASH_A[i]) for i in range(2)] == [4 + i not in bad
+                                                                    for i in range(2)]
+        assert out.finished_recving == {"B"}
+        e.settle(stored=2, loaded=2 - len(bad))  # B's third block was not stored
+        assert S.connector.stats()["load_errors"] == len(bad)
+
+        # vLLM's scheduler recomputes from the first failed block: here, all of B.
+        so = scheduler_output(cached=CachedRequestData(
+            req_ids=["B"], resumed_req_ids=set(), new_token_ids=[[]], all_token_ids={},
+            new_block_ids=[None], num_computed_tokens=[0], num_output_tokens=[0]))
+        so.num_scheduled_tokens = {"B": 52}
+        _, out = e.execute(so, [(4 + i, h) for i, h in enumerate(HASH_B)])
+        assert out.invalid_block_ids == set()
+        e.settle(stored=3, loaded=2 - len(bad))
+        assert S.request_finished(b, [4, 5, 6, 7]) == (False, None)
+
+        c = Request("C", seed.TOKENS_B[:48] + [4000])  # G3 now holds B's blocks intact
+        assert S.get_num_new_matched_tokens(c, 0) == (48, False)
+        S.update_state_after_alloc(c, kv_blocks([8, 9, 10, 11]), 48)
+        c.num_computed_tokens = 48
+        so = scheduler_output(new=[(c, [8, 9, 10, 11])])
+        so.num_scheduled_tokens = {"C": 1}
+        seen, out = e.execute(so, [], after_load=lambda: [e.engine.block(i) for i in (8, 9, 10)])
+        assert seen == [seed.kv(h) for h in HASH_B] and out.invalid_block_ids == set()
+    finally:
+        e.close()
+
+
 def test_events_become_vllms_when_vllm_is_installed(engines, monkeypatch):
     @dataclasses.dataclass
     class BlockStored:
