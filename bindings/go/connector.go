@@ -111,8 +111,8 @@ type ConnectorStats struct {
 // (KVConnectorBase_V1): a scheduler half that decides each step's loads and stores and
 // passes them on as metadata bytes, and a worker half that copies and answers with a report.
 // Both halves may live in one connector (RoleBoth) or in two processes. Its methods may be
-// called from many goroutines at once (the library serializes them); Close waits for the
-// calls in progress.
+// called from many goroutines at once (the worker half's waits block no other call); Close
+// waits for the calls in progress.
 type Connector struct {
 	m     *Manager
 	mu    sync.RWMutex // Close takes it for writing, every call for reading

@@ -16,18 +16,20 @@ import (
 	"kvtier/internal/seed003"
 )
 
-// The transcript of seed 003 through the connector, as every language prints it.
-const transcript = `A: matched 0 async 0
-A: stored 2 loaded 0
-A: delay_free 0
-A: states KVT_SLOT_INITIALIZED KVT_SLOT_PREFILLING KVT_SLOT_FINISHED
-B: matched 32 async 0
-B: loaded blocks matching A's 2
-B: finished_recving B
-B: stored 3 loaded 2
-B: delay_free 0
-B: states KVT_SLOT_INITIALIZED KVT_SLOT_ONBOARD_STAGED KVT_SLOT_ONBOARDING KVT_SLOT_PREFILLING KVT_SLOT_DECODING KVT_SLOT_FINISHED
-G2: registered 3 matching 3`
+// transcriptFile is the transcript of seed 003 through the connector, as every language
+// prints it.
+const transcriptFile = "../../examples/connector/seed003.txt"
+
+func checkTranscript(t *testing.T, lines []string) {
+	t.Helper()
+	want, err := os.ReadFile(transcriptFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(lines, "\n") + "\n"; got != string(want) {
+		t.Fatalf("transcript:\n%swant:\n%s", got, want)
+	}
+}
 
 // Run with workerEnv set, the test binary is the worker process of the two-process test: it
 // reads commands as length-prefixed frames on stdin and answers on stdout.
@@ -270,8 +272,9 @@ func checkScheduler(t *testing.T, m *kvtier.Manager, c *kvtier.Connector, reques
 	tr := s.Transitions
 	if tr[0][kvtier.SlotInitialized] != requests ||
 		tr[kvtier.SlotOnboardStaged][kvtier.SlotOnboarding] != requests-1 ||
-		tr[kvtier.SlotPrefilling][kvtier.SlotFinished] != requests-1 ||
-		tr[kvtier.SlotPrefilling][kvtier.SlotDecoding] != 1 || tr[kvtier.SlotDecoding][kvtier.SlotFinished] != 1 {
+		tr[kvtier.SlotPrefilling][kvtier.SlotFinishing] != requests-1 ||
+		tr[kvtier.SlotPrefilling][kvtier.SlotDecoding] != 1 || tr[kvtier.SlotDecoding][kvtier.SlotFinishing] != 1 ||
+		tr[kvtier.SlotFinishing][kvtier.SlotFinished] != requests {
 		t.Errorf("transitions: %v", tr)
 	}
 	if s.StoredBlocks != 3 || s.StoreFailures != 0 || s.LoadErrors != 0 || s.Preemptions != 0 {
@@ -318,9 +321,7 @@ func TestConnectorSeed003InOneProcess(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := strings.Join(lines, "\n"); got != transcript {
-		t.Fatalf("transcript:\n%s\nwant:\n%s", got, transcript)
-	}
+	checkTranscript(t, lines)
 	if s, _ := c.Stats(); s.LoadedBlocks != 2 {
 		t.Errorf("loaded %d blocks, want 2", s.LoadedBlocks)
 	}
@@ -358,9 +359,7 @@ func TestConnectorSeed003InTwoProcesses(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := strings.Join(lines, "\n"); got != transcript {
-		t.Fatalf("transcript:\n%s\nwant:\n%s", got, transcript)
-	}
+	checkTranscript(t, lines)
 	// The check of G2's bytes loaded B's three blocks once more, as request V.
 	if s, _ := c.Stats(); s.LoadedBlocks != 5 {
 		t.Errorf("loaded %d blocks, want 5", s.LoadedBlocks)

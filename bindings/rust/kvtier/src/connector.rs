@@ -182,9 +182,9 @@ fn strings(p: *const *const std::os::raw::c_char, n: usize) -> Vec<String> {
         .collect()
 }
 
-/// Owns a kvt_connector over a manager, which it borrows. Send and Sync: the library
-/// serializes calls on a connector, so one half may run on one thread and the other on
-/// another. build_connector_meta and get_finished copy out buffers that the connector owns
+/// Owns a kvt_connector over a manager, which it borrows. Send and Sync: any thread may call
+/// a connector, and the worker half's waits block no other call, so one half may run on one
+/// thread and the other on another. build_connector_meta and get_finished copy out buffers that the connector owns
 /// until its next such call; `buffers` keeps that next call waiting until the copy is made.
 pub struct Connector<'m> {
     c: *mut sys::kvt_connector,

@@ -18,18 +18,7 @@ use seed003::{connector_config, manager_config, Worker, G1, GPU_BLOCKS};
 const WORKER_ENV: &str = "KVTIER_TEST_CONNECTOR_WORKER";
 
 /// The transcript of seed 003 through the connector, as every language prints it.
-const TRANSCRIPT: &str = "\
-A: matched 0 async 0
-A: stored 2 loaded 0
-A: delay_free 0
-A: states KVT_SLOT_INITIALIZED KVT_SLOT_PREFILLING KVT_SLOT_FINISHING KVT_SLOT_FINISHED
-B: matched 32 async 0
-B: loaded blocks matching A's 2
-B: finished_recving B
-B: stored 3 loaded 2
-B: delay_free 0
-B: states KVT_SLOT_INITIALIZED KVT_SLOT_ONBOARD_STAGED KVT_SLOT_ONBOARDING KVT_SLOT_PREFILLING KVT_SLOT_DECODING KVT_SLOT_FINISHING KVT_SLOT_FINISHED
-G2: registered 3 matching 3";
+const TRANSCRIPT: &str = include_str!("../../../../examples/connector/seed003.txt");
 
 // --- frames: a u32 length (little-endian), then that many bytes ---
 
@@ -213,8 +202,9 @@ fn check_scheduler(m: &Manager, c: &Connector, requests: u64) {
     let t = |from: SlotState, to: SlotState| s.transitions[from as usize][to as usize];
     assert_eq!(s.transitions[0][SlotState::Initialized as usize], requests);
     assert_eq!(t(SlotState::OnboardStaged, SlotState::Onboarding), requests - 1);
-    assert_eq!(t(SlotState::Prefilling, SlotState::Finished), requests - 1);
-    assert_eq!(t(SlotState::Decoding, SlotState::Finished), 1);
+    assert_eq!(t(SlotState::Prefilling, SlotState::Finishing), requests - 1);
+    assert_eq!(t(SlotState::Decoding, SlotState::Finishing), 1);
+    assert_eq!(t(SlotState::Finishing, SlotState::Finished), requests);
     assert_eq!(t(SlotState::Prefilling, SlotState::Decoding), 1);
     assert_eq!((s.stored_blocks, s.store_failures, s.load_errors, s.preemptions), (3, 0, 0, 0));
     let stored: Vec<Event> = c.take_events(64).into_iter()
@@ -230,7 +220,7 @@ fn seed003_in_one_process() {
     let c = Connector::new(&m, &connector_config(Role::Both)).unwrap();
     c.register_kv_caches(&g1.layout(), GPU_BLOCKS as u64).unwrap();
     let lines = seed003::run(&m, &c, &mut seed003::LocalWorker { c: &c, g1: &g1 }).unwrap();
-    assert_eq!(lines.join("\n"), TRANSCRIPT);
+    assert_eq!(lines.join("\n") + "\n", TRANSCRIPT);
     assert_eq!(c.stats().unwrap().loaded_blocks, 2);
     check_scheduler(&m, &c, 2);
 }
@@ -246,7 +236,7 @@ fn seed003_in_two_processes() {
     // A scheduler has no worker half.
     assert_eq!(c.bind_connector_metadata(b"").unwrap_err().status, Status::State);
     let lines = seed003::run(&m, &c, &mut w).unwrap();
-    assert_eq!(lines.join("\n"), TRANSCRIPT);
+    assert_eq!(lines.join("\n") + "\n", TRANSCRIPT);
     // The check of G2's bytes loaded B's three blocks once more, as request V.
     assert_eq!(c.stats().unwrap().loaded_blocks, 5);
     check_scheduler(&m, &c, 3);
