@@ -5,6 +5,25 @@ pkg_check_modules(URING REQUIRED IMPORTED_TARGET liburing)
 find_package(absl CONFIG REQUIRED)
 find_package(Threads REQUIRED)
 
+# msgpack-cxx (libmsgpack-cxx-dev), header-only, for the connector's metadata; used without
+# Boost (MSGPACK_NO_BOOST), so Boost need not be installed.
+find_path(KVT_MSGPACK_INCLUDE_DIR msgpack.hpp)
+include(CheckIncludeFileCXX)
+set(CMAKE_REQUIRED_DEFINITIONS -DMSGPACK_NO_BOOST)
+if(KVT_MSGPACK_INCLUDE_DIR)
+  set(CMAKE_REQUIRED_INCLUDES ${KVT_MSGPACK_INCLUDE_DIR})
+endif()
+check_include_file_cxx(msgpack.hpp KVT_HAVE_MSGPACK_HPP)
+unset(CMAKE_REQUIRED_DEFINITIONS)
+unset(CMAKE_REQUIRED_INCLUDES)
+if(NOT KVT_MSGPACK_INCLUDE_DIR OR NOT KVT_HAVE_MSGPACK_HPP)
+  message(FATAL_ERROR "msgpack.hpp (msgpack-cxx 4 or later) not found or not usable without "
+                      "Boost: install libmsgpack-cxx-dev (tools/install-deps.sh)")
+endif()
+add_library(kvt_msgpack INTERFACE IMPORTED)
+target_include_directories(kvt_msgpack SYSTEM INTERFACE ${KVT_MSGPACK_INCLUDE_DIR})
+target_compile_definitions(kvt_msgpack INTERFACE MSGPACK_NO_BOOST)
+
 set(KVT_HAVE_CUDA OFF)
 if(KVT_CUDA STREQUAL "ON")
   find_package(CUDAToolkit 12 REQUIRED)

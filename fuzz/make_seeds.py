@@ -1,9 +1,11 @@
 #!/usr/bin/env python3
 """Writes the starting seeds of fuzz/corpus/<name>/: random programs of several lengths
-from a fixed generator, so that the seeds are reproducible. The fuzzers' own finds are
-merged in on top (see docs/FUZZING.md)."""
+from a fixed generator, so that the seeds are reproducible; for connector_meta, valid
+messages of the wire format (docs/CONNECTOR.md). The fuzzers' own finds are merged in on
+top (see docs/FUZZING.md)."""
 import os
 import random
+import struct
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 rng = random.Random(20261121)
@@ -15,3 +17,52 @@ for name, lengths in (("api", [16, 64, 256, 1024, 4096]),
     for i, n in enumerate(lengths * 3):
         with open(os.path.join(d, "seed-%02d" % i), "wb") as f:
             f.write(bytes(rng.randrange(256) for _ in range(n)))
+
+
+def pack(v):
+    """msgpack in its shortest forms, as the library's encoder writes it."""
+    if isinstance(v, bool):
+        return b"\xc3" if v else b"\xc2"
+    if isinstance(v, int) and v >= 0:
+        for limit, head, fmt in ((1 << 7, b"", "B"), (1 << 8, b"\xcc", "B"),
+                                 (1 << 16, b"\xcd", ">H"), (1 << 32, b"\xce", ">I")):
+            if v < limit:
+                return head + struct.pack(fmt, v)
+        return b"\xcf" + struct.pack(">Q", v)
+    if isinstance(v, int):
+        if v >= -32:
+            return struct.pack("b", v)
+        for limit, head, fmt in ((1 << 7, b"\xd0", "b"), (1 << 15, b"\xd1", ">h")):
+            if v >= -limit:
+                return head + struct.pack(fmt, v)
+        return b"\xd2" + struct.pack(">i", v)
+    if isinstance(v, str):
+        b = v.encode()
+        if len(b) < 32:
+            return bytes([0xa0 | len(b)]) + b
+        return (b"\xd9" + struct.pack("B", len(b)) if len(b) < 256
+                else b"\xda" + struct.pack(">H", len(b))) + b
+    n = len(v)
+    head = bytes([0x90 | n]) if n < 16 else b"\xdc" + struct.pack(">H", n)
+    return head + b"".join(pack(x) for x in v)
+
+
+def batch(i, req, n_ops, tier, cap):
+    return [i, req, [[i * 7 + k, tier, (i + k) % cap, rng.getrandbits(64), k] for k in range(n_ops)]]
+
+
+shape = [16, 50, 4096]
+d = os.path.join(HERE, "corpus", "connector_meta")
+os.makedirs(d, exist_ok=True)
+seeds = {
+    "meta-empty": ["kvtier-meta", 1, [0, 0, 0], 0, False, [], [], [], []],
+    "meta-step": ["kvtier-meta", 1, shape, 3, True, [batch(1, "lazy", 1, 2, 50)],
+                  [batch(2, "req-A", 2, 2, 50), batch(3, "req-B", 3, 3, 4096)],
+                  [batch(4, "x" * 40, 20, 3, 4096)], ["req-C", "f" * 255]],
+    "report-empty": ["kvtier-report", 1, [0, 0, 0], [], [], [], []],
+    "report-step": ["kvtier-report", 1, shape, [[2, []], [3, [[1, -8], [2, -7]]]],
+                    [[4, [[0, -2147483648]]]], ["req-A"], ["req-B", "r" * 32]],
+}
+for name, msg in seeds.items():
+    with open(os.path.join(d, name), "wb") as f:
+        f.write(pack(msg))

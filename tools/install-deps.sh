@@ -5,7 +5,7 @@ set -euo pipefail
 pkgs=(build-essential cmake pkg-config
       libxxhash-dev libabsl-dev liburing-dev
       libgtest-dev libbenchmark-dev
-      libcli11-dev nlohmann-json3-dev
+      libcli11-dev nlohmann-json3-dev libmsgpack-cxx-dev
       python3-cffi python3-pytest
       clang libclang-rt-14-dev valgrind
       cargo rustc librust-bindgen-dev librust-bindgen+runtime-dev golang-go)

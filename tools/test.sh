@@ -37,7 +37,8 @@ echo "== valgrind (memcheck, leaks)"
 # when KVTIER_TEST_G3_IO=threads (tests/support.hpp, fuzz/fuzz_api.cpp).
 for cmd in "build/tests/kvtier_tests --gtest_filter=-Cuda.*" \
            "build/fuzz/replay_api fuzz/corpus/api" "build/fuzz/replay_config fuzz/corpus/config" \
-           "build/fuzz/replay_hash fuzz/corpus/hash"; do
+           "build/fuzz/replay_hash fuzz/corpus/hash" \
+           "build/fuzz/replay_connector_meta fuzz/corpus/connector_meta"; do
   KVTIER_TEST_G3_IO=threads valgrind -q --max-threads=1100 --leak-check=full \
     --errors-for-leak-kinds=definite,indirect \
     --error-exitcode=9 $cmd > valgrind.log 2>&1 || { tail -60 valgrind.log; exit 1; }
