@@ -72,10 +72,16 @@ struct Report {
   bool operator==(const Report &) const = default;
 };
 
-// Encoders never fail; decoders return KVT_OK, or KVT_ERR_CORRUPT with a message naming what
-// is wrong (truncated, not msgpack, another format version, a field out of range). They check
-// the message's own consistency only: a decoded Meta's tiers are G2 or G3 and its request
-// ids are 1..KVT_REQ_ID_MAX bytes; the caller compares shapes and ranges.
+// Encoders never fail. Decoders return KVT_OK, or KVT_ERR_CORRUPT with a message naming what
+// is wrong (truncated, trailing bytes, not msgpack, another magic or format version, a field
+// of the wrong type or out of range, with its path: "loads[2].ops[0].slot"); then *out is
+// unchanged. Any bytes are safe: no crash, no exception, memory within a small multiple of
+// len (KVT_ERR_NO_MEMORY only if even that fails; KVT_ERR_INVALID_ARGUMENT for NULL bytes
+// with len > 0). They check the message's own consistency only: in a decoded message every
+// op's tier is G2 or G3 and its slot below the message's own shape's capacity of that tier,
+// every request id is 1..KVT_REQ_ID_MAX bytes without NUL, every failure's status is
+// negative. The caller compares the shape with its own and checks G1 block ids and batch
+// ids.
 std::string encode(const Meta &m);
 std::string encode(const Report &r);
 kvt_status decode(Meta *out, const void *bytes, size_t len);
