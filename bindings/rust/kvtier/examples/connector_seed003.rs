@@ -136,8 +136,9 @@ impl Worker for LocalWorker<'_> {
 /// One engine step from the scheduler's side: build the metadata, run the worker's step,
 /// then pass the worker's reports on until the stats show `stores` and `loads` (5 s at
 /// most). Returns the worker's matching pairs and the requests finished receiving.
-fn step(sched: &Connector, w: &mut dyn Worker, reqs: &[ScheduledRequest], writes: &[(u32, u64)],
-        same: &[(u32, u32)], stores: u64, loads: u64) -> Result<(usize, Vec<String>), Error> {
+pub fn engine_step(sched: &Connector, w: &mut dyn Worker, reqs: &[ScheduledRequest],
+                   writes: &[(u32, u64)], same: &[(u32, u32)], stores: u64, loads: u64)
+                   -> Result<(usize, Vec<String>), Error> {
     let meta = sched.build_connector_meta(reqs)?;
     let matching = w.step(&meta, writes, same)?;
     let deadline = Instant::now() + Duration::from_secs(5);
@@ -181,7 +182,7 @@ pub fn run(m: &Manager, sched: &Connector, w: &mut dyn Worker) -> Result<Vec<Str
     sched.update_state_after_alloc("A", &[1, 2, 3], 0)?;
     let req = ScheduledRequest { req_id: "A", num_computed_tokens: 0, num_scheduled_tokens: 40,
                                  ..Default::default() };
-    step(sched, w, &[req], &[(1, ha[0]), (2, ha[1])], &[], 2, 0)?;
+    engine_step(sched, w, &[req], &[(1, ha[0]), (2, ha[1])], &[], 2, 0)?;
     let s = sched.stats()?;
     out.push(format!("A: stored {} loaded {}", s.stored_blocks, s.loaded_blocks));
     out.push(format!("A: delay_free {}", sched.request_finished("A")? as u32));
@@ -192,14 +193,14 @@ pub fn run(m: &Manager, sched: &Connector, w: &mut dyn Worker) -> Result<Vec<Str
     sched.update_state_after_alloc("B", &[4, 5, 6, 7], n)?;
     let req = ScheduledRequest { req_id: "B", num_computed_tokens: 32, num_scheduled_tokens: 20,
                                  ..Default::default() };
-    let (matching, recving) = step(sched, w, &[req], &[(6, hb[2])], &[(4, 1), (5, 2)], 3, 2)?;
+    let (matching, recving) = engine_step(sched, w, &[req], &[(6, hb[2])], &[(4, 1), (5, 2)], 3, 2)?;
     out.push(format!("B: loaded blocks matching A's {matching}"));
     out.push(format!("B: finished_recving {}", recving.join(" ")));
     let s = sched.stats()?;
     out.push(format!("B: stored {} loaded {}", s.stored_blocks, s.loaded_blocks));
     let req = ScheduledRequest { req_id: "B", num_computed_tokens: 52, num_scheduled_tokens: 1,
                                  new_token_ids: &[3000], ..Default::default() };
-    step(sched, w, &[req], &[], &[], 3, 2)?;
+    engine_step(sched, w, &[req], &[], &[], 3, 2)?;
     out.push(format!("B: delay_free {}", sched.request_finished("B")? as u32));
     out.push(format!("B: states {}", states(sched, "B")?));
 
@@ -220,7 +221,7 @@ pub fn run(m: &Manager, sched: &Connector, w: &mut dyn Worker) -> Result<Vec<Str
         sched.update_state_after_alloc("V", &[8, 9, 10, 11], n)?;
         let req = ScheduledRequest { req_id: "V", num_computed_tokens: n, num_scheduled_tokens: 1,
                                      ..Default::default() };
-        let (matching, _) = step(sched, w, &[req], &[], &[(8, 4), (9, 5), (10, 6)], 3, 2 + n / 16)?;
+        let (matching, _) = engine_step(sched, w, &[req], &[], &[(8, 4), (9, 5), (10, 6)], 3, 2 + n / 16)?;
         sched.request_finished("V")?;
         matching
     };

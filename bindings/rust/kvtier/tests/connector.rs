@@ -285,13 +285,68 @@ fn bad_input_is_refused_and_harms_nothing() {
     m.check().unwrap();
 }
 
+/// B is preempted after a first chunk of its prefill, comes back, loads A's prefix again into
+/// other G1 blocks (one of them added by the step, as new_block_ids) and finishes.
+fn preempted_b_loads_again_into_other_blocks() {
+    use SlotState::*;
+    let g1 = G1::new();
+    let m = Manager::new(&manager_config()).unwrap();
+    let c = Connector::new(&m, &connector_config(Role::Both)).unwrap();
+    c.register_kv_caches(&g1.layout(), GPU_BLOCKS as u64).unwrap();
+    let w = &mut seed003::LocalWorker { c: &c, g1: &g1 };
+    let a: Vec<u32> = (1000..1040).collect();
+    let b: Vec<u32> = a[..32].iter().copied().chain(2000..2020).collect();
+    let salt = kvtier::hash_salt(b"");
+    let (ha, hb) = (kvtier::hash_sequence(&a, seed003::PAGE, salt).unwrap(),
+                    kvtier::hash_sequence(&b, seed003::PAGE, salt).unwrap());
+    let req = |computed, scheduled, new_block_ids| ScheduledRequest {
+        req_id: "B", num_computed_tokens: computed, num_scheduled_tokens: scheduled, new_block_ids,
+        ..Default::default()
+    };
+
+    c.get_num_new_matched_tokens("A", &a, 0).unwrap();
+    c.update_state_after_alloc("A", &[1, 2, 3], 0).unwrap();
+    let first = ScheduledRequest { req_id: "A", num_scheduled_tokens: 40, ..Default::default() };
+    seed003::engine_step(&c, w, &[first], &[(1, ha[0]), (2, ha[1])], &[], 2, 0).unwrap();
+    c.request_finished("A").unwrap();
+
+    assert_eq!(c.get_num_new_matched_tokens("B", &b, 0).unwrap(), (32, false));
+    c.update_state_after_alloc("B", &[4, 5, 6, 7], 32).unwrap();
+    let (same, _) = seed003::engine_step(&c, w, &[req(32, 8, &[])], &[], &[(4, 1), (5, 2)], 2, 2).unwrap();
+    assert_eq!(same, 2);
+    c.request_preempted("B").unwrap();
+    assert_eq!(c.slot_state("B").unwrap().0, Preempted);
+    c.handle_preemptions(&["B", "nobody", "A"]).unwrap();
+    for blk in 4..8 {
+        g1.write_kv(blk, 0); // the engine reuses B's blocks
+    }
+
+    assert_eq!(c.get_num_new_matched_tokens("B", &b, 0).unwrap(), (32, false));
+    assert_eq!(c.slot_state("B").unwrap().0, OnboardStaged);
+    c.update_state_after_alloc("B", &[10, 11, 12], 32).unwrap();
+    let (same, _) = seed003::engine_step(&c, w, &[req(32, 20, &[13])], &[(12, hb[2])],
+                                         &[(10, 1), (11, 2)], 3, 4).unwrap();
+    assert_eq!(same, 2, "B's second load did not bring A's bytes");
+    assert!(!c.request_finished("B").unwrap());
+    assert_eq!(c.slot_state("B").unwrap().1,
+               [Initialized, OnboardStaged, Onboarding, Prefilling, Preempted, OnboardStaged,
+                Onboarding, Prefilling, Finishing, Finished]);
+    let s = c.stats().unwrap();
+    assert_eq!((s.preemptions, s.transitions[Preempted as usize][OnboardStaged as usize]), (1, 1));
+    let g2 = m.match_prefix(&hb, Tier::G2).unwrap();
+    m.release(&g2).unwrap();
+    assert_eq!(g2.len(), 3);
+    m.check().unwrap();
+}
+
 fn main() {
     if std::env::var_os(WORKER_ENV).is_some() {
         return worker_main();
     }
-    let tests: [(&str, fn()); 3] = [
+    let tests: [(&str, fn()); 4] = [
         ("seed003_in_one_process", seed003_in_one_process),
         ("seed003_in_two_processes", seed003_in_two_processes),
+        ("preempted_b_loads_again_into_other_blocks", preempted_b_loads_again_into_other_blocks),
         ("bad_input_is_refused_and_harms_nothing", bad_input_is_refused_and_harms_nothing),
     ];
     // libtest's interface, in short: name filters, and its summary line.
