@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
@@ -481,4 +482,116 @@ func TestManagerCloseClosesItsConnector(t *testing.T) {
 	if err := c.Close(); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// B is preempted after a first chunk of its prefill, comes back, loads A's prefix again into
+// other G1 blocks (one of them added by the step, as NewBlockIDs) and finishes.
+func TestConnectorPreemptedBLoadsAgainIntoOtherBlocks(t *testing.T) {
+	g1, err := seed003.NewG1()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g1.Close()
+	m, err := kvtier.NewManager(seed003.ManagerConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	c, err := m.NewConnector(seed003.ConnectorConfig(kvtier.RoleBoth))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if err := c.RegisterKVCaches(g1.Layout(), seed003.GPUBlocks); err != nil {
+		t.Fatal(err)
+	}
+	w := seed003.LocalWorker{C: c, G1: g1}
+	ok := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	a, b := make([]uint32, 40), make([]uint32, 52)
+	for i := range a {
+		a[i] = uint32(1000 + i)
+	}
+	copy(b, a[:32])
+	for i := 32; i < 52; i++ {
+		b[i] = uint32(2000 + i - 32)
+	}
+	ha, err := kvtier.HashSequence(a, seed003.Page, kvtier.HashSalt(nil))
+	ok(err)
+	hb, err := kvtier.HashSequence(b, seed003.Page, kvtier.HashSalt(nil))
+	ok(err)
+	matched := func() {
+		t.Helper()
+		if n, async, err := c.GetNumNewMatchedTokens("B", b, 0); n != 32 || async || err != nil {
+			t.Fatal(n, async, err)
+		}
+	}
+	state := func(want kvtier.SlotState) {
+		t.Helper()
+		if s, _, err := c.SlotState("B"); s != want || err != nil {
+			t.Fatalf("B is %v (%v), want %v", s, err, want)
+		}
+	}
+
+	_, _, err = c.GetNumNewMatchedTokens("A", a, 0)
+	ok(err)
+	ok(c.UpdateStateAfterAlloc("A", []uint32{1, 2, 3}, 0))
+	_, _, err = seed003.EngineStep(c, w, []kvtier.ScheduledRequest{{ReqID: "A", NumScheduledTokens: 40}},
+		[]seed003.Write{{B: 1, Hash: ha[0]}, {B: 2, Hash: ha[1]}}, nil, 2, 0)
+	ok(err)
+	_, err = c.RequestFinished("A")
+	ok(err)
+
+	matched()
+	ok(c.UpdateStateAfterAlloc("B", []uint32{4, 5, 6, 7}, 32))
+	same, _, err := seed003.EngineStep(c, w, []kvtier.ScheduledRequest{{ReqID: "B", NumComputedTokens: 32, NumScheduledTokens: 8}},
+		nil, []seed003.Pair{{A: 4, B: 1}, {A: 5, B: 2}}, 2, 2)
+	ok(err)
+	if same != 2 {
+		t.Fatalf("B's first load: %d blocks hold A's bytes", same)
+	}
+	ok(c.RequestPreempted("B"))
+	state(kvtier.SlotPreempted)
+	ok(c.HandlePreemptions([]string{"B", "nobody", "A"}))
+	for blk := uint32(4); blk < 8; blk++ {
+		g1.WriteKV(blk, 0) // the engine reuses B's blocks
+	}
+
+	matched()
+	state(kvtier.SlotOnboardStaged)
+	ok(c.UpdateStateAfterAlloc("B", []uint32{10, 11, 12}, 32))
+	same, _, err = seed003.EngineStep(c, w, []kvtier.ScheduledRequest{
+		{ReqID: "B", NumComputedTokens: 32, NumScheduledTokens: 20, NewBlockIDs: []uint32{13}}},
+		[]seed003.Write{{B: 12, Hash: hb[2]}}, []seed003.Pair{{A: 10, B: 1}, {A: 11, B: 2}}, 3, 4)
+	ok(err)
+	if same != 2 {
+		t.Fatalf("B's second load: %d blocks hold A's bytes", same)
+	}
+	if delay, err := c.RequestFinished("B"); delay || err != nil {
+		t.Fatal(delay, err)
+	}
+	_, history, err := c.SlotState("B")
+	ok(err)
+	want := []kvtier.SlotState{kvtier.SlotInitialized, kvtier.SlotOnboardStaged, kvtier.SlotOnboarding,
+		kvtier.SlotPrefilling, kvtier.SlotPreempted, kvtier.SlotOnboardStaged, kvtier.SlotOnboarding,
+		kvtier.SlotPrefilling, kvtier.SlotFinishing, kvtier.SlotFinished}
+	if fmt.Sprint(history) != fmt.Sprint(want) {
+		t.Fatalf("B's history %v, want %v", history, want)
+	}
+	s, err := c.Stats()
+	ok(err)
+	if s.Preemptions != 1 || s.Transitions[kvtier.SlotPreempted][kvtier.SlotOnboardStaged] != 1 {
+		t.Fatalf("stats: %+v", s)
+	}
+	g2, err := m.MatchPrefix(hb, kvtier.G2)
+	ok(err)
+	ok(m.Release(g2))
+	if len(g2) != 3 {
+		t.Fatalf("G2 holds %d of B's blocks, want 3", len(g2))
+	}
+	ok(m.Check())
 }

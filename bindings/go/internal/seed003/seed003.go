@@ -138,10 +138,10 @@ func (w LocalWorker) GetFinished() (kvtier.Finished, error) { return w.C.GetFini
 func (w LocalWorker) Clear() error                          { return w.C.ClearConnectorMetadata() }
 func (w LocalWorker) SharesManager() bool                   { return true }
 
-// step is one engine step from the scheduler's side: build the metadata, run the worker's
+// EngineStep is one engine step from the scheduler's side: build the metadata, run the worker's
 // step, then pass the worker's reports on until the stats show stores and loads (5 s at
 // most). It returns the worker's matching pairs and the requests finished receiving.
-func step(sched *kvtier.Connector, w Worker, reqs []kvtier.ScheduledRequest, writes []Write, same []Pair,
+func EngineStep(sched *kvtier.Connector, w Worker, reqs []kvtier.ScheduledRequest, writes []Write, same []Pair,
 	stores, loads uint64) (int, []string, error) {
 	meta, err := sched.BuildConnectorMeta(reqs)
 	if err != nil {
@@ -222,7 +222,7 @@ func Run(m *kvtier.Manager, sched *kvtier.Connector, w Worker) (out []string, er
 	check(err)
 	say("A: matched %d async %d", n, b2i(async))
 	check(sched.UpdateStateAfterAlloc("A", []uint32{1, 2, 3}, 0))
-	_, _, err = step(sched, w, []kvtier.ScheduledRequest{{ReqID: "A", NumScheduledTokens: 40}},
+	_, _, err = EngineStep(sched, w, []kvtier.ScheduledRequest{{ReqID: "A", NumScheduledTokens: 40}},
 		[]Write{{1, ha[0]}, {2, ha[1]}}, nil, 2, 0)
 	check(err)
 	say("A: stored %d loaded %d", stats().StoredBlocks, stats().LoadedBlocks)
@@ -233,14 +233,14 @@ func Run(m *kvtier.Manager, sched *kvtier.Connector, w Worker) (out []string, er
 	check(err)
 	say("B: matched %d async %d", n, b2i(async))
 	check(sched.UpdateStateAfterAlloc("B", []uint32{4, 5, 6, 7}, n))
-	matching, recving, err := step(sched, w,
+	matching, recving, err := EngineStep(sched, w,
 		[]kvtier.ScheduledRequest{{ReqID: "B", NumComputedTokens: 32, NumScheduledTokens: 20}},
 		[]Write{{6, hb[2]}}, []Pair{{4, 1}, {5, 2}}, 3, 2)
 	check(err)
 	say("B: loaded blocks matching A's %d", matching)
 	say("B: finished_recving %s", strings.Join(recving, " "))
 	say("B: stored %d loaded %d", stats().StoredBlocks, stats().LoadedBlocks)
-	_, _, err = step(sched, w, []kvtier.ScheduledRequest{
+	_, _, err = EngineStep(sched, w, []kvtier.ScheduledRequest{
 		{ReqID: "B", NumComputedTokens: 52, NumScheduledTokens: 1, NewTokenIDs: []uint32{3000}}}, nil, nil, 3, 2)
 	check(err)
 	say("B: delay_free %d", b2i(must(sched.RequestFinished("B"))))
@@ -264,7 +264,7 @@ func Run(m *kvtier.Manager, sched *kvtier.Connector, w Worker) (out []string, er
 		n, _, err := sched.GetNumNewMatchedTokens("V", v, 0)
 		check(err)
 		check(sched.UpdateStateAfterAlloc("V", []uint32{8, 9, 10, 11}, n))
-		matching, _, err = step(sched, w, []kvtier.ScheduledRequest{{ReqID: "V", NumComputedTokens: n, NumScheduledTokens: 1}},
+		matching, _, err = EngineStep(sched, w, []kvtier.ScheduledRequest{{ReqID: "V", NumComputedTokens: n, NumScheduledTokens: 1}},
 			nil, []Pair{{8, 4}, {9, 5}, {10, 6}}, 3, 2+n/Page)
 		check(err)
 		must(sched.RequestFinished("V"))
