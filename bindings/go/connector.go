@@ -114,8 +114,15 @@ type ConnectorStats struct {
 // called from many goroutines at once (the worker half's waits block no other call); Close
 // waits for the calls in progress.
 type Connector struct {
-	m     *Manager
-	mu    sync.RWMutex // Close takes it for writing, every call for reading
+	m *Manager
+	s *connState
+}
+
+// connState is what the manager knows of its connector: no pointer back, so that a Connector
+// and its Manager form no cycle (finalizers do not run on cycles), and the Connector's
+// finalizer runs before the Manager's.
+type connState struct {
+	mu    sync.RWMutex // close takes it for writing, every call for reading
 	c     *C.kvt_connector
 	bufMu sync.Mutex // keeps the next BuildConnectorMeta or GetFinished off the buffers being copied
 }
@@ -138,9 +145,9 @@ func (m *Manager) NewConnector(cfg ConnectorConfig) (*Connector, error) {
 		var cc *C.kvt_connector
 		s := C.kvt_connector_create(&cc, cm, &c)
 		if s == C.KVT_OK { // known to the manager before its Close can run
-			conn = &Connector{m: m, c: cc}
+			conn = &Connector{m: m, s: &connState{c: cc}}
 			m.waitMu.Lock()
-			m.conn = conn
+			m.conn = conn.s
 			m.waitMu.Unlock()
 		}
 		return s
@@ -157,24 +164,25 @@ func (m *Manager) NewConnector(cfg ConnectorConfig) (*Connector, error) {
 func (c *Connector) Close() error {
 	c.m.mu.RLock()
 	defer c.m.mu.RUnlock()
-	c.closeLocked()
-	return nil
-}
-
-// closeLocked closes the connector; the caller holds its manager's lock.
-func (c *Connector) closeLocked() {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.c != nil && c.m.m != nil {
-		C.kvt_connector_destroy(c.c)
-	}
-	c.c = nil
+	c.s.close()
 	c.m.waitMu.Lock()
-	if c.m.conn == c {
+	if c.m.conn == c.s {
 		c.m.conn = nil
 	}
 	c.m.waitMu.Unlock()
 	runtime.SetFinalizer(c, nil)
+	return nil
+}
+
+// close destroys the connector; the caller holds its manager's lock, and the manager is open
+// or has closed the connector before.
+func (s *connState) close() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.c != nil {
+		C.kvt_connector_destroy(s.c)
+	}
+	s.c = nil
 }
 
 // with runs f on the open connector of an open manager. Locks in Close's order: the
@@ -182,12 +190,12 @@ func (c *Connector) closeLocked() {
 func (c *Connector) with(f func(*C.kvt_connector) C.kvt_status) error {
 	c.m.mu.RLock()
 	defer c.m.mu.RUnlock()
-	c.mu.RLock()
-	defer c.mu.RUnlock()
-	if c.c == nil || c.m.m == nil {
+	c.s.mu.RLock()
+	defer c.s.mu.RUnlock()
+	if c.s.c == nil || c.m.m == nil {
 		return errConnectorClosed
 	}
-	return call(func() C.kvt_status { return f(c.c) })
+	return call(func() C.kvt_status { return f(c.s.c) })
 }
 
 // cStrings copies strings into C memory (one block: the pointers, then the bytes); free
@@ -296,8 +304,8 @@ func (c *Connector) BuildConnectorMeta(reqs []ScheduledRequest) ([]byte, error) 
 	}
 	var out []byte
 	err = c.with(func(cc *C.kvt_connector) C.kvt_status {
-		c.bufMu.Lock()
-		defer c.bufMu.Unlock()
+		c.s.bufMu.Lock()
+		defer c.s.bufMu.Unlock()
 		var p unsafe.Pointer
 		var n C.size_t
 		s := C.kvt_connector_build_connector_meta(&p, &n, cc, (*C.kvt_scheduled_request)(block), C.size_t(len(reqs)))
@@ -449,8 +457,8 @@ func (c *Connector) WaitForSave() error {
 func (c *Connector) GetFinished() (Finished, error) {
 	var out Finished
 	err := c.with(func(cc *C.kvt_connector) C.kvt_status {
-		c.bufMu.Lock()
-		defer c.bufMu.Unlock()
+		c.s.bufMu.Lock()
+		defer c.s.bufMu.Unlock()
 		var f C.kvt_finished
 		f.struct_size = C.uint32_t(unsafe.Sizeof(f))
 		s := C.kvt_connector_get_finished(&f, cc)

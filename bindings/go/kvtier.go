@@ -266,7 +266,7 @@ type Manager struct {
 	waitMu  sync.Mutex // guards waiting, closing and conn
 	waiting map[*C.kvt_xfer]int
 	closing bool
-	conn    *Connector // open, closed before the manager
+	conn    *connState // its open connector, closed before the manager
 }
 
 // cLayout copies a layout into C memory (cgo forbids Go memory holding these pointers);
@@ -351,9 +351,10 @@ func (m *Manager) Close() error {
 	defer m.mu.Unlock()
 	m.waitMu.Lock()
 	conn := m.conn
+	m.conn = nil
 	m.waitMu.Unlock()
 	if conn != nil {
-		conn.closeLocked()
+		conn.close()
 	}
 	if m.m != nil {
 		C.kvt_manager_destroy(m.m)
