@@ -595,3 +595,89 @@ func TestConnectorPreemptedBLoadsAgainIntoOtherBlocks(t *testing.T) {
 	}
 	ok(m.Check())
 }
+
+// goroutineWorker makes the worker half's calls on a goroutine of its own, as an engine
+// whose model runner is not its scheduler would.
+type goroutineWorker struct {
+	seed003.LocalWorker
+	calls chan func()
+}
+
+func (w goroutineWorker) do(f func()) {
+	done := make(chan struct{})
+	w.calls <- func() { f(); close(done) }
+	<-done
+}
+
+func (w goroutineWorker) Step(meta []byte, writes []seed003.Write, same []seed003.Pair) (n int, err error) {
+	w.do(func() { n, err = w.LocalWorker.Step(meta, writes, same) })
+	return
+}
+
+func (w goroutineWorker) GetFinished() (f kvtier.Finished, err error) {
+	w.do(func() { f, err = w.LocalWorker.GetFinished() })
+	return
+}
+
+func (w goroutineWorker) Clear() (err error) {
+	w.do(func() { err = w.LocalWorker.Clear() })
+	return
+}
+
+// The scheduler half on this goroutine, the worker half on another, and a third reading
+// the counters and B's state all along: the transcript is seed 003's.
+func TestConnectorHalvesOnThreeGoroutines(t *testing.T) {
+	g1, err := seed003.NewG1()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g1.Close()
+	m, err := kvtier.NewManager(seed003.ManagerConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	c, err := m.NewConnector(seed003.ConnectorConfig(kvtier.RoleBoth))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if err := c.RegisterKVCaches(g1.Layout(), seed003.GPUBlocks); err != nil {
+		t.Fatal(err)
+	}
+	w := goroutineWorker{seed003.LocalWorker{C: c, G1: g1}, make(chan func())}
+	stop, stopped := make(chan struct{}), make(chan int)
+	go func() {
+		for f := range w.calls {
+			f()
+		}
+	}()
+	defer close(w.calls)
+	go func() {
+		reads := 0
+		for {
+			select {
+			case <-stop:
+				stopped <- reads
+				return
+			default:
+			}
+			if _, err := c.Stats(); err != nil {
+				t.Error(err)
+			}
+			if _, _, err := c.SlotState("B"); err != nil && !errors.Is(err, kvtier.ErrNotFound) {
+				t.Error(err)
+			}
+			reads++
+		}
+	}()
+	lines, err := seed003.Run(m, c, w)
+	close(stop)
+	if reads := <-stopped; reads == 0 {
+		t.Error("the reader never ran")
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkTranscript(t, lines)
+}
