@@ -78,6 +78,30 @@ def test_seed003_in_one_process():
         m.check()
 
 
+def test_lazy_offload_stores_a_block_when_its_id_is_given_to_another_request():
+    engine = seed.Engine()
+    with seed.manager() as m, kvtier.Connector(m, offload=kvtier.OFFLOAD_LAZY,
+                                               num_gpu_blocks=seed.NUM_GPU_BLOCKS) as c:
+        c.register_kv_caches(engine.layout(), seed.NUM_GPU_BLOCKS)
+        c.get_num_new_matched_tokens("A", seed.TOKENS_A)
+        c.update_state_after_alloc("A", [1, 2, 3], 0)
+        seed.step(c, engine, [(S("A", 0, 40), [1, 2, 3], seed.TOKENS_A)], stored=0, loaded=0)
+        assert c.request_finished("A") is False  # nothing stored: its blocks stay in G1
+
+        # D gets A's block ids to write: A's blocks go to G2 before D's forward overwrites them.
+        tokens_d = list(range(5000, 5040))
+        c.get_num_new_matched_tokens("D", tokens_d)
+        c.update_state_after_alloc("D", [1, 2, 3], 0)
+        seed.step(c, engine, [(S("D", 0, 40), [1, 2, 3], tokens_d)], stored=2, loaded=0)
+        assert engine.block(1) == seed.kv(seed.hashes(tokens_d)[0])
+
+        assert c.get_num_new_matched_tokens("C", seed.TOKENS_A) == (32, False)
+        c.update_state_after_alloc("C", [4, 5, 6], 32)
+        read, _ = seed.step(c, engine, [(S("C", 32, 8), [4, 5, 6], seed.TOKENS_A)], stored=2,
+                            loaded=2, after_load=lambda: [engine.block(4), engine.block(5)])
+        assert read == [seed.kv(h) for h in HASH_A]
+
+
 # ---- two processes: the worker runs in a child, behind a pipe of pickled calls ----
 
 def worker_main():
