@@ -74,6 +74,17 @@ def _bytes_in(data, what):
     return p, len(p)
 
 
+def _call(fn, *args):
+    """Calls fn and raises the binding's error for its status; an argument C cannot take (a
+    negative count, a layer that is not an int) is an InvalidArgumentError, not a cffi one."""
+    try:
+        status = fn(*args)
+    except (OverflowError, TypeError) as e:
+        raise InvalidArgumentError("%s: %s" % (fn.__name__, e),
+                                   CONST["KVT_ERR_INVALID_ARGUMENT"]) from None
+    _check(status)
+
+
 def _strings(ptr, n):
     return [ffi.string(ptr[i]).decode(errors="replace") for i in range(n)]
 
@@ -103,7 +114,7 @@ class Connector:
                 raise InvalidArgumentError("connector config %s: %s" % (k, e),
                                            CONST["KVT_ERR_INVALID_ARGUMENT"]) from None
         out = ffi.new("kvt_connector **")
-        _check(C.kvt_connector_create(out, manager._live(), cfg))
+        _call(C.kvt_connector_create, out, manager._live(), cfg)
         self._c = out[0]
         self._m = manager
         self._keep = []  # the registered G1 buffers: the worker copies into them until close
@@ -150,16 +161,16 @@ class Connector:
         asynchronous). tokens: the request's tokens so far."""
         toks, n = _u32_array(tokens, "tokens")
         num, is_async = ffi.new("uint64_t *"), ffi.new("int32_t *")
-        _check(C.kvt_connector_get_num_new_matched_tokens(
-            num, is_async, self._live(), _req_id(req_id), toks, n, num_computed_tokens))
+        _call(C.kvt_connector_get_num_new_matched_tokens, num, is_async, self._live(),
+              _req_id(req_id), toks, n, num_computed_tokens)
         return num[0], bool(is_async[0])
 
     def update_state_after_alloc(self, req_id, block_ids, num_external_tokens):
         """block_ids: all of the request's G1 blocks, in order; num_external_tokens: 0, or
         what get_num_new_matched_tokens reported."""
         ids, n = _u32_array(block_ids, "block_ids")
-        _check(C.kvt_connector_update_state_after_alloc(
-            self._live(), _req_id(req_id), ids, n, num_external_tokens))
+        _call(C.kvt_connector_update_state_after_alloc, self._live(), _req_id(req_id), ids, n,
+              num_external_tokens)
 
     def build_connector_meta(self, reqs):
         """One step's metadata (bytes) for the worker. reqs: ScheduledRequest tuples (or
@@ -184,23 +195,23 @@ class Connector:
                 raise InvalidArgumentError("request %r: %s" % (r.req_id, err),
                                            CONST["KVT_ERR_INVALID_ARGUMENT"]) from None
         p, n = ffi.new("void **"), ffi.new("size_t *")
-        _check(C.kvt_connector_build_connector_meta(p, n, self._live(), arr, len(reqs)))
+        _call(C.kvt_connector_build_connector_meta, p, n, self._live(), arr, len(reqs))
         return ffi.buffer(p[0], n[0])[:] if n[0] else b""  # a copy: valid past the next call
 
     def update_connector_output(self, report):
         """The worker's report (Finished.report, bytes)."""
         p, n = _bytes_in(report, "report")
-        _check(C.kvt_connector_update_connector_output(self._live(), p, n))
+        _call(C.kvt_connector_update_connector_output, self._live(), p, n)
 
     def request_finished(self, req_id):
         """True when stores still read the request's G1 blocks: keep them until the worker
         lists it in finished_sending."""
         delay = ffi.new("int32_t *")
-        _check(C.kvt_connector_request_finished(delay, self._live(), _req_id(req_id)))
+        _call(C.kvt_connector_request_finished, delay, self._live(), _req_id(req_id))
         return bool(delay[0])
 
     def request_preempted(self, req_id):
-        _check(C.kvt_connector_request_preempted(self._live(), _req_id(req_id)))
+        _call(C.kvt_connector_request_preempted, self._live(), _req_id(req_id))
 
     def slot_state(self, req_id):
         """(state, [states so far, from SLOT_INITIALIZED on]) of a request's slot."""
@@ -209,7 +220,7 @@ class Connector:
         cap = 16
         while True:
             hist = ffi.new("uint32_t[]", cap)
-            _check(C.kvt_connector_slot_state(state, hist, n, cap, self._live(), rid))
+            _call(C.kvt_connector_slot_state, state, hist, n, cap, self._live(), rid)
             if n[0] <= cap:
                 return state[0], ffi.unpack(hist, n[0])
             cap = n[0]
@@ -219,7 +230,7 @@ class Connector:
         11 x 11 list of lists indexed [from][to] by slot state (from 0: slot created)."""
         s = ffi.new("kvt_connector_stats *")
         s.struct_size = ffi.sizeof("kvt_connector_stats")
-        _check(C.kvt_connector_stats_get(s, self._live()))
+        _call(C.kvt_connector_stats_get, s, self._live())
         out = _fields(s)
         out["transitions"] = [list(row) for row in s.transitions]
         return out
@@ -240,41 +251,41 @@ class Connector:
         shape = types.SimpleNamespace(num_layers=m._shape[0], num_outer=m._shape[1],
                                       chunk_bytes=m._shape[2], g1_blocks=num_blocks)
         cdata, held = layout._cdata(shape)
-        _check(C.kvt_connector_register_kv_caches(self._live(), cdata, num_blocks))
+        _call(C.kvt_connector_register_kv_caches, self._live(), cdata, num_blocks)
         self._keep.extend(held)
 
     def bind_connector_metadata(self, meta):
         """Holds a step's metadata (bytes from build_connector_meta) until
         clear_connector_metadata."""
         p, n = _bytes_in(meta, "meta")
-        _check(C.kvt_connector_bind_connector_metadata(self._live(), p, n))
+        _call(C.kvt_connector_bind_connector_metadata, self._live(), p, n)
 
     def clear_connector_metadata(self):
-        _check(C.kvt_connector_clear_connector_metadata(self._live()))
+        _call(C.kvt_connector_clear_connector_metadata, self._live())
 
     def start_load_kv(self):
-        _check(C.kvt_connector_start_load_kv(self._live()))
+        _call(C.kvt_connector_start_load_kv, self._live())
 
     def wait_for_layer_load(self, layer):
-        _check(C.kvt_connector_wait_for_layer_load(self._live(), layer))
+        _call(C.kvt_connector_wait_for_layer_load, self._live(), layer)
 
     def save_kv_layer(self, layer):
-        _check(C.kvt_connector_save_kv_layer(self._live(), layer))
+        _call(C.kvt_connector_save_kv_layer, self._live(), layer)
 
     def wait_for_save(self):
-        _check(C.kvt_connector_wait_for_save(self._live()))
+        _call(C.kvt_connector_wait_for_save, self._live())
 
     def handle_preemptions(self, req_ids):
         """Waits until no copy in flight uses the G1 blocks of these requests."""
         ids = [ffi.new("char[]", _req_id(r)) for r in req_ids]
         arr = ffi.new("const char *[]", ids) if ids else ffi.NULL
-        _check(C.kvt_connector_handle_preemptions(self._live(), arr, len(ids)))
+        _call(C.kvt_connector_handle_preemptions, self._live(), arr, len(ids))
 
     def get_finished(self):
         """Everything that ended since the last call, as a Finished; never waits."""
         f = ffi.new("kvt_finished *")
         f.struct_size = ffi.sizeof("kvt_finished")
-        _check(C.kvt_connector_get_finished(f, self._live()))
+        _call(C.kvt_connector_get_finished, f, self._live())
         return Finished(_strings(f.finished_sending, f.num_finished_sending),
                         _strings(f.finished_recving, f.num_finished_recving),
                         ffi.unpack(f.load_error_block_ids, f.num_load_errors)

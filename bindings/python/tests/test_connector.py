@@ -265,6 +265,10 @@ def test_wrong_half_closed_connector_and_bad_arguments():
                 c.get_num_new_matched_tokens(42, seed.TOKENS_A)
             with pytest.raises(kvtier.InvalidArgumentError):
                 c.bind_connector_metadata("text is not bytes")
+            with pytest.raises(kvtier.InvalidArgumentError):  # not a uint64_t
+                c.get_num_new_matched_tokens("A", seed.TOKENS_A, -1)
+            with pytest.raises(kvtier.InvalidArgumentError):
+                c.wait_for_layer_load("layer 0")
         with pytest.raises(kvtier.InvalidHandleError):
             c.get_num_new_matched_tokens("A", seed.TOKENS_A)
         with pytest.raises(kvtier.InvalidArgumentError):
