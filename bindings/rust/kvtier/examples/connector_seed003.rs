@@ -39,6 +39,11 @@ pub struct G1 {
     p: *mut u8,
 }
 
+// Shared like GPU memory: the library's copy thread reads and writes it too, and the engine
+// touches a block only while no copy uses it.
+unsafe impl Send for G1 {}
+unsafe impl Sync for G1 {}
+
 impl G1 {
     pub fn new() -> G1 {
         G1 { p: Box::into_raw(vec![0u8; GPU_BLOCKS * BLOCK].into_boxed_slice()).cast() }

@@ -339,14 +339,80 @@ fn preempted_b_loads_again_into_other_blocks() {
     m.check().unwrap();
 }
 
+/// The worker half's calls on a thread of their own, as an engine whose model runner is not
+/// its scheduler would make them.
+struct ThreadWorker {
+    calls: std::sync::mpsc::Sender<Box<dyn FnOnce(&mut dyn Worker) + Send>>,
+}
+
+impl ThreadWorker {
+    fn run<T: Send + 'static>(&mut self, f: impl FnOnce(&mut dyn Worker) -> T + Send + 'static) -> T {
+        let (tx, rx) = std::sync::mpsc::channel();
+        self.calls.send(Box::new(move |w: &mut dyn Worker| tx.send(f(w)).unwrap())).unwrap();
+        rx.recv().unwrap()
+    }
+}
+
+impl Worker for ThreadWorker {
+    fn step(&mut self, meta: &[u8], writes: &[(u32, u64)], same: &[(u32, u32)]) -> Result<usize, Error> {
+        let (meta, writes, same) = (meta.to_vec(), writes.to_vec(), same.to_vec());
+        self.run(move |w| w.step(&meta, &writes, &same))
+    }
+    fn get_finished(&mut self) -> Result<Finished, Error> {
+        self.run(|w| w.get_finished())
+    }
+    fn clear(&mut self) -> Result<(), Error> {
+        self.run(|w| w.clear())
+    }
+    fn shares_manager(&self) -> bool {
+        true
+    }
+}
+
+/// The scheduler half on this thread, the worker half on another, and a third reading the
+/// counters and B's state all along: the transcript is seed 003's.
+fn halves_on_three_threads() {
+    let g1 = G1::new();
+    let m = Manager::new(&manager_config()).unwrap();
+    let c = Connector::new(&m, &connector_config(Role::Both)).unwrap();
+    c.register_kv_caches(&g1.layout(), GPU_BLOCKS as u64).unwrap();
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let (tx, rx) = std::sync::mpsc::channel::<Box<dyn FnOnce(&mut dyn Worker) + Send>>();
+    let lines = std::thread::scope(|s| {
+        s.spawn(|| {
+            let mut w = seed003::LocalWorker { c: &c, g1: &g1 };
+            for call in rx {
+                call(&mut w);
+            }
+        });
+        let reader = s.spawn(|| {
+            let mut reads = 0;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                c.stats().unwrap();
+                if let Err(e) = c.slot_state("B") {
+                    assert_eq!(e.status, Status::NotFound, "{e:?}");
+                }
+                reads += 1;
+            }
+            reads
+        });
+        let lines = seed003::run(&m, &c, &mut ThreadWorker { calls: tx });
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        assert!(reader.join().unwrap() > 0, "the reader never ran");
+        lines.unwrap()
+    });
+    assert_eq!(lines.join("\n") + "\n", TRANSCRIPT);
+}
+
 fn main() {
     if std::env::var_os(WORKER_ENV).is_some() {
         return worker_main();
     }
-    let tests: [(&str, fn()); 4] = [
+    let tests: [(&str, fn()); 5] = [
         ("seed003_in_one_process", seed003_in_one_process),
         ("seed003_in_two_processes", seed003_in_two_processes),
         ("preempted_b_loads_again_into_other_blocks", preempted_b_loads_again_into_other_blocks),
+        ("halves_on_three_threads", halves_on_three_threads),
         ("bad_input_is_refused_and_harms_nothing", bad_input_is_refused_and_harms_nothing),
     ];
     // libtest's interface, in short: name filters, and its summary line.
