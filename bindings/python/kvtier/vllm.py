@@ -198,6 +198,12 @@ class KvtierConnector(KVConnectorBase_V1):
         if role.name == "SCHEDULER":
             self._open(kvtier.ROLE_SCHEDULER, num_layers=1, num_outer=1, chunk_bytes=0)
 
+    @classmethod
+    def requires_piecewise_for_cudagraph(cls, extra_config):
+        """wait_for_layer_load waits for the loads inside the model's forward: a full CUDA
+        graph would skip it and read blocks still being loaded."""
+        return True
+
     def _open(self, role, **shape):
         self.manager = kvtier.Manager(g3_path=self._g3_path, page_size=self._page_size,
                                       g1_blocks=1, **shape, **self._manager_config)

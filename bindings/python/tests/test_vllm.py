@@ -288,6 +288,7 @@ def test_loaded_by_module_path_without_vllm():
     assert kvtier.vllm.KvtierConnector.__module__ == "kvtier.vllm"
     if "vllm.distributed" not in sys.modules:  # the stand-in base
         assert issubclass(kvtier.vllm.KvtierConnectorMetadata, kvtier.vllm.KVConnectorMetadata)
+    assert kvtier.vllm.KvtierConnector.requires_piecewise_for_cudagraph({}) is True
     W = kvtier.vllm.KvtierWorkerMetadata
     assert W([b"a"]).aggregate(W([b"b"])).reports == [b"a", b"b"]
 
