@@ -198,6 +198,11 @@ class KvtierConnector(KVConnectorBase_V1):
         if role.name == "SCHEDULER":
             self._open(kvtier.ROLE_SCHEDULER, num_layers=1, num_outer=1, chunk_bytes=0)
 
+    @property
+    def requires_kv_delivery(self):
+        """A best-effort cache: a store dropped by a preemption is a later miss, no more."""
+        return False
+
     @classmethod
     def requires_piecewise_for_cudagraph(cls, extra_config):
         """wait_for_layer_load waits for the loads inside the model's forward: a full CUDA

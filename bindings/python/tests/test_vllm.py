@@ -295,6 +295,7 @@ def test_loaded_by_module_path_without_vllm():
 
 def test_seed003_through_the_vllm_connector(engines):
     e, S = engines, engines.sched
+    assert S.requires_kv_delivery is False
     a = Request("A", seed.TOKENS_A)
     assert S.get_num_new_matched_tokens(a, 0) == (0, False)
     S.update_state_after_alloc(a, kv_blocks([1, 2, 3]), 0)
