@@ -377,6 +377,7 @@ fn halves_on_three_threads() {
     let c = Connector::new(&m, &connector_config(Role::Both)).unwrap();
     c.register_kv_caches(&g1.layout(), GPU_BLOCKS as u64).unwrap();
     let stop = std::sync::atomic::AtomicBool::new(false);
+    let started = std::sync::Barrier::new(2);
     let (tx, rx) = std::sync::mpsc::channel::<Box<dyn FnOnce(&mut dyn Worker) + Send>>();
     let lines = std::thread::scope(|s| {
         s.spawn(|| {
@@ -386,19 +387,21 @@ fn halves_on_three_threads() {
             }
         });
         let reader = s.spawn(|| {
-            let mut reads = 0;
-            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+            started.wait();
+            loop {
                 c.stats().unwrap();
                 if let Err(e) = c.slot_state("B") {
                     assert_eq!(e.status, Status::NotFound, "{e:?}");
                 }
-                reads += 1;
+                if stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    break;
+                }
             }
-            reads
         });
+        started.wait();
         let lines = seed003::run(&m, &c, &mut ThreadWorker { calls: tx });
         stop.store(true, std::sync::atomic::Ordering::Relaxed);
-        assert!(reader.join().unwrap() > 0, "the reader never ran");
+        reader.join().unwrap();
         lines.unwrap()
     });
     assert_eq!(lines.join("\n") + "\n", TRANSCRIPT);
