@@ -5,6 +5,7 @@ import os
 import pickle
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -100,6 +101,48 @@ def test_lazy_offload_stores_a_block_when_its_id_is_given_to_another_request():
         read, _ = seed.step(c, engine, [(S("C", 32, 8), [4, 5, 6], seed.TOKENS_A)], stored=2,
                             loaded=2, after_load=lambda: [engine.block(4), engine.block(5)])
         assert read == [seed.kv(h) for h in HASH_A]
+
+
+def test_b_finished_while_its_load_is_in_flight():
+    """An asynchronous load of B is running when the engine finishes B: the engine keeps B's
+    blocks (delay_free) until the worker lists B in finished_sending, which it does once the
+    next step's metadata tells it B finished and B's load has drained."""
+    engine = seed.Engine()
+    with seed.manager() as m, kvtier.Connector(m, num_gpu_blocks=seed.NUM_GPU_BLOCKS,
+                                               load_async=1) as c:
+        c.register_kv_caches(engine.layout(), seed.NUM_GPU_BLOCKS)
+        c.get_num_new_matched_tokens("A", seed.TOKENS_A)
+        c.update_state_after_alloc("A", [1, 2, 3], 0)
+        seed.step(c, engine, [(S("A", 0, 40), [1, 2, 3], seed.TOKENS_A)], stored=2, loaded=0)
+        c.request_finished("A")
+
+        assert c.get_num_new_matched_tokens("B", seed.TOKENS_B) == (32, True)
+        c.update_state_after_alloc("B", [4, 5], 32)
+        c.bind_connector_metadata(c.build_connector_meta([]))  # B waits for its load
+        c.start_load_kv()
+        assert c.request_finished("B") is True
+        assert c.slot_state("B")[0] == kvtier.SLOT_FINISHING
+        c.wait_for_save()
+        done = seed.drain(c.get_finished, c.update_connector_output, c.stats, 2, 2)
+        c.clear_connector_metadata()
+        assert done.finished_recving == ["B"] and done.finished_sending == []
+        assert c.slot_state("B") == (kvtier.SLOT_FINISHED,
+                                     STATES_B[:3] + [kvtier.SLOT_FINISHING, kvtier.SLOT_FINISHED])
+        assert [engine.block(4), engine.block(5)] == [seed.kv(h) for h in HASH_A]
+
+        c.bind_connector_metadata(c.build_connector_meta([]))  # names B as finished
+        c.start_load_kv()
+        c.wait_for_save()
+        sending = []
+        for _ in range(5000):
+            f = c.get_finished()
+            c.update_connector_output(f.report)
+            sending += f.finished_sending
+            if sending:
+                break
+            time.sleep(0.001)
+        c.clear_connector_metadata()
+        assert sending == ["B"]
 
 
 # ---- two processes: the worker runs in a child, behind a pipe of pickled calls ----
