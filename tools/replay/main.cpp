@@ -7,6 +7,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "engine_sim.hpp"
 #include "kvtier.h"
 #include "options.hpp"
 #include "replayer.hpp"
@@ -37,7 +38,8 @@ int main(int argc, char **argv) {
   Options o;
   long long page = o.page_size, g1 = o.g1_blocks, g2 = o.g2_blocks, g3 = o.g3_blocks;
   long long layers = o.layers, outer = o.outer, chunk = o.chunk_bytes, conc = o.concurrency;
-  std::string offload = "eager", policy = "presence";
+  long long budget = o.token_budget, running = o.max_running;
+  std::string offload = "eager", policy = "presence", mode = "blocks";
   bool no_progress = false;
   bool no_prefault = false;
 
@@ -46,6 +48,11 @@ int main(int argc, char **argv) {
   app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);  // last wins
   app.add_option("--trace", o.trace, "trace file, one JSON request per line (Mooncake form)")
       ->required();
+  app.add_option("--mode", mode, "blocks: block calls per request, kvtier's own G1; engine: a "
+                               "continuous-batching engine owns G1 and reaches G2/G3 through "
+                               "the connector (blocks)");
+  app.add_option("--token-budget", budget, "engine: tokens computed per step (2048)");
+  app.add_option("--max-running", running, "engine: requests running at once (64)");
   app.add_option("--page-size", page, "tokens per block (512)");
   app.add_option("--g1-blocks", g1, "G1 capacity in blocks (4000)");
   app.add_option("--g2-blocks", g2, "G2 (host) capacity in blocks; 0 leaves G2 out (20000)");
@@ -77,8 +84,22 @@ int main(int argc, char **argv) {
       !in_range("--layers", layers, 1, 65536, &err) ||
       !in_range("--outer", outer, 1, 2, &err) ||
       !in_range("--chunk-bytes", chunk, 0, 1ll << 30, &err) ||
-      !in_range("--concurrency", conc, 1, 4096, &err))
+      !in_range("--concurrency", conc, 1, 4096, &err) ||
+      !in_range("--token-budget", budget, 1, 1 << 24, &err) ||
+      !in_range("--max-running", running, 1, 1 << 16, &err))
     return usage_error(err);
+  if (mode == "engine") o.mode = Mode::Engine;
+  else if (mode != "blocks") return usage_error("--mode must be blocks or engine, not \"" + mode + "\"");
+  o.token_budget = uint32_t(budget);
+  o.max_running = uint32_t(running);
+  if (o.mode == Mode::Engine) {
+    // What only the block calls do; the connector has its own.
+    if (conc != 1 || policy != "presence" || !o.timeline_csv.empty() || !o.plot_svg.empty())
+      return usage_error("--concurrency, --policy, --timeline and --plot apply to --mode "
+                         "blocks only");
+    if (chunk == 0) return usage_error("--mode engine needs --chunk-bytes > 0");
+    if (g2 == 0 && g3 == 0) return usage_error("--mode engine needs G2 or G3");
+  }
   o.page_size = uint32_t(page);
   o.g1_blocks = uint64_t(g1);
   o.g2_blocks = uint64_t(g2);
@@ -116,10 +137,27 @@ int main(int argc, char **argv) {
   if (!load_trace(o.trace, &trace, &err)) return usage_error(err);
   for (const Request &r : trace.requests) {
     uint64_t need = r.n_ids * 512 / o.page_size;
+    if (o.mode == Mode::Engine) {
+      if (r.n_ids == 0)
+        return usage_error("--mode engine: the request on line " + std::to_string(r.line) +
+                           " has no tokens");
+      need = (r.input_length + r.output_length + o.page_size - 1) / o.page_size;
+    }
     if (need > o.g1_blocks)
       return usage_error("G1 is smaller than one request: the request on line " +
                          std::to_string(r.line) + " needs " + std::to_string(need) +
                          " blocks, --g1-blocks is " + std::to_string(o.g1_blocks));
+  }
+
+  if (o.mode == Mode::Engine) {
+    EngineResult e;
+    if (!run_engine(o, trace, &e, &err)) {
+      std::fprintf(stderr, "kvtier-replay: %s\n", err.c_str());
+      return 1;
+    }
+    if (o.json) print_engine_json(stdout, o, trace, e);
+    else print_engine_summary(stdout, o, trace, e);
+    return e.mismatched == 0 ? 0 : 1;
   }
 
   Result r;

@@ -7,9 +7,13 @@
 namespace kvt::replay {
 
 enum class Offload { Eager, Lazy };
+// blocks: block calls per request (kvtier's own G1); engine: a continuous-batching engine
+// that owns G1 and reaches G2/G3 only through the connector.
+enum class Mode { Blocks, Engine };
 
 struct Options {
   std::string trace;
+  Mode mode = Mode::Blocks;
   uint32_t page_size = 512;
   uint64_t g1_blocks = 4000, g2_blocks = 20000, g3_blocks = 60000;
   uint32_t layers = 1, outer = 2;
@@ -23,6 +27,8 @@ struct Options {
   double interval_s = 60;      // timeline bucket width in trace time
   bool progress = true;        // a progress bar, when stderr is a terminal
   bool prefault = true;        // touch every page of G1 and G2 before the replay
+  uint32_t token_budget = 2048;  // engine: tokens computed per step, over all requests
+  uint32_t max_running = 64;     // engine: requests running at once
 
   uint64_t block_bytes() const { return uint64_t(layers) * outer * chunk_bytes; }
 };

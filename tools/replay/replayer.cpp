@@ -13,6 +13,7 @@
 #include <unordered_map>
 
 #include "kvtier.h"
+#include "pattern.hpp"
 
 namespace kvt::replay {
 
@@ -20,24 +21,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 constexpr uint32_t kTokensPerId = 512;  // the trace's block size, fixed by its README
-
-// The bytes a block with this sequence hash holds: a function of the hash alone, so that a
-// block onboarded from any tier can be checked.
-inline uint64_t word_of(uint64_t hash, size_t i) {
-  return (hash + i * 0x9E3779B97F4A7C15ull) ^ (hash >> 31);
-}
-
-void fill(void *p, size_t len, uint64_t hash) {
-  auto *w = static_cast<uint64_t *>(p);
-  for (size_t i = 0; i < len / 8; ++i) w[i] = word_of(hash, i);
-}
-
-bool holds(const void *p, size_t len, uint64_t hash) {
-  auto *w = static_cast<const uint64_t *>(p);
-  for (size_t i = 0; i < len / 8; ++i)
-    if (w[i] != word_of(hash, i)) return false;
-  return true;
-}
 
 int direction(kvt_tier src, kvt_tier dst) {
   if (src == KVT_TIER_G1) return dst == KVT_TIER_G2 ? G1G2 : G1G3;

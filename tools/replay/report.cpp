@@ -6,6 +6,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "kvtier.h"
+
 namespace kvt::replay {
 
 namespace {
@@ -24,6 +26,13 @@ std::string tier_size(uint64_t blocks, uint64_t block_bytes) {
 
 std::string policy_name(const Options &o) {
   return o.min_frequency ? "frequency:" + std::to_string(o.min_frequency) : "presence";
+}
+
+// "PREFILLING" for KVT_SLOT_PREFILLING; "NONE" for 0, where slots are created.
+std::string slot_name(uint32_t state) {
+  if (state == 0) return "NONE";
+  std::string s = kvt_slot_state_str(state);
+  return s.rfind("KVT_SLOT_", 0) == 0 ? s.substr(9) : s;
 }
 
 }  // namespace
@@ -110,6 +119,70 @@ void print_json(std::FILE *f, const Options &o, const Trace &t, const Result &r)
                  {"concurrency", o.concurrency},
                  {"offload", o.offload == Offload::Eager ? "eager" : "lazy"},
                  {"policy", policy_name(o)},     {"trace_requests", t.requests.size()}};
+  std::fprintf(f, "%s\n", j.dump(2).c_str());
+}
+
+void print_engine_summary(std::FILE *f, const Options &o, const Trace &t, const EngineResult &r) {
+  const uint64_t bb = o.block_bytes();
+  std::fprintf(f, "kvtier-replay --mode engine %s\n", o.trace.c_str());
+  std::fprintf(f, "  trace     %zu requests, %llu prompt tokens, %llu sampled; blocks of %u "
+               "tokens\n", t.requests.size(), (unsigned long long)r.prompt_tokens,
+               (unsigned long long)r.output_tokens, o.page_size);
+  std::fprintf(f, "  G1        %s of the engine's host memory, registered with the "
+               "connector\n", tier_size(o.g1_blocks, bb).c_str());
+  if (o.g2_blocks) std::fprintf(f, "  G2        %s of host memory\n", tier_size(o.g2_blocks, bb).c_str());
+  if (o.g3_blocks)
+    std::fprintf(f, "  G3        %s on disk in %s\n", tier_size(o.g3_blocks, bb).c_str(),
+                 o.g3_path.empty() ? "a temporary directory" : o.g3_path.c_str());
+  std::fprintf(f, "  engine    %u tokens per step, at most %u running, %s offload\n\n",
+               o.token_budget, o.max_running, o.offload == Offload::Eager ? "eager" : "lazy");
+  std::fprintf(f, "steps       %llu, %llu preemptions\n", (unsigned long long)r.steps,
+               (unsigned long long)r.preemptions);
+  std::fprintf(f, "prefill     G1 prefix hits %llu tokens, loaded %llu tokens (%.1f%% of the "
+               "prompts), computed %llu tokens in all\n", (unsigned long long)r.g1_hit_tokens,
+               (unsigned long long)r.loaded_tokens, pct(r.loaded_tokens, r.prompt_tokens),
+               (unsigned long long)r.computed_tokens);
+  std::fprintf(f, "stores      %llu blocks stored, %llu failed\n",
+               (unsigned long long)r.stored_blocks, (unsigned long long)r.store_failures);
+  std::fprintf(f, "verified    %llu loaded blocks hold the bytes of their hash, "
+               "%llu mismatched, %llu load errors recomputed\n", (unsigned long long)r.verified,
+               (unsigned long long)r.mismatched, (unsigned long long)r.load_error_blocks);
+  std::fprintf(f, "wall        %.2f s: %.0f requests/s, %.0f steps/s\n", r.seconds,
+               double(r.requests) / r.seconds, double(r.steps) / r.seconds);
+}
+
+void print_engine_json(std::FILE *f, const Options &o, const Trace &t, const EngineResult &r) {
+  nlohmann::ordered_json j;
+  j["trace"] = o.trace;
+  j["mode"] = "engine";
+  j["requests"] = r.requests;
+  j["steps"] = r.steps;
+  j["preemptions"] = r.preemptions;
+  j["prompt_tokens"] = r.prompt_tokens;
+  j["output_tokens"] = r.output_tokens;
+  j["computed_tokens"] = r.computed_tokens;
+  j["g1_hit_tokens"] = r.g1_hit_tokens;
+  j["loaded_tokens"] = r.loaded_tokens;
+  j["prefill_tokens_saved"] = r.prefill_tokens_saved;
+  j["load_error_blocks"] = r.load_error_blocks;
+  j["stored_blocks"] = r.stored_blocks;
+  j["store_failures"] = r.store_failures;
+  j["verified_blocks"] = r.verified;
+  j["mismatched_blocks"] = r.mismatched;
+  nlohmann::ordered_json tr = nlohmann::ordered_json::object();
+  for (uint32_t from = 0; from < 11; ++from)
+    for (uint32_t to = 0; to < 11; ++to)
+      if (r.transitions[from][to]) tr[slot_name(from) + "->" + slot_name(to)] = r.transitions[from][to];
+  j["slot_transitions"] = tr;
+  j["seconds"] = r.seconds;
+  j["prefault_seconds"] = r.prefault_seconds;
+  j["config"] = {{"page_size", o.page_size},       {"g1_blocks", o.g1_blocks},
+                 {"g2_blocks", o.g2_blocks},       {"g3_blocks", o.g3_blocks},
+                 {"layers", o.layers},             {"outer", o.outer},
+                 {"chunk_bytes", o.chunk_bytes},   {"block_bytes", o.block_bytes()},
+                 {"token_budget", o.token_budget}, {"max_running", o.max_running},
+                 {"offload", o.offload == Offload::Eager ? "eager" : "lazy"},
+                 {"trace_requests", t.requests.size()}};
   std::fprintf(f, "%s\n", j.dump(2).c_str());
 }
 

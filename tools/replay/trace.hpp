@@ -11,6 +11,10 @@ struct Request {
   uint64_t timestamp_ms;
   size_t first_id, n_ids;  // its ids are Trace::ids[first_id, first_id + n_ids)
   size_t line;             // 1-based line in the file, for messages
+  // Prompt tokens (input_length when it ends within the last id's 512 tokens, else
+  // n_ids * 512) and tokens to sample (output_length, at least 1). Only --mode engine uses
+  // them.
+  uint64_t input_length = 0, output_length = 1;
 };
 
 struct Trace {

@@ -1,0 +1,31 @@
+// --mode engine: a small continuous-batching engine that owns G1 and reaches G2/G3 only
+// through kvtier's connector (one process, role BOTH), the way vLLM drives a KV connector.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "options.hpp"
+#include "trace.hpp"
+
+namespace kvt::replay {
+
+struct EngineResult {
+  uint64_t requests = 0, steps = 0, preemptions = 0;
+  uint64_t prompt_tokens = 0, output_tokens = 0;  // output: sampled tokens
+  uint64_t computed_tokens = 0;    // tokens the "forward" computed (prefill and decode)
+  uint64_t g1_hit_tokens = 0;      // the engine's own prefix cache
+  uint64_t loaded_tokens = 0;      // accepted from get_num_new_matched_tokens and loaded
+  uint64_t prefill_tokens_saved = 0;  // loaded without a load error: not computed
+  uint64_t load_error_blocks = 0;  // loads the worker reported failed: recomputed
+  uint64_t stored_blocks = 0, store_failures = 0;  // kvt_connector_stats
+  uint64_t verified = 0, mismatched = 0;  // loaded G1 blocks checked against their hash
+  uint64_t transitions[11][11] = {};      // kvt_connector_stats.transitions
+  double seconds = 0, prefault_seconds = 0;
+};
+
+// Replays the trace; false with *error when a connector call fails or the engine cannot make
+// progress.
+bool run_engine(const Options &o, const Trace &t, EngineResult *out, std::string *error);
+
+}  // namespace kvt::replay
