@@ -193,6 +193,7 @@ class KvtierConnector(KVConnectorBase_V1):
         # scheduler: per request, its Request, and how many of its blocks and tokens the
         # connector has seen
         self._requests, self._blocks_seen, self._tokens_seen = {}, {}, {}
+        self._delayed = set()  # finished, blocks kept until the worker's finished_sending
         # worker: layer name -> index, reports and load errors since the last step
         self._layers, self._reports, self._load_errors = {}, [], set()
         if role.name == "SCHEDULER":
@@ -291,15 +292,24 @@ class KvtierConnector(KVConnectorBase_V1):
         if isinstance(meta, KvtierWorkerMetadata):
             for report in meta.reports:
                 self._live().update_connector_output(report)
+        self._delayed -= set(connector_output.finished_sending or ())
+
+    def has_pending_push_work(self):
+        """True while a finished request's blocks wait for finished_sending: the engine must
+        keep stepping for the worker to report it."""
+        return bool(self._delayed)
 
     def request_finished(self, request, block_ids):
         rid = request.request_id
         for d in (self._requests, self._blocks_seen, self._tokens_seen):
             d.pop(rid, None)
         try:
-            return self._live().request_finished(rid), None
+            delay_free = self._live().request_finished(rid)
         except kvtier.NotFoundError:  # aborted before the connector saw it
             return False, None
+        if delay_free:
+            self._delayed.add(rid)
+        return delay_free, None
 
     def take_events(self):
         """G2/G3's BLOCK_STORED/REMOVED events, as vLLM's BlockStored/BlockRemoved when vLLM

@@ -391,6 +391,51 @@ def test_async_load_ends_between_steps():
         e.close()
 
 
+def test_finished_during_its_async_load():
+    """B finishes while its load runs: vLLM keeps its blocks, and keeps stepping
+    (has_pending_push_work) until the worker lists B in finished_sending."""
+    e = Engines(load_async=True)
+    try:
+        S = e.sched
+        a = Request("A", seed.TOKENS_A)
+        S.get_num_new_matched_tokens(a, 0)
+        S.update_state_after_alloc(a, kv_blocks([1, 2, 3]), 0)
+        so = scheduler_output(new=[(a, [1, 2, 3])])
+        so.num_scheduled_tokens = {"A": 40}
+        e.execute(so, [(1, HASH_A[0]), (2, HASH_A[1])])
+        e.settle(stored=2, loaded=0)
+        assert S.request_finished(a, [1, 2, 3]) == (False, None)
+        assert not S.has_pending_push_work()
+
+        b = Request("B", seed.TOKENS_B)
+        assert S.get_num_new_matched_tokens(b, 0) == (32, True)
+        S.update_state_after_alloc(b, kv_blocks([4, 5]), 32)
+        so = scheduler_output()
+        so.kv_connector_metadata = S.build_connector_meta(so)
+        e.worker.bind_connector_metadata(so.kv_connector_metadata)
+        e.worker.start_load_kv(None)
+        assert S.request_finished(b, [4, 5]) == (True, None)  # aborted during its load
+        assert S.has_pending_push_work()
+        sending = set()
+        for _ in range(1000):  # the engine's steps while B's blocks are held
+            e.worker.wait_for_save()
+            out = e.output({"B"})
+            e.worker.clear_connector_metadata()
+            S.update_connector_output(out)
+            sending |= out.finished_sending or set()
+            if not S.has_pending_push_work():
+                break
+            so = scheduler_output(finished={"B"})
+            so.kv_connector_metadata = S.build_connector_meta(so)
+            e.worker.bind_connector_metadata(so.kv_connector_metadata)
+            e.worker.start_load_kv(None)
+            time.sleep(0.001)
+        assert sending == {"B"} and not S.has_pending_push_work()
+        assert [e.engine.block(4), e.engine.block(5)] == [seed.kv(h) for h in HASH_A]
+    finally:
+        e.close()
+
+
 def test_preemption_reaches_both_halves(engines):
     e, S = engines, engines.sched
     a = Request("A", seed.TOKENS_A)
