@@ -187,8 +187,11 @@ class KvtierConnector(KVConnectorBase_V1):
         self._page_size = vllm_config.cache_config.block_size
         if kv_cache_config is not None:
             self._num_gpu_blocks = kv_cache_config.num_blocks
-        else:
+        elif "num_gpu_blocks" in extra:
             self._num_gpu_blocks = int(extra["num_gpu_blocks"])
+        else:
+            raise ValueError("kvtier.vllm: no kv_cache_config, and no num_gpu_blocks in "
+                             "kv_connector_extra_config")
         self.manager = self.connector = None  # kvtier.Manager and kvtier.Connector
         # scheduler: per request, its Request, and how many of its blocks and tokens the
         # connector has seen

@@ -599,6 +599,8 @@ def test_extra_config_is_checked():
     for bad in (dict(store_tier="G4"), dict(offload="sometimes"), dict(g2_block=5)):
         with pytest.raises(ValueError):
             create_connector(vllm_config(**bad), worker)
+    with pytest.raises(ValueError):  # G1's size comes from kv_cache_config or the config
+        kvtier.vllm.KvtierConnector(vllm_config(), worker)
     config = vllm_config()
     config.parallel_config.world_size = 2
     with pytest.raises(ValueError):
