@@ -144,6 +144,13 @@ def test_timeline_and_plot(small_trace, tmp_path):
     (["--policy", "lru"], "--policy must be presence or frequency:N"),
     (["--page-size", "300"], "page_size"),
     (["--g1-blocks", "abc"], "g1-blocks"),
+    (["--mode", "batch"], "--mode must be blocks or engine"),
+    (["--mode", "engine", "--concurrency", "2"], "apply to --mode blocks only"),
+    (["--mode", "engine", "--chunk-bytes", "0"], "--mode engine needs --chunk-bytes > 0"),
+    (["--mode", "engine", "--g2-blocks", "0", "--g3-blocks", "0"], "needs G2 or G3"),
+    (["--mode", "engine", "--token-budget", "0"], "--token-budget must be in 1.."),
+    (["--mode", "engine", "--max-running", "0"], "--max-running must be in 1.."),
+    (["--mode", "engine", "--g1-blocks", "200"], "G1 is smaller than one request"),
 ])
 def test_bad_arguments_fail_cleanly(args, message):
     if "--trace" not in args:
@@ -174,3 +181,88 @@ def test_empty_trace(tmp_path):
     path.write_text("\n")
     p = replay("--trace", path, *TINY, check=False)
     assert p.returncode > 0 and "no requests" in p.stderr
+
+
+# --- --mode engine: the trace through the connector, G1 owned by a simulated engine ---
+
+BLOCKS_KEYS = ["trace", "requests", "blocks", "g1_hit_blocks", "g2_hit_blocks", "g3_hit_blocks",
+               "miss_blocks", "hit_rate", "offloaded_blocks", "onboarded_blocks",
+               "verified_blocks", "mismatched_blocks", "cancelled_transfers",
+               "failed_transfers", "transfers", "alloc_waits", "seconds", "prefault_seconds",
+               "config"]
+
+
+def check_engine(r, requests):
+    assert r["mode"] == "engine" and r["requests"] == requests
+    assert r["mismatched_blocks"] == 0
+    assert r["load_error_blocks"] == 0 and r["store_failures"] == 0
+    assert r["loaded_tokens"] > 0 and r["stored_blocks"] > 0
+    assert r["verified_blocks"] * r["config"]["page_size"] == r["loaded_tokens"]
+    assert r["prefill_tokens_saved"] == r["loaded_tokens"]
+    t = r["slot_transitions"]
+    assert t["NONE->INITIALIZED"] == requests
+    assert sum(v for k, v in t.items() if k.endswith("->FINISHED")) == requests
+    assert t["ONBOARD_STAGED->ONBOARDING"] == t["ONBOARDING->PREFILLING"] > 0
+    assert sum(v for k, v in t.items() if k.endswith("->PREEMPTED")) == r["preemptions"]
+    assert all("UNKNOWN" not in k for k in t)
+
+
+def test_engine_mode_replays_the_shipped_trace():
+    """The whole trace at the default capacities: every request runs to its output_length,
+    and every prompt or output token is computed, hit in the engine's G1 or loaded, once
+    (the last sampled token of each request is never computed)."""
+    r = replay_json("--trace", TRACE, "--mode", "engine", *TINY)
+    check_engine(r, 12031)
+    assert r["preemptions"] == 0, "at these capacities G1 holds every running request"
+    assert r["output_tokens"] == 4122048 and r["prompt_tokens"] == 144793823
+    assert r["computed_tokens"] + r["g1_hit_tokens"] + r["prefill_tokens_saved"] == \
+        r["prompt_tokens"] + r["output_tokens"] - r["requests"]
+    assert r["steps"] >= r["computed_tokens"] / r["config"]["token_budget"]
+    assert r["g1_hit_tokens"] > 0
+
+
+@pytest.fixture(scope="module")
+def shipped_prefix(tmp_path_factory):
+    path = tmp_path_factory.mktemp("trace") / "prefix.jsonl"
+    with open(TRACE) as f:
+        path.write_text("".join(line for _, line in zip(range(2000), f)))
+    return path
+
+
+@pytest.mark.parametrize("extra", [
+    ["--offload", "eager"],
+    ["--offload", "lazy"],
+    ["--g2-blocks", "0"],  # stores go to G3, loads come from G3
+])
+def test_engine_mode_preempts_and_resumes_through_the_connector(shipped_prefix, tmp_path,
+                                                                extra):
+    """A G1 of 400 blocks for 32 running requests: the youngest are preempted, resume
+    through get_num_new_matched_tokens, and load what they had stored."""
+    r = replay_json("--trace", shipped_prefix, "--mode", "engine", "--g1-blocks", 400,
+                    "--g2-blocks", 3000, "--g3-blocks", 6000, "--max-running", 32,
+                    "--g3-path", tmp_path, *TINY, *extra)
+    check_engine(r, 2000)
+    assert r["preemptions"] > 0
+    assert r["slot_transitions"].get("PREEMPTED->ONBOARD_STAGED", 0) > 0, \
+        "some preempted requests must come back through a load"
+    assert list(tmp_path.iterdir()) == [], "the G3 file must be gone after the run"
+
+
+def test_engine_mode_summary(shipped_prefix):
+    out = replay("--trace", shipped_prefix, "--mode", "engine", "--g1-blocks", 400,
+                 "--max-running", 32, "--no-progress", "--chunk-bytes", 64).stdout
+    for word in ["--mode engine", "steps", "preemptions", "loaded", "stored", "0 mismatched",
+                 "wall"]:
+        assert word in out, word
+
+
+def test_blocks_mode_is_the_default_and_unchanged(small_trace):
+    """--mode blocks is today's replay: the same keys in the same order, and the same
+    counts with and without the flag (G1 only, so that nothing depends on copy timing)."""
+    args = ["--trace", small_trace, "--g1-blocks", 40, "--g2-blocks", 0, "--g3-blocks", 0,
+            *TINY]
+    default, blocks = replay_json(*args), replay_json(*args, "--mode", "blocks")
+    assert list(default) == BLOCKS_KEYS
+    for r in (default, blocks):
+        del r["seconds"], r["prefault_seconds"]
+    assert default == blocks
