@@ -22,3 +22,8 @@ echo "## concurrent transfers"
 "$build/bench/bench_concurrency" --benchmark_repetitions=5 --benchmark_min_time=0.5 \
   --benchmark_report_aggregates_only=true --benchmark_format=json > "$out"
 /usr/bin/python3 bench/report_concurrency.py "$out"
+echo
+echo "## connector bookkeeping"
+"$build/bench/bench_connector" --benchmark_repetitions=5 \
+  --benchmark_report_aggregates_only=true --benchmark_format=json > "$out"
+/usr/bin/python3 bench/report_connector.py "$out"

@@ -1,0 +1,230 @@
+// The connector's bookkeeping per request step, beside the bare block calls it makes, in the
+// same run (issue 12's goal: overhead <= 2 us per request per step + 50 ns per block):
+//   Miss/N: a request of N new blocks: get_num_new_matched_tokens (finds nothing),
+//           update_state_after_alloc, build_connector_meta (plans N eager stores to G2);
+//           baseline: kvt_hash_sequence + kvt_match_prefix on G2 + kvt_block_alloc/release
+//           of N G2 store destinations.
+//   Hit/N:  a request whose N blocks are in G2: the same three calls (plan N loads);
+//           baseline: kvt_hash_sequence + kvt_match_prefix on G2 (N hits) + release.
+// Only the three calls (or the baseline's) are timed. The worker's copies, the report and
+// the request's end run between timed regions, so that every step starts from the same state.
+#include <benchmark/benchmark.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "kvtier.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr uint32_t kPage = 16;
+constexpr uint64_t kG1Blocks = 1024, kG2Blocks = 1 << 16, kChunk = 64;
+
+void check(kvt_status st, const char *what) {
+  if (st == KVT_OK) return;
+  std::fprintf(stderr, "%s: %s: %s\n", what, kvt_status_str(st), kvt_last_error());
+  std::abort();
+}
+
+kvt_manager *make_manager() {
+  kvt_manager_config c;
+  kvt_manager_config_init(&c);
+  c.page_size = kPage;
+  c.chunk_bytes = kChunk;  // tiny copies: the worker's part is not what is measured
+  c.g1_blocks = 1;
+  c.g2_blocks = kG2Blocks;
+  c.g3_blocks = 0;
+  c.g1_memory = KVT_MEMORY_HOST;
+  kvt_manager *m = nullptr;
+  check(kvt_manager_create(&m, &c), "kvt_manager_create");
+  return m;
+}
+
+// Tokens of a request of n full blocks plus one token (the one the engine must compute);
+// `seed` makes them differ between requests.
+std::vector<uint32_t> tokens_of(size_t n, uint64_t seed) {
+  std::vector<uint32_t> t(n * kPage + 1);
+  for (size_t i = 0; i < t.size(); ++i) t[i] = uint32_t(seed * 2654435761u + i);
+  return t;
+}
+
+// A connector of role BOTH over its own manager, with the engine's G1 registered, and the
+// worker's side of a step for the untimed part.
+struct Rig {
+  kvt_manager *m = make_manager();
+  kvt_connector *c = nullptr;
+  std::vector<char> g1 = std::vector<char>(kG1Blocks * 2 * kChunk);
+  std::vector<uint32_t> block_ids;
+  uint64_t next_req = 0;
+
+  Rig() {
+    kvt_connector_config cc;
+    kvt_connector_config_init(&cc);
+    cc.num_gpu_blocks = kG1Blocks;
+    check(kvt_connector_create(&c, m, &cc), "kvt_connector_create");
+    const void *bases[2] = {g1.data(), g1.data() + kChunk};
+    uint64_t strides[2] = {2 * kChunk, 2 * kChunk};
+    kvt_g1_layout l{};
+    l.struct_size = sizeof l;
+    l.memory = KVT_MEMORY_HOST;
+    l.bases = bases;
+    l.strides = strides;
+    check(kvt_connector_register_kv_caches(c, &l, kG1Blocks), "register_kv_caches");
+    for (uint32_t b = 0; b < kG1Blocks; ++b) block_ids.push_back(b);
+  }
+  ~Rig() {
+    kvt_connector_destroy(c);
+    kvt_manager_destroy(m);
+  }
+
+  // One worker step over meta, and its report back to the scheduler half; true when `id`
+  // was listed in finished_sending.
+  bool worker_step(const void *meta, size_t len, const std::string &id) {
+    check(kvt_connector_bind_connector_metadata(c, meta, len), "bind");
+    check(kvt_connector_start_load_kv(c), "start_load_kv");
+    check(kvt_connector_wait_for_layer_load(c, 0), "wait_for_layer_load");
+    check(kvt_connector_save_kv_layer(c, 0), "save_kv_layer");
+    check(kvt_connector_wait_for_save(c), "wait_for_save");
+    kvt_finished f{};
+    f.struct_size = sizeof f;
+    check(kvt_connector_get_finished(&f, c), "get_finished");
+    bool done = false;
+    for (size_t k = 0; k < f.num_finished_sending; ++k) done |= id == f.finished_sending[k];
+    check(kvt_connector_clear_connector_metadata(c), "clear");
+    check(kvt_connector_update_connector_output(c, f.report, f.report_len), "update_output");
+    return done;
+  }
+
+  // The rest of a request's life after its timed step: the worker runs the step, the
+  // request finishes, and empty steps run until its stores drained.
+  void finish(const void *meta, size_t len, const std::string &id) {
+    worker_step(meta, len, id);
+    int32_t delay = 0;
+    check(kvt_connector_request_finished(&delay, c, id.c_str()), "request_finished");
+    while (delay) {
+      const void *m2 = nullptr;
+      size_t l2 = 0;
+      check(kvt_connector_build_connector_meta(&m2, &l2, c, nullptr, 0), "build (empty)");
+      if (worker_step(m2, l2, id)) break;
+      std::this_thread::sleep_for(std::chrono::microseconds(20));
+    }
+  }
+
+  // The three scheduler calls of one request step, timed; returns seconds.
+  double step(const std::string &id, const std::vector<uint32_t> &tokens, size_t n_blocks,
+              uint64_t expect_external) {
+    const void *meta = nullptr;
+    size_t len = 0;
+    uint64_t ext = 0;
+    int32_t async = 0;
+    const auto t0 = Clock::now();
+    check(kvt_connector_get_num_new_matched_tokens(&ext, &async, c, id.c_str(), tokens.data(),
+                                                   tokens.size(), 0),
+          "get_num_new_matched_tokens");
+    check(kvt_connector_update_state_after_alloc(c, id.c_str(), block_ids.data(), n_blocks + 1,
+                                                 ext),
+          "update_state_after_alloc");
+    kvt_scheduled_request r{id.c_str(), ext, tokens.size() - ext, nullptr, 0, nullptr, 0};
+    check(kvt_connector_build_connector_meta(&meta, &len, c, &r, 1), "build_connector_meta");
+    const double s = std::chrono::duration<double>(Clock::now() - t0).count();
+    if (ext != expect_external) {
+      std::fprintf(stderr, "matched %llu tokens, expected %llu\n", (unsigned long long)ext,
+                   (unsigned long long)expect_external);
+      std::abort();
+    }
+    finish(meta, len, id);
+    return s;
+  }
+};
+
+void BM_ConnectorStep_Miss(benchmark::State &st) {
+  const size_t n = size_t(st.range(0));
+  Rig rig;
+  for (auto _ : st) {
+    const uint64_t k = rig.next_req++;
+    auto tokens = tokens_of(n, k + 1);
+    st.SetIterationTime(rig.step("miss-" + std::to_string(k), tokens, n, 0));
+  }
+  st.SetItemsProcessed(int64_t(st.iterations()));
+}
+
+void BM_ConnectorStep_Hit(benchmark::State &st) {
+  const size_t n = size_t(st.range(0));
+  Rig rig;
+  auto tokens = tokens_of(n, 0);
+  rig.step("store", tokens, n, 0);  // the first request stores the N blocks in G2
+  for (auto _ : st) {
+    const uint64_t k = rig.next_req++;
+    st.SetIterationTime(rig.step("hit-" + std::to_string(k), tokens, n, n * kPage));
+  }
+  st.SetItemsProcessed(int64_t(st.iterations()));
+}
+
+// The bare block calls, on a manager of the same shape without a connector.
+void BM_Baseline_BlockCalls_Miss(benchmark::State &st) {
+  const size_t n = size_t(st.range(0));
+  kvt_manager *m = make_manager();
+  uint64_t salt = 0;
+  kvt_hash_salt(&salt, nullptr, 0);
+  std::vector<uint64_t> hashes(n);
+  std::vector<kvt_block> found(n), dst(n);
+  uint64_t k = 0;
+  for (auto _ : st) {
+    auto tokens = tokens_of(n, ++k);
+    size_t nh = 0, hit = 0;
+    const auto t0 = Clock::now();
+    check(kvt_hash_sequence(hashes.data(), &nh, n, salt, tokens.data(), tokens.size(), kPage),
+          "hash");
+    check(kvt_match_prefix(&hit, found.data(), m, KVT_TIER_G2, hashes.data(), nh), "match");
+    check(kvt_block_alloc(dst.data(), n, m, KVT_TIER_G2), "alloc");
+    check(kvt_block_release(m, dst.data(), n), "release");
+    st.SetIterationTime(std::chrono::duration<double>(Clock::now() - t0).count());
+  }
+  st.SetItemsProcessed(int64_t(st.iterations()));
+  kvt_manager_destroy(m);
+}
+
+void BM_Baseline_BlockCalls_Hit(benchmark::State &st) {
+  const size_t n = size_t(st.range(0));
+  kvt_manager *m = make_manager();
+  uint64_t salt = 0;
+  kvt_hash_salt(&salt, nullptr, 0);
+  std::vector<uint64_t> hashes(n);
+  std::vector<kvt_block> found(n);
+  auto tokens = tokens_of(n, 0);
+  size_t nh = 0;
+  check(kvt_hash_sequence(hashes.data(), &nh, n, salt, tokens.data(), tokens.size(), kPage),
+        "hash");
+  check(kvt_block_alloc(found.data(), n, m, KVT_TIER_G2), "alloc");
+  check(kvt_block_register_hashes(found.data(), m, found.data(), hashes.data(), n, 0),
+        "register");
+  check(kvt_block_release(m, found.data(), n), "release");
+  for (auto _ : st) {
+    size_t hit = 0;
+    const auto t0 = Clock::now();
+    check(kvt_hash_sequence(hashes.data(), &nh, n, salt, tokens.data(), tokens.size(), kPage),
+          "hash");
+    check(kvt_match_prefix(&hit, found.data(), m, KVT_TIER_G2, hashes.data(), nh), "match");
+    check(kvt_block_release(m, found.data(), hit), "release");
+    st.SetIterationTime(std::chrono::duration<double>(Clock::now() - t0).count());
+    if (hit != n) std::abort();
+  }
+  st.SetItemsProcessed(int64_t(st.iterations()));
+  kvt_manager_destroy(m);
+}
+
+// Fixed iteration counts: the untimed worker part of each step dominates the wall time.
+#define KVT_CONNECTOR_BENCH(fn) \
+  BENCHMARK(fn)->Arg(1)->Arg(16)->Arg(256)->UseManualTime()->Iterations(4000)
+KVT_CONNECTOR_BENCH(BM_ConnectorStep_Miss);
+KVT_CONNECTOR_BENCH(BM_Baseline_BlockCalls_Miss);
+KVT_CONNECTOR_BENCH(BM_ConnectorStep_Hit);
+KVT_CONNECTOR_BENCH(BM_Baseline_BlockCalls_Hit);
+
+}  // namespace
+
+BENCHMARK_MAIN();
