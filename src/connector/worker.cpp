@@ -287,7 +287,7 @@ std::vector<Failure> Worker::execute(const Job &job) {
   Tier *g2_tier = m_.tier_if_present(KVT_TIER_G2);
   const TierMemory *g2 = g2_tier ? &g2_tier->memory() : nullptr;  // present for G2 ops
   if (job.step != failed_step_) {
-    failed_g1_.clear();
+    failed_reqs_.clear();
     failed_step_ = job.step;
   }
   std::vector<kvt_status> status(ops.size(), KVT_OK);
@@ -295,13 +295,12 @@ std::vector<Failure> Worker::execute(const Job &job) {
   std::vector<DiskOp> disk;
   std::vector<size_t> disk_op;
   std::vector<AlignedBuffer> staging;
+  const bool doomed = !load && failed_reqs_.contains(job.batch.req_id);
   for (size_t i = 0; i < ops.size(); ++i) {
     const CopyOp &op = ops[i];
-    if (!load) {  // a store of a block whose load failed in this step would store garbage
-      if (failed_g1_.contains(op.g1)) {
-        status[i] = KVT_ERR_CANCELLED;
-        continue;
-      }
+    if (doomed) {
+      status[i] = KVT_ERR_CANCELLED;
+      continue;
     }
     BlockRef g1{&g1_, op.g1, nullptr};
     if (op.tier == KVT_TIER_G2) {
@@ -337,7 +336,7 @@ std::vector<Failure> Worker::execute(const Job &job) {
   for (size_t i = 0; i < ops.size(); ++i) {
     if (status[i] == KVT_OK) continue;
     failed.push_back(Failure{uint32_t(i), status[i]});
-    if (load) failed_g1_.insert(ops[i].g1);
+    if (load) failed_reqs_.insert(job.batch.req_id);
   }
   return failed;
 }

@@ -65,9 +65,9 @@ class Worker {
   TierMemory g1_;
   uint64_t g1_blocks_ = 0;
   std::unique_ptr<CudaEngine> cuda_;
-  // G1 blocks whose load failed in step failed_step_: a store of the same step reading one
-  // fails too. Copy thread only.
-  absl::flat_hash_set<uint32_t> failed_g1_;
+  // Requests with a load that failed in step failed_step_: the step computed their blocks
+  // over bytes that never came, so their stores of that step fail too. Copy thread only.
+  absl::flat_hash_set<std::string> failed_reqs_;
   uint64_t failed_step_ = 0;
 
   std::mutex mu_;

@@ -537,8 +537,6 @@ def test_a_failed_load_is_reported_and_recomputed():
         e.close()
 
 
-@pytest.mark.xfail(strict=True, reason="connector core: the worker drops only the stores of "
-                   "the blocks whose load failed, not those computed over them in that step")
 def test_nothing_computed_over_a_failed_load_is_stored():
     """B's third block is computed in the step whose load of B's first block failed: its KV
     attends to garbage, so it must not be stored (vLLM recomputes it)."""
