@@ -644,7 +644,9 @@ KVT_API int kvt_event_fd(kvt_manager *m);
  *   PREEMPTED       -> ONBOARD_STAGED    the same, for a preempted request coming back
  *   ONBOARD_STAGED  -> ONBOARDING        update_state_after_alloc with external tokens > 0
  *   ONBOARD_STAGED  -> INITIALIZED       update_state_after_alloc with 0 external tokens
- *                                        (the engine declined the hit; pins are dropped)
+ *                                        (the engine declined the hit; pins are dropped);
+ *                                        from INITIALIZED or PREEMPTED that call changes
+ *                                        no state
  *   INITIALIZED, ONBOARDING, PREEMPTED
  *                   -> PREFILLING        build_connector_meta schedules it
  *   PREFILLING      -> PREFILLING        scheduled again without new tokens (chunked prefill)
@@ -659,7 +661,8 @@ KVT_API int kvt_event_fd(kvt_manager *m);
  *   any state but FINISHING, FINISHED -> FINISHING   request_finished
  *   FINISHING       -> FINISHED          its stores and loads drain (update_connector_output)
  * request_finished always enters FINISHING, and moves on to FINISHED in the same call when
- * nothing is outstanding (the history shows both). A FINISHED slot is gone: its id is unknown afterwards (KVT_ERR_NOT_FOUND). Every call that would make
+ * nothing is outstanding (the history shows both). A FINISHED slot is gone: its id is unknown to every call
+ * but kvt_connector_slot_state afterwards (KVT_ERR_NOT_FOUND). Every call that would make
  * a transition not listed fails with KVT_ERR_STATE and changes nothing, and a failing call
  * on one request leaves every other request as it was.
  *
@@ -668,7 +671,10 @@ KVT_API int kvt_event_fd(kvt_manager *m);
  * when the engine hands its G1 block id to a request to write (the block is about to be
  * overwritten); the worker copies such blocks out in start_load_kv, before anything writes
  * them. Either way a store's G2/G3 slot is pinned until the worker reports its batch done,
- * and a load's sources until the worker reports the load done.
+ * and a load's sources until the worker reports the load done. A load that fails (a G3
+ * checksum, an I/O error) lists its G1 blocks in kvt_finished.load_error_block_ids for the
+ * engine to recompute, fails every store of that request in the same step (they were
+ * computed over the missing bytes), and takes a corrupt G3 copy out of the registry.
  * ------------------------------------------------------------------------------------ */
 
 typedef struct kvt_connector kvt_connector;
