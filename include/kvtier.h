@@ -788,8 +788,10 @@ KVT_API kvt_status kvt_connector_build_connector_meta(
 KVT_API kvt_status kvt_connector_update_connector_output(kvt_connector *c, const void *report,
                                                          size_t len);
 
-/* The request is done. *out_delay_free is 1 when stores still read its G1 blocks: the
- * engine keeps them until the worker lists the request in finished_sending. */
+/* The request is done. *out_delay_free is 1 when copies still use its G1 blocks: the
+ * engine keeps them until the worker lists the request in finished_sending. The worker
+ * learns of the finish from the next step's metadata, so the engine keeps building and
+ * binding steps (empty ones will do) until then, as vLLM does. */
 KVT_API kvt_status kvt_connector_request_finished(int32_t *out_delay_free, kvt_connector *c,
                                                   const char *req_id);
 
