@@ -226,7 +226,32 @@ typedef struct kvt_manager_config {
   int32_t     g3_fault_errno;   /* 1..4095 */
   uint64_t    g3_fault_skip;
   uint64_t    g3_fault_count;   /* >= 1 */
+
+  /* 0.3.0: a G3 that survives restarts (docs/G3_FORMAT.md). */
+  uint32_t    g3_persist;       /* 1: G3's file at g3_path (required) outlives the manager:
+                                   create recovers the blocks it holds intact, destroy keeps
+                                   it. 0 (default): a fresh file, removed at destroy */
+  uint32_t    g3_on_mismatch;   /* kvt_g3_mismatch: what create does with a persistent file
+                                   of another layout, salt namespace or format version */
+  uint64_t    g3_namespace;     /* a persistent file's owner tag, e.g. the salt hash of the
+                                   model: a file of another namespace is a mismatch (0) */
+  /* 0.3.0: eviction (see Priorities and pins) */
+  uint32_t    eviction[3];      /* kvt_eviction of G1, G2, G3 (default LRU each) */
+  uint32_t    max_pinned_percent; /* share of a tier that pinned blocks may hold, 0..100
+                                     (default 50) */
 } kvt_manager_config;
+
+/* What kvt_manager_create does with a persistent G3 file it cannot read as its own. */
+typedef enum kvt_g3_mismatch {
+  KVT_G3_REFUSE = 0,            /* fail with KVT_ERR_INVALID_ARGUMENT naming the difference */
+  KVT_G3_RESET = 1              /* start the file empty, with a log message */
+} kvt_g3_mismatch;
+
+/* Which inactive block a tier evicts first. */
+typedef enum kvt_eviction {
+  KVT_EVICT_LRU = 0,            /* least recently released first (exact) */
+  KVT_EVICT_S3FIFO = 1          /* S3-FIFO: scan-resistant, for the lower tiers */
+} kvt_eviction;
 
 /* Largest capacity of one tier, in blocks: 2^26 - 1 (67,108,863). */
 #define KVT_MAX_TIER_BLOCKS ((uint64_t)0x03FFFFFF)
@@ -270,6 +295,14 @@ KVT_API void kvt_manager_destroy(kvt_manager *m);
  * lock: meant for tests and debug builds. */
 KVT_API kvt_status kvt_manager_check(kvt_manager *m);
 
+/* Empties a tier's registry (tier 0: every tier): transfers not yet committed that touch it
+ * are cancelled and copies in flight waited for, each ending with exactly one XFER_DONE;
+ * every inactive block returns to the free pool; one TIER_CLEARED event per tier emptied
+ * follows the BLOCK_REMOVED events, if any. Blocks the host still holds stay valid until
+ * released, but leave the registry: no match finds them, and their release frees them. A
+ * persistent G3 file is emptied too. Pins are dropped. */
+KVT_API kvt_status kvt_manager_reset(kvt_manager *m, int tier);
+
 /* ---------------------------------------------------------------------------------------
  * Statistics
  * ------------------------------------------------------------------------------------ */
@@ -293,6 +326,9 @@ typedef struct kvt_tier_stats {
   /* 0.2.0 */
   uint64_t retired;             /* slots that used their last generation, never reused; free
                                    + active + inactive + retired = capacity */
+  /* 0.3.0 */
+  uint64_t recovered;           /* G3: blocks recovered from a persistent file at create */
+  uint64_t pinned;              /* blocks pinned (kvt_block_pin) */
 } kvt_tier_stats;
 
 /* Fills *out, up to out->struct_size (set by the caller), with a snapshot of one tier.
@@ -405,6 +441,18 @@ KVT_API kvt_status kvt_block_alloc(kvt_block *out, size_t n, kvt_manager *m, kvt
  * later in the array are evicted first, so that shared prefixes survive longest.
  * blocks: borrowed; may mix tiers. */
 KVT_API kvt_status kvt_block_release(kvt_manager *m, const kvt_block *blocks, size_t n);
+
+/* --- Priorities and pins: what eviction spares ---
+ * Every registered block has a priority (0 by default): among inactive blocks, a tier
+ * evicts lower priorities first, and its eviction policy (kvt_eviction) orders blocks of
+ * equal priority. A pinned block is never evicted, even when inactive; a tier refuses a pin
+ * (KVT_ERR_NO_SPACE) that would make pinned blocks exceed max_pinned_percent of its
+ * capacity. Both are all or nothing over the array, for registered blocks
+ * (KVT_ERR_STATE otherwise), and stay with the block until it is evicted or reset. */
+KVT_API kvt_status kvt_block_set_priority(kvt_manager *m, const kvt_block *blocks, size_t n,
+                                          int32_t priority);
+KVT_API kvt_status kvt_block_pin(kvt_manager *m, const kvt_block *blocks, size_t n);
+KVT_API kvt_status kvt_block_unpin(kvt_manager *m, const kvt_block *blocks, size_t n);
 
 /* Takes one more reference on a registered block (active or inactive). The caller owns it
  * and drops it with kvt_block_release. KVT_ERR_STATE for a mutable block. */
@@ -586,7 +634,8 @@ KVT_API void kvt_xfer_release(kvt_xfer *x);
 
 typedef enum kvt_event_type {
   KVT_EVENT_XFER_DONE = 1, KVT_EVENT_BLOCK_STORED = 2, KVT_EVENT_BLOCK_REMOVED = 3,
-  KVT_EVENT_EVENTS_DROPPED = 4
+  KVT_EVENT_EVENTS_DROPPED = 4,
+  KVT_EVENT_TIER_CLEARED = 5    /* 0.3.0: kvt_manager_reset emptied the tier's registry */
 } kvt_event_type;
 
 typedef struct kvt_event {

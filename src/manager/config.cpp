@@ -77,6 +77,14 @@ kvt_status validate_g3(const kvt_manager_config &c) {
   if (c.g3_path != nullptr && c.g3_path[0] == '\0')
     return fail(KVT_ERR_INVALID_ARGUMENT,
                 "g3_path is \"\": a directory, or NULL for a temporary one");
+  if (c.g3_persist > 1)
+    return fail(KVT_ERR_INVALID_ARGUMENT, "g3_persist is %u: 0 or 1", c.g3_persist);
+  if (c.g3_persist && (c.g3_blocks == 0 || c.g3_path == nullptr))
+    return fail(KVT_ERR_INVALID_ARGUMENT,
+                "g3_persist needs G3 (g3_blocks > 0) and a g3_path to keep its file in");
+  if (c.g3_on_mismatch > KVT_G3_RESET)
+    return fail(KVT_ERR_INVALID_ARGUMENT, "g3_on_mismatch is %u: REFUSE (0) or RESET (1)",
+                c.g3_on_mismatch);
   if (c.g3_fault_op > KVT_G3_FAULT_READ)
     return fail(KVT_ERR_INVALID_ARGUMENT, "g3_fault_op is %u: OFF (0), WRITE (1) or READ (2)",
                 c.g3_fault_op);
@@ -118,6 +126,7 @@ void config_defaults(kvt_manager_config *cfg) noexcept {
   cfg->copy_threads = 4;
   cfg->policy_g1_g2 = cfg->policy_g1_g3 = cfg->policy_g2_g3 = {KVT_POLICY_PRESENCE, 1};
   cfg->g3_io = KVT_IO_AUTO;
+  cfg->max_pinned_percent = 50;
 }
 
 kvt_status config_validate(const kvt_manager_config &c) noexcept {
@@ -153,6 +162,13 @@ kvt_status config_validate(const kvt_manager_config &c) noexcept {
     return fail(KVT_ERR_INVALID_ARGUMENT, "cuda_device is %d", c.cuda_device);
   if (kvt_status s = validate_pipeline(c); s != KVT_OK) return s;
   if (kvt_status s = validate_g3(c); s != KVT_OK) return s;
+  for (int t = 0; t < 3; ++t)
+    if (c.eviction[t] > KVT_EVICT_S3FIFO)
+      return fail(KVT_ERR_INVALID_ARGUMENT, "eviction[%d] (G%d) is %u: LRU (0) or S3FIFO (1)", t,
+                  t + 1, c.eviction[t]);
+  if (c.max_pinned_percent > 100)
+    return fail(KVT_ERR_INVALID_ARGUMENT, "max_pinned_percent is %u: 0..100",
+                c.max_pinned_percent);
   if (c.g1_layout != nullptr) return validate_layout(c);
   return KVT_OK;
 }

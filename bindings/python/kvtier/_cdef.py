@@ -72,11 +72,23 @@ typedef struct kvt_manager_config {
   int32_t g3_fault_errno;
   uint64_t g3_fault_skip;
   uint64_t g3_fault_count;
+  uint32_t g3_persist;
+  uint32_t g3_on_mismatch;
+  uint64_t g3_namespace;
+  uint32_t eviction[3];
+  uint32_t max_pinned_percent;
 } kvt_manager_config;
+typedef enum kvt_g3_mismatch {
+  KVT_G3_REFUSE = 0, KVT_G3_RESET = 1
+} kvt_g3_mismatch;
+typedef enum kvt_eviction {
+  KVT_EVICT_LRU = 0, KVT_EVICT_S3FIFO = 1
+} kvt_eviction;
 void kvt_manager_config_init_sized(kvt_manager_config *cfg, size_t size);
 kvt_status kvt_manager_create(kvt_manager **out, const kvt_manager_config *cfg);
 void kvt_manager_destroy(kvt_manager *m);
 kvt_status kvt_manager_check(kvt_manager *m);
+kvt_status kvt_manager_reset(kvt_manager *m, int tier);
 typedef struct kvt_tier_stats {
   uint32_t struct_size;
   uint32_t memory;
@@ -94,6 +106,8 @@ typedef struct kvt_tier_stats {
   uint64_t match_queried;
   uint64_t match_hit;
   uint64_t retired;
+  uint64_t recovered;
+  uint64_t pinned;
 } kvt_tier_stats;
 kvt_status kvt_tier_stats_get(kvt_tier_stats *out, kvt_manager *m, kvt_tier tier);
 typedef struct kvt_transfer_stats {
@@ -129,6 +143,9 @@ typedef struct kvt_block_info {
 } kvt_block_info;
 kvt_status kvt_block_alloc(kvt_block *out, size_t n, kvt_manager *m, kvt_tier tier);
 kvt_status kvt_block_release(kvt_manager *m, const kvt_block *blocks, size_t n);
+kvt_status kvt_block_set_priority(kvt_manager *m, const kvt_block *blocks, size_t n, int32_t priority);
+kvt_status kvt_block_pin(kvt_manager *m, const kvt_block *blocks, size_t n);
+kvt_status kvt_block_unpin(kvt_manager *m, const kvt_block *blocks, size_t n);
 kvt_status kvt_block_retain(kvt_manager *m, kvt_block b);
 kvt_status kvt_block_info_get(kvt_block_info *out, kvt_manager *m, kvt_block b);
 kvt_status kvt_block_data(void **out_ptr, size_t *out_len, kvt_manager *m, kvt_block b);
@@ -158,7 +175,7 @@ kvt_status kvt_xfer_status(uint32_t *out_state, kvt_status *out_result, uint64_t
 kvt_status kvt_xfer_blocks(kvt_block *out, size_t n, kvt_xfer *x);
 void kvt_xfer_release(kvt_xfer *x);
 typedef enum kvt_event_type {
-  KVT_EVENT_XFER_DONE = 1, KVT_EVENT_BLOCK_STORED = 2, KVT_EVENT_BLOCK_REMOVED = 3, KVT_EVENT_EVENTS_DROPPED = 4
+  KVT_EVENT_XFER_DONE = 1, KVT_EVENT_BLOCK_STORED = 2, KVT_EVENT_BLOCK_REMOVED = 3, KVT_EVENT_EVENTS_DROPPED = 4, KVT_EVENT_TIER_CLEARED = 5
 } kvt_event_type;
 typedef struct kvt_event {
   uint32_t type;
