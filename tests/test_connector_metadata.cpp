@@ -218,8 +218,8 @@ TEST(ConnectorMetadata, WrongMagicIsRefused) {
   std::string b = meta;
   b[2] = 'K';
   expect_corrupt<Meta>(b, {"does not begin with"});
-  expect_corrupt<Meta>(bytes({0x90}), {"not a kvtier message"});
-  expect_corrupt<Meta>(bytes({0x01}), {"not a kvtier message"});
+  expect_corrupt<Meta>(bytes({0x90}), {"not an array beginning with"});
+  expect_corrupt<Meta>(bytes({0x01}), {"not an array beginning with"});
   expect_corrupt<Meta>(bytes({0xc1}), {"not msgpack", "offset 0"});
 }
 
@@ -284,7 +284,7 @@ TEST(ConnectorMetadata, WrongTypesAreRefusedByField) {
   expect_corrupt<Meta>(fields.arr(0).arr(0).get(), {"loads[0] has 4 fields, not 3"});
   Raw map;  // a map where the message is
   map.pk.pack_map(0);
-  expect_corrupt<Meta>(map.get(), {"not a kvtier message"});
+  expect_corrupt<Meta>(map.get(), {"not an array beginning with"});
 }
 
 TEST(ConnectorMetadata, FailuresHoldAnErrorStatusAnd32BitOp) {

@@ -90,15 +90,15 @@ void pack_ids(Packer &pk, const std::vector<std::string> &ids) {
 // header's count before reading them, and a 5-byte header can claim 2^32 of them.
 class Scan : public msgpack::null_visitor {
  public:
-  bool start_array(uint32_t) { return ++depth_ <= kMaxDepth || (too_deep_ = true, false); }
+  bool start_array(uint32_t) { return ++depth_ <= kMaxDepth || (too_deep = true, false); }
   bool end_array() { return --depth_, true; }
   bool start_map(uint32_t) { return start_array(0); }
   bool end_map() { return end_array(); }
-  void parse_error(size_t, size_t at) { bad_byte_ = at; }
-  void insufficient_bytes(size_t, size_t) { truncated_ = true; }
+  void parse_error(size_t, size_t at) { bad_byte = at; }
+  void insufficient_bytes(size_t, size_t) { truncated = true; }
 
-  bool too_deep_ = false, truncated_ = false;
-  size_t bad_byte_ = SIZE_MAX;
+  bool too_deep = false, truncated = false;
+  size_t bad_byte = SIZE_MAX;
 
  private:
   uint32_t depth_ = 0;
@@ -232,8 +232,7 @@ class Reader {
                   Shape *shape) const {
     if (o.type != msgpack::type::ARRAY || o.via.array.size < 2 ||
         o.via.array.ptr[0].type != msgpack::type::STR)
-      return bad(nullptr, "is not a kvtier message (it must begin with the string \"%s\")",
-                 magic);
+      return bad(nullptr, "is not an array beginning with the string \"%s\"", magic);
     const msgpack::object_str &m = o.via.array.ptr[0].via.str;
     if (m.size != std::strlen(magic) || std::memcmp(m.ptr, magic, m.size) != 0) {
       const char *other = std::strcmp(magic, kMetaMagic) ? kMetaMagic : kReportMagic;
@@ -272,7 +271,8 @@ kvt_status read_op(const Reader &r, const Shape &shape, const msgpack::object &o
   if ((s = r.uint(f[0], &g1, &op->g1)) != KVT_OK) return s;
   if ((s = r.uint(f[1], &tier, &op->tier)) != KVT_OK) return s;
   if (op->tier != KVT_TIER_G2 && op->tier != KVT_TIER_G3)
-    return r.bad(&tier, "is %u, not G2 (%d) or G3 (%d)", unsigned(op->tier), KVT_TIER_G2, KVT_TIER_G3);
+    return r.bad(&tier, "is %u, not G2 (%d) or G3 (%d)", unsigned(op->tier), KVT_TIER_G2,
+                 KVT_TIER_G3);
   if ((s = r.uint(f[2], &slot, &op->slot)) != KVT_OK) return s;
   const uint64_t cap = op->tier == KVT_TIER_G2 ? shape.g2_blocks : shape.g3_blocks;
   if (op->slot >= cap)
@@ -329,21 +329,23 @@ kvt_status decode_bytes(const char *what, const void *bytes, size_t len, Read &&
     Scan scan;
     size_t off = 0;
     const bool parsed = msgpack::parse(data, len, off, scan);
-    if (scan.too_deep_)
+    if (scan.too_deep)
       return fail(KVT_ERR_CORRUPT, "connector %s: nested deeper than %u arrays", what,
                   kMaxDepth);
-    if (scan.bad_byte_ != SIZE_MAX)
+    if (scan.bad_byte != SIZE_MAX)
       return fail(KVT_ERR_CORRUPT, "connector %s: not msgpack (byte 0x%02x at offset %zu)",
-                  what, unsigned(uint8_t(data[scan.bad_byte_])), scan.bad_byte_);
-    if (!parsed || scan.truncated_)
+                  what, unsigned(uint8_t(data[scan.bad_byte])), scan.bad_byte);
+    if (!parsed || scan.truncated)
       return fail(KVT_ERR_CORRUPT, "connector %s: truncated (%zu bytes end inside the message)",
                   what, len);
     if (off < len)
       return fail(KVT_ERR_CORRUPT, "connector %s: %zu trailing byte(s) after the message", what,
                   len - off);
+    // Strings are referenced in the bytes, not copied: they outlive the tree.
+    auto reference = [](msgpack::type::object_type, size_t, void *) { return true; };
     const msgpack::unpack_limit limit(len, len, len, len, len, kMaxDepth);
     size_t off2 = 0;
-    msgpack::object_handle h = msgpack::unpack(data, len, off2, nullptr, nullptr, limit);
+    msgpack::object_handle h = msgpack::unpack(data, len, off2, reference, nullptr, limit);
     return read(Reader(what), h.get());
   } catch (const std::bad_alloc &) {
     return fail(KVT_ERR_NO_MEMORY, "connector %s: out of memory decoding %zu bytes", what, len);
