@@ -183,7 +183,34 @@ struct SlotSnapshot {
     return hist == o.hist && state == o.state &&
            std::memcmp(&stats, &o.stats, sizeof stats) == 0;
   }
+  std::string str() const {
+    std::string out;
+    for (const auto &h : hist) {
+      out += "[";
+      for (const auto &n : h) out += " " + n;
+      out += " ] ";
+    }
+    return out;
+  }
 };
+
+// Asserts a call that the connector of rig r refuses: its status, a message of its own, and
+// no change to the slots `ids` (a std::vector<std::string>), to the scheduler's counters or
+// to the manager's tiers.
+#define EXPECT_CONN_REFUSED(r, ids, expr, want)                                            \
+  do {                                                                                     \
+    ::kvt_conn_test::SlotSnapshot slots_((r).c, ids);                                      \
+    ::kvt_test::Snapshot tiers_((r).m.get());                                              \
+    kvt_hash_salt(nullptr, nullptr, 0); /* leaves a known message */                      \
+    std::string stale_ = kvt_last_error();                                                 \
+    EXPECT_KVT(expr, want);                                                                \
+    EXPECT_NE(stale_, kvt_last_error()) << #expr " set no message";                        \
+    EXPECT_STRNE(kvt_last_error(), "") << #expr;                                           \
+    ::kvt_conn_test::SlotSnapshot after_((r).c, ids);                                      \
+    EXPECT_TRUE(after_ == slots_) << #expr " changed the slots: " << slots_.str() << "-> " \
+                                  << after_.str();                                         \
+    EXPECT_TRUE(::kvt_test::Snapshot((r).m.get()) == tiers_) << #expr " changed a tier";   \
+  } while (0)
 
 // --- steps ---
 

@@ -38,7 +38,7 @@ TEST(ConnectorSeed003, OneProcess) {
   EXPECT_EQ(slot_state(r.c, "A"), PF);
   EXPECT_EQ(r.g2_holding(ha), 2u);
   EXPECT_EQ(r.finish("A"), 0);
-  EXPECT_EQ(history(r.c, "A"), names({I, PF, FD}));
+  EXPECT_EQ(history(r.c, "A"), names({I, PF, FG, FD}));
 
   // B: A's two blocks are loaded into B's blocks 4 and 5; B computes block 6.
   EXPECT_EQ(r.match("B", b), std::make_pair(uint64_t{32}, int32_t{0}));
@@ -61,7 +61,7 @@ TEST(ConnectorSeed003, OneProcess) {
   r.step(r.meta({{"B", 52, 1, {}, {3000}}}), {}, r.counts(3, 2));
   EXPECT_EQ(slot_state(r.c, "B"), DC);
   EXPECT_EQ(r.finish("B"), 0);
-  EXPECT_EQ(history(r.c, "B"), names({I, OS, OB, PF, DC, FD}));
+  EXPECT_EQ(history(r.c, "B"), names({I, OS, OB, PF, DC, FG, FD}));
 
   // G2 holds B's three blocks with the engine's bytes, and nothing is pinned any more.
   EXPECT_EQ(stats(r.m.get(), KVT_TIER_G2).registered, 3u);
@@ -82,8 +82,9 @@ TEST(ConnectorSeed003, OneProcess) {
   EXPECT_EQ(s.transitions[OS][OB], 1u);
   EXPECT_EQ(s.transitions[OB][PF], 1u);
   EXPECT_EQ(s.transitions[PF][DC], 1u);
-  EXPECT_EQ(s.transitions[PF][FD], 1u);
-  EXPECT_EQ(s.transitions[DC][FD], 1u);
+  EXPECT_EQ(s.transitions[PF][FG], 1u);
+  EXPECT_EQ(s.transitions[DC][FG], 1u);
+  EXPECT_EQ(s.transitions[FG][FD], 2u);
 
   // Finished slots are gone for every call but slot_state.
   int32_t delay = -1;
@@ -123,7 +124,7 @@ TEST(ConnectorSeed003, LazyOffload) {
          [&] { loaded = r.g1.holds(4, ha[0]) && r.g1.holds(5, ha[1]); });
   EXPECT_TRUE(loaded);
   EXPECT_EQ(r.finish("B"), 0);
-  EXPECT_EQ(history(r.c, "B"), names({I, OS, OB, PF, FD}));
+  EXPECT_EQ(history(r.c, "B"), names({I, OS, OB, PF, FG, FD}));
   EXPECT_EQ(r.held(hb), 2u) << "B's own block was stored although it was never reused";
   EXPECT_EQ(g2_active(r.m.get()), 0u);
   EXPECT_KVT(kvt_manager_check(r.m.get()), KVT_OK);
@@ -163,7 +164,7 @@ TEST(ConnectorSeed003, PreemptedInTheMiddleOfB) {
     EXPECT_EQ(uint64_t(std::count(r.g1.block(blk), r.g1.block(blk + 1), 0xEE)), kBlock)
         << "block " << blk << " was written after B gave it back";
   EXPECT_EQ(r.finish("B"), 0);
-  EXPECT_EQ(history(r.c, "B"), names({I, OS, OB, PF, PE, OS, OB, PF, FD}));
+  EXPECT_EQ(history(r.c, "B"), names({I, OS, OB, PF, PE, OS, OB, PF, FG, FD}));
   EXPECT_EQ(r.stats().preemptions, 1u);
   EXPECT_EQ(r.stats().transitions[PE][OS], 1u);
   EXPECT_EQ(r.g2_holding(hb), 3u);
@@ -186,7 +187,7 @@ TEST(ConnectorSeed003, AsyncLoad) {
   EXPECT_TRUE(r.g1.holds(4, ha[0]) && r.g1.holds(5, ha[1]));
   r.step(r.meta({{"B", 32, 20}}), {{6, hb[2]}}, r.counts(3, 2));
   EXPECT_EQ(r.finish("B"), 0);
-  EXPECT_EQ(history(r.c, "B"), names({I, OS, OB, PF, FD}));
+  EXPECT_EQ(history(r.c, "B"), names({I, OS, OB, PF, FG, FD}));
   EXPECT_EQ(r.g2_holding(hb), 3u);
 }
 
@@ -215,7 +216,7 @@ TEST(ConnectorSeed003, FinishedWhileLoadInFlight) {
   EXPECT_TRUE(f.sent("B")) << "the worker never listed B in finished_sending";
   EXPECT_EQ(slot_state(r.c, "B"), FD);
   EXPECT_EQ(history(r.c, "B"), names({I, OS, OB, FG, FD}));
-  EXPECT_EQ(r.stats().transitions[FG][FD], 1u);
+  EXPECT_EQ(r.stats().transitions[FG][FD], 2u);  // A's and B's
   EXPECT_EQ(g2_active(r.m.get()), 0u) << "the load's sources are still pinned";
   EXPECT_KVT(kvt_manager_check(r.m.get()), KVT_OK);
   EXPECT_EQ(r.held(ha), 2u) << "A's blocks left G2";
@@ -493,8 +494,8 @@ TEST(ConnectorSeed003, TwoProcesses) {
   EXPECT_TRUE(f.received("B"));
   EXPECT_EQ(w.step(r.c, r.meta({{"B", 52, 1, {}, {3000}}}), {}, {}, r.counts(3, 2), &f), 0);
   EXPECT_EQ(r.finish("B"), 0);
-  EXPECT_EQ(history(r.c, "A"), names({I, PF, FD}));
-  EXPECT_EQ(history(r.c, "B"), names({I, OS, OB, PF, DC, FD}));
+  EXPECT_EQ(history(r.c, "A"), names({I, PF, FG, FD}));
+  EXPECT_EQ(history(r.c, "B"), names({I, OS, OB, PF, DC, FG, FD}));
   EXPECT_EQ(stats(r.m.get(), KVT_TIER_G2).registered, 3u);
   EXPECT_EQ(r.held(hb), 3u);
 
@@ -547,9 +548,10 @@ int64_t corrupt_g3_block(const std::string &dir, uint64_t seq_hash, uint64_t g3_
 }  // namespace
 
 // Stores go to G3. One of A's blocks is corrupted on disk: B's load reports that G1 block in
-// load_error_block_ids, the good block holds A's bytes, and the next match stops before the
-// bad block.
-TEST(ConnectorSeed003, G3ChecksumFailureIsReportedAndUnregistered) {
+// load_error_block_ids, the good block holds A's bytes, B's store of that step fails (it was
+// computed over the missing bytes), and the next match stops before the bad block. B then
+// recomputes from the bad block on, and its blocks are stored again.
+TEST(ConnectorSeed003, G3ChecksumFailureIsReportedAndRecomputed) {
   TempDir dir;
   Rig r(connector_config(KVT_ROLE_BOTH, KVT_OFFLOAD_EAGER, KVT_TIER_G3),
         seed_manager_config(0, 50, dir.path.c_str()));
@@ -563,22 +565,26 @@ TEST(ConnectorSeed003, G3ChecksumFailureIsReportedAndUnregistered) {
   EXPECT_EQ(r.match("B", b).first, 32u);
   ASSERT_KVT_OK(r.alloc("B", {4, 5, 6, 7}, 32));
   bool good = false;
-  Finished f;
-  ASSERT_KVT_OK(worker_step(r.c, r.g1, r.meta({{"B", 32, 20}}), {{6, hb[2]}},
-                            [&] { good = r.g1.holds(4, ha[0]); }));
-  EXPECT_TRUE(drain(r.c, r.c, &f, [&] {
-    kvt_connector_stats s = r.stats();
-    return s.load_errors == 1 && s.stored_blocks == 3;
-  }));
-  ASSERT_KVT_OK(kvt_connector_clear_connector_metadata(r.c));
+  Finished f = r.step(
+      r.meta({{"B", 32, 20}}), {{6, hb[2]}},
+      [&] { return r.stats().load_errors == 1 && r.stats().store_failures == 1; },
+      [&] { good = r.g1.holds(4, ha[0]); });
   EXPECT_TRUE(good) << "the good block does not hold A's bytes";
   EXPECT_EQ(f.load_errors, std::vector<uint32_t>{5});
-  EXPECT_EQ(r.stats().load_errors, 1u);
+  kvt_connector_stats s = r.stats();
+  EXPECT_EQ(s.load_errors, 1u);
+  EXPECT_EQ(s.loaded_blocks, 1u);
+  EXPECT_EQ(s.stored_blocks, 2u) << "a block computed over a failed load was stored";
   EXPECT_EQ(r.held(ha, KVT_TIER_G3), 1u) << "the corrupt block is still registered";
-
   EXPECT_EQ(r.match("B2", b).first, 16u) << "the next match still reports the corrupt block";
   EXPECT_EQ(r.finish("B2"), 0);
+
+  // The engine recomputes B from the failed block on: both blocks are stored.
+  r.step(r.meta({{"B", 16, 36}}), {{5, ha[1]}, {6, hb[2]}}, r.counts(4, 1));
+  EXPECT_EQ(r.held(hb, KVT_TIER_G3), 3u);
   EXPECT_EQ(r.finish("B"), 0);
+  EXPECT_EQ(r.match("B3", b).first, 48u);
+  EXPECT_EQ(r.finish("B3"), 0);
   EXPECT_EQ(stats(r.m.get(), KVT_TIER_G3).active, 0u);
   EXPECT_KVT(kvt_manager_check(r.m.get()), KVT_OK);
 }
