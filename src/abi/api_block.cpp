@@ -1,4 +1,8 @@
-// Blocks: allocation, references, lifecycle, registration, prefix match, data access.
+// Blocks: allocation, references, lifecycle, registration, prefix match, data access,
+// priorities and pins.
+#include <mutex>
+#include <vector>
+
 #include "abi/guard.hpp"
 #include "abi/objects.hpp"
 #include "common/versioned.hpp"
@@ -17,9 +21,86 @@ kvt_status on_block(const char *fn, kvt_manager *m, kvt_block b, Op &&op) noexce
   });
 }
 
+// A pin, unpin or priority change over blocks of any tiers, all or nothing: it takes every
+// involved tier's lock in tier order (as release does), checks that every block is
+// registered, and only then calls change(tiers, blocks) with each block's tier and slot.
+struct Marked {
+  Tier *tier;
+  uint32_t slot;
+};
+
+template <class Change>
+kvt_status change_marks(const char *fn, kvt_manager *m, const kvt_block *blocks, size_t n,
+                        Change &&change) noexcept {
+  return on_manager(fn, m, [&](Manager &mgr) {
+    if (kvt_status s = check_array(fn, "blocks", blocks, n); s != KVT_OK) return s;
+    std::vector<Marked> marked(n);
+    Tier *tiers[4] = {};
+    for (size_t i = 0; i < n; ++i) {
+      if ((marked[i].tier = mgr.tier_of(blocks[i])) == nullptr) return KVT_ERR_INVALID_HANDLE;
+      tiers[marked[i].tier->id()] = marked[i].tier;
+    }
+    std::unique_lock<std::mutex> locks[4];
+    for (int t = KVT_TIER_G1; t <= KVT_TIER_G3; ++t)
+      if (tiers[t]) locks[t] = std::unique_lock(tiers[t]->lock());
+    for (size_t i = 0; i < n; ++i)
+      if (kvt_status s = marked[i].tier->registered_locked(blocks[i], fn, i, &marked[i].slot);
+          s != KVT_OK)
+        return s;
+    return change(tiers, marked);
+  });
+}
+
 }  // namespace
 
 extern "C" {
+
+KVT_API kvt_status kvt_block_set_priority(kvt_manager *m, const kvt_block *blocks, size_t n,
+                                          int32_t priority) {
+  return change_marks("kvt_block_set_priority", m, blocks, n,
+                      [&](Tier *const *tiers, const std::vector<Marked> &marked) {
+    uint64_t count[4] = {};
+    for (const Marked &k : marked) ++count[k.tier->id()];
+    try {  // reserves what the changes need: nothing can fail after it
+      for (int t = KVT_TIER_G1; t <= KVT_TIER_G3; ++t)
+        if (tiers[t]) tiers[t]->evictor_locked().prepare_priority(priority, count[t]);
+    } catch (...) {
+      for (int t = KVT_TIER_G1; t <= KVT_TIER_G3; ++t)
+        if (tiers[t]) tiers[t]->evictor_locked().unprepare_priority(priority);
+      throw;
+    }
+    for (const Marked &k : marked) k.tier->evictor_locked().set_priority(k.slot, priority);
+    return KVT_OK;
+  });
+}
+
+KVT_API kvt_status kvt_block_pin(kvt_manager *m, const kvt_block *blocks, size_t n) {
+  return change_marks("kvt_block_pin", m, blocks, n,
+                      [&](Tier *const *tiers, const std::vector<Marked> &marked) {
+    for (int t = KVT_TIER_G1; t <= KVT_TIER_G3; ++t)
+      if (tiers[t]) tiers[t]->evictor_locked().prepare_marks();
+    uint64_t staged[4] = {};
+    for (const Marked &k : marked)
+      if (k.tier->evictor_locked().stage_pin(k.slot)) ++staged[k.tier->id()];
+    for (int t = KVT_TIER_G1; t <= KVT_TIER_G3; ++t) {
+      if (!tiers[t]) continue;
+      if (kvt_status s = tiers[t]->evictor_locked().admit_pins(staged[t]); s != KVT_OK) {
+        for (const Marked &k : marked) k.tier->evictor_locked().unstage_pin(k.slot);
+        return s;
+      }
+    }
+    for (const Marked &k : marked) k.tier->evictor_locked().commit_pin(k.slot);
+    return KVT_OK;
+  });
+}
+
+KVT_API kvt_status kvt_block_unpin(kvt_manager *m, const kvt_block *blocks, size_t n) {
+  return change_marks("kvt_block_unpin", m, blocks, n,
+                      [&](Tier *const *, const std::vector<Marked> &marked) {
+    for (const Marked &k : marked) k.tier->evictor_locked().unpin(k.slot);
+    return KVT_OK;
+  });
+}
 
 KVT_API kvt_status kvt_block_alloc(kvt_block *out, size_t n, kvt_manager *m, kvt_tier tier) {
   static constexpr const char *fn = "kvt_block_alloc";

@@ -39,9 +39,10 @@ unsigned long long ull(uint64_t v) { return v; }
 }  // namespace
 
 Tier::Tier(kvt_tier id, uint32_t tag, uint64_t capacity, uint32_t page_size,
-           uint32_t first_gen)
+           uint32_t first_gen, EvictionConfig eviction)
     : id_(id), tag_(tag), capacity_(capacity), page_size_(page_size), first_gen_(first_gen),
-      slots_(static_cast<Slot *>(map_zeroed(capacity * sizeof(Slot)))), n_free_(capacity) {
+      slots_(static_cast<Slot *>(map_zeroed(capacity * sizeof(Slot)))),
+      ev_(&slots_, id, capacity, eviction), n_free_(capacity) {
   // Sized once so that registering never rehashes or allocates on the hot path.
   registry_.reserve(capacity);
   pending_events_.reserve(64);
@@ -79,7 +80,7 @@ kvt_status Tier::expect(kvt_block b, uint32_t *out, State want, const char *op) 
   return KVT_OK;
 }
 
-// ---- free list and inactive LRU ----
+// ---- free list and evictable set ----
 
 uint32_t Tier::take_free_slot() noexcept {
   uint32_t s = free_head_;
@@ -116,24 +117,9 @@ void Tier::retire(uint32_t s) noexcept {
   ++n_retired_;
 }
 
-void Tier::lru_push_back(uint32_t s) noexcept {
-  Slot &sl = slots_[s];
-  sl.prev = lru_tail_;
-  sl.next = kNil;
-  if (lru_tail_ != kNil) slots_[lru_tail_].next = s; else lru_head_ = s;
-  lru_tail_ = s;
-}
-
-void Tier::lru_unlink(uint32_t s) noexcept {
-  Slot &sl = slots_[s];
-  if (sl.prev != kNil) slots_[sl.prev].next = sl.next; else lru_head_ = sl.next;
-  if (sl.next != kNil) slots_[sl.next].prev = sl.prev; else lru_tail_ = sl.prev;
-}
-
 uint32_t Tier::evict_one() noexcept {
-  uint32_t s = lru_head_;
+  uint32_t s = ev_.victim();
   Slot &sl = slots_[s];
-  lru_unlink(s);
   registry_.erase(sl.seq_hash);
   note_event(KVT_EVENT_BLOCK_REMOVED, sl.seq_hash, 0);
   sl.gen = sl.gen + 1;  // below kLastGen: a slot at it never becomes inactive
@@ -160,10 +146,18 @@ void Tier::publish_events_locked() noexcept {
   pending_events_.clear();
 }
 
+void Tier::make_inactive(uint32_t s) noexcept {
+  slots_[s].state = uint32_t(State::Inactive);
+  ev_.released(s);
+  --n_active_;
+  ++n_inactive_;
+}
+
 void Tier::pin(uint32_t s) noexcept {
   Slot &sl = slots_[s];
-  if (State(sl.state) == State::Inactive) {
-    lru_unlink(s);
+  const bool inactive = State(sl.state) == State::Inactive;
+  ev_.taken(s, inactive);
+  if (inactive) {
     sl.state = uint32_t(State::Registered);
     --n_inactive_;
     ++n_active_;
@@ -175,10 +169,12 @@ void Tier::pin(uint32_t s) noexcept {
 
 kvt_status Tier::alloc(kvt_block *out, size_t n, Holder h) {
   Locked lock(*this);
-  if (n > n_free_ + n_inactive_)
+  if (n > n_free_ + ev_.evictable())
     return fail(KVT_ERR_NO_SPACE,
-                "G%d cannot supply %zu blocks: %llu free and %llu evictable of %llu (%llu in use)",
-                int(id_), n, ull(n_free_), ull(n_inactive_), ull(capacity_), ull(n_active_));
+                "G%d cannot supply %zu blocks: %llu free and %llu evictable of %llu (%llu in "
+                "use, %llu pinned)",
+                int(id_), n, ull(n_free_), ull(ev_.evictable()), ull(capacity_), ull(n_active_),
+                ull(ev_.pinned()));
   pending_events_.reserve(n > n_free_ ? n - n_free_ : 0);  // may throw: nothing changed yet
   for (size_t i = 0; i < n; ++i) {
     uint32_t s = n_free_ > 0 ? take_free_slot() : evict_one();
@@ -203,6 +199,15 @@ kvt_status Tier::retain(kvt_block b, Holder h) {
                 state_name(State(slots_[s].state)));
   pin(s);
   ++refs_[int(h)];
+  return KVT_OK;
+}
+
+kvt_status Tier::registered_locked(kvt_block b, const char *fn, size_t i,
+                                   uint32_t *s) const noexcept {
+  if (kvt_status st = resolve(b, s); st != KVT_OK) return st;
+  if (!is_registered(State(slots_[*s].state)))
+    return fail(KVT_ERR_STATE, "%s needs registered blocks; blocks[%zu] = 0x%llx is %s", fn, i,
+                ull(b), state_name(State(slots_[*s].state)));
   return KVT_OK;
 }
 
@@ -232,15 +237,13 @@ void Tier::settle_locked(kvt_block b) {
     free_slot(s);
   } else if (st == State::Registered && sl.gen == handle::kLastGen) {
     // It could not be evicted into a new generation: it leaves the registry now.
+    ev_.dropped(s);
     registry_.erase(sl.seq_hash);
     note_event(KVT_EVENT_BLOCK_REMOVED, sl.seq_hash, 0);
     retire(s);
     publish_events_locked();
   } else if (st == State::Registered) {
-    sl.state = uint32_t(State::Inactive);
-    lru_push_back(s);
-    --n_active_;
-    ++n_inactive_;
+    make_inactive(s);
   }
 }
 
@@ -259,10 +262,47 @@ kvt_status Tier::commit_registration(kvt_block *out, uint32_t s, uint64_t seq,
   if (State(sl.state) != State::Empty) tokens_.erase(s);
   sl.state = uint32_t(State::Registered);
   sl.parent_hash = parent;
+  ev_.registered(s, seq);
   ++registrations_;
   note_event(KVT_EVENT_BLOCK_STORED, seq, parent);
   *out = handle_of(s);
   return KVT_OK;
+}
+
+uint64_t Tier::recover(const Recovered *blocks, size_t n) {
+  Locked lock(*this);
+  if (allocs_ != 0 || high_water_ != 0) return 0;
+  uint32_t top = 0;  // one past the highest slot recovered
+  for (size_t i = 0; i < n; ++i) {
+    const Recovered &r = blocks[i];
+    if (r.slot >= capacity_ || State(slots_[r.slot].state) != State::Free) continue;
+    Slot &sl = slots_[r.slot];
+    sl.seq_hash = r.seq_hash;
+    if (registry_.insert(r.slot) != r.slot) {
+      sl.seq_hash = 0;
+      continue;
+    }
+    sl.parent_hash = r.parent;
+    sl.gen = first_gen_;
+    sl.state = uint32_t(State::Inactive);
+    ev_.registered(r.slot, r.seq_hash);
+    ev_.released(r.slot);
+    ++n_inactive_;
+    ++recovered_;
+    top = std::max(top, r.slot + 1);
+  }
+  // The slots below the highest one recovered that hold nothing go on the free list, the
+  // lowest first, as if used and freed.
+  high_water_ = top;
+  for (uint32_t s = top; s-- > 0;) {
+    Slot &sl = slots_[s];
+    if (State(sl.state) != State::Free) continue;
+    sl.gen = first_gen_;
+    sl.next = free_head_;
+    free_head_ = s;
+  }
+  n_free_ -= recovered_;
+  return recovered_;
 }
 
 kvt_status Tier::register_hash(kvt_block *out, kvt_block b, uint64_t seq, uint64_t parent) {
@@ -367,9 +407,9 @@ kvt_status Tier::match(size_t *out_n, kvt_block *out, const uint64_t *hashes, si
 
 kvt_status Tier::evictable(size_t *out_n, kvt_block *out, size_t max) {
   Locked lock(*this);
-  size_t i = 0;
-  for (uint32_t s = lru_head_; s != kNil && i < max; s = slots_[s].next) out[i++] = handle_of(s);
-  *out_n = i;
+  std::vector<uint32_t> order = ev_.order(max);
+  for (size_t i = 0; i < order.size(); ++i) out[i] = handle_of(order[i]);
+  *out_n = order.size();
   return KVT_OK;
 }
 
@@ -478,16 +518,41 @@ void Tier::remove(kvt_block b) {
   if (resolve(b, &s) != KVT_OK) return;
   Slot &sl = slots_[s];
   if (!is_registered(State(sl.state))) return;
+  ev_.dropped(s);
   registry_.erase(sl.seq_hash);
   note_event(KVT_EVENT_BLOCK_REMOVED, sl.seq_hash, 0);
   if (State(sl.state) == State::Inactive) {  // no holder: free it now
-    lru_unlink(s);
     --n_inactive_;
     ++n_active_;
     free_slot(s);
     return;
   }
   sl.state = uint32_t(State::Removed);
+}
+
+uint64_t Tier::clear() {
+  Locked lock(*this);
+  uint64_t removed = 0;
+  for (uint32_t s = 0; s < high_water_; ++s) {
+    Slot &sl = slots_[s];
+    if (!is_registered(State(sl.state))) continue;
+    // Publish as the buffer fills: a tier may hold far more blocks than it reserved events.
+    if (pending_events_.size() == pending_events_.capacity()) publish_events_locked();
+    ev_.dropped(s);  // out of the evictable set, its pin and priority dropped
+    registry_.erase(sl.seq_hash);
+    note_event(KVT_EVENT_BLOCK_REMOVED, sl.seq_hash, 0);
+    ++removed;
+    if (State(sl.state) == State::Inactive) {  // no holder: free it now
+      --n_inactive_;
+      ++n_active_;
+      free_slot(s);
+    } else {
+      sl.state = uint32_t(State::Removed);
+    }
+  }
+  if (pending_events_.size() == pending_events_.capacity()) publish_events_locked();
+  note_event(KVT_EVENT_TIER_CLEARED, 0, 0);
+  return removed;
 }
 
 kvt_status Tier::resolve_bytes_locked(kvt_block b, uint32_t *s) const noexcept {
@@ -619,7 +684,7 @@ void Tier::stats(kvt_tier_stats *out) {
   out->registered = registry_.size();
   out->metadata_bytes =
       capacity_ * sizeof(Slot) +
-      registry_.bytes() +
+      registry_.bytes() + ev_.bytes() +
       tokens_.size() * (sizeof(TokenBuf) + page_size_ * sizeof(uint32_t));
   out->allocs = allocs_;
   out->evictions = evictions_;
@@ -627,6 +692,8 @@ void Tier::stats(kvt_tier_stats *out) {
   out->dedups = dedups_;
   out->match_queried = match_queried_;
   out->match_hit = match_hit_;
+  out->pinned = ev_.pinned();
+  out->recovered = recovered_;
 }
 
 kvt_status Tier::check() {
@@ -682,15 +749,8 @@ kvt_status Tier::check() {
   if (refs != refs_[0] + refs_[1])
     return bad("references on slots vs held by the host and the pipeline", refs,
                refs_[0] + refs_[1]);
+  if (kvt_status st = ev_.check(high_water_, n_inactive_); st != KVT_OK) return st;
   uint64_t walked = 0;
-  for (uint32_t s = lru_head_, prev = kNil; s != kNil; prev = s, s = slots_[s].next) {
-    if (State(slots_[s].state) != State::Inactive || slots_[s].prev != prev)
-      return bad("inactive list links a non-inactive slot", s, slots_[s].state);
-    if (++walked > n_inactive_) return bad("inactive list longer than its count", walked,
-                                           n_inactive_);
-  }
-  if (walked != n_inactive_) return bad("inactive list length", walked, n_inactive_);
-  walked = 0;
   for (uint32_t s = free_head_; s != kNil; s = slots_[s].next) {
     if (State(slots_[s].state) != State::Free) return bad("free list links a used slot", s, 0);
     if (++walked > n_free_) return bad("free list longer than its count", walked, n_free_);

@@ -1,5 +1,5 @@
 // One tier's block pool: slots and their states, the registry from sequence hash to slot,
-// the free list and the inactive (evictable) LRU list. Every public method takes the tier's
+// the free list and the evictable set (eviction.hpp). Every public method takes the tier's
 // lock unless its name ends in _locked, in which case the caller holds lock().
 #pragma once
 
@@ -10,42 +10,16 @@
 #include <memory>
 #include <mutex>
 
+#include "block/eviction.hpp"
 #include "block/handle.hpp"
 #include "block/registry.hpp"
+#include "block/slot.hpp"
 #include "event/event_queue.hpp"
 #include "hash/chain_hash.hpp"
 #include "kvtier.h"
 #include "memory/tier_memory.hpp"
 
 namespace kvt {
-
-// kvt_block_state values, plus Free for slots that hold nothing and Retired for slots that
-// used their last generation and are never handed out again.
-enum class State : uint8_t {
-  Free = 0,
-  Empty = KVT_BLOCK_EMPTY,
-  Partial = KVT_BLOCK_PARTIAL,
-  Ready = KVT_BLOCK_READY,
-  Inflight = KVT_BLOCK_INFLIGHT,
-  Complete = KVT_BLOCK_COMPLETE,
-  Registered = KVT_BLOCK_REGISTERED,
-  Inactive = KVT_BLOCK_INACTIVE,
-  Removed = 8,  // left the registry (a G3 copy failed its checksum); freed at its last release
-  Retired = 15,
-};
-
-// 32 bytes of metadata per block. Zero bytes are a valid Free slot, so the array can come
-// from calloc and cost nothing until touched.
-struct Slot {
-  uint64_t seq_hash;
-  uint64_t parent_hash;
-  uint32_t refs;
-  uint32_t gen : handle::kGenBits;
-  uint32_t state : 4;
-  uint32_t prev;  // inactive list links; `next` also links the free list
-  uint32_t next;
-};
-static_assert(sizeof(Slot) == 32);
 
 // Who holds a reference: the host (through handles it was given) or the pipeline (while it
 // copies). Each tier counts both, and check() holds the slots' references to those counts.
@@ -55,7 +29,7 @@ class Tier {
  public:
   // first_gen: the generation of slots never used before; tests start it near the last.
   Tier(kvt_tier id, uint32_t tag, uint64_t capacity, uint32_t page_size,
-       uint32_t first_gen = 0);
+       uint32_t first_gen = 0, EvictionConfig eviction = {});
   ~Tier();
   Tier(const Tier &) = delete;
   Tier &operator=(const Tier &) = delete;
@@ -91,9 +65,22 @@ class Tier {
   // The host takes over one reference that commit_onboarded pinned for it, in place of its
   // own on the Empty block `replaced`, which is released (freed, its handle going stale).
   void hand_over(kvt_block replaced);
+  // G3 warm restart: registers the blocks that a persistent file holds, each at its slot,
+  // as inactive registered blocks evicted in the order given. Only on a tier that has handed
+  // out nothing yet. A slot out of range or given twice, and a hash given twice, are skipped.
+  // Emits no event: the host learns of them from kvt_tier_stats.recovered and match.
+  struct Recovered {
+    uint32_t slot;
+    uint64_t seq_hash, parent;
+  };
+  uint64_t recover(const Recovered *blocks, size_t n);
   // A registered block whose stored copy proved corrupt leaves the registry (BLOCK_REMOVED);
   // its holders keep their references, and its last release frees it.
   void remove(kvt_block b);
+  // kvt_manager_reset: every registered block leaves the registry as remove() takes one
+  // (BLOCK_REMOVED each): inactive ones are freed, held ones freed at their last release.
+  // Then TIER_CLEARED. Mutable blocks stay as they are. Returns how many left.
+  uint64_t clear();
   // Host-visible address checks for kvt_block_data / kvt_block_chunk.
   kvt_status data(void **out_ptr, kvt_block b);
   kvt_status chunk(void **out_ptr, kvt_block b, uint32_t layer, uint32_t outer);
@@ -112,6 +99,12 @@ class Tier {
   kvt_status take_ref_locked(kvt_block b, Holder h = Holder::Host);
   void undo_take_ref_locked(kvt_block b, Holder h = Holder::Host);
   void settle_locked(kvt_block b);
+
+  // kvt_block_pin / unpin / set_priority, all or nothing over blocks of several tiers: the
+  // caller holds lock() of each tier involved, resolves every block with
+  // registered_locked, then drives evictor_locked() as Evictor describes.
+  kvt_status registered_locked(kvt_block b, const char *fn, size_t i, uint32_t *s) const noexcept;
+  Evictor &evictor_locked() noexcept { return ev_; }
 
   void stats(kvt_tier_stats *out);
   kvt_status check();
@@ -140,10 +133,9 @@ class Tier {
   kvt_status resolve_bytes_locked(kvt_block b, uint32_t *s) const noexcept;
   uint32_t take_free_slot() noexcept;
   uint32_t evict_one() noexcept;
+  void make_inactive(uint32_t s) noexcept;    // a registered block without references
   void free_slot(uint32_t s) noexcept;        // mutable block back to the free list
   void retire(uint32_t s) noexcept;           // a slot at its last generation leaves for good
-  void lru_push_back(uint32_t s) noexcept;
-  void lru_unlink(uint32_t s) noexcept;
   void pin(uint32_t s) noexcept;               // one more reference on a registered block
   void note_event(kvt_event_type type, uint64_t hash, uint64_t parent) noexcept;
   void publish_events_locked() noexcept;
@@ -160,15 +152,16 @@ class Tier {
   std::mutex mu_;
   Slot *slots_;  // zeroed mmap, huge pages where the kernel gives them
   Registry<Slot> registry_{&slots_};
+  Evictor ev_;
   std::vector<kvt_event> pending_events_;  // produced under the lock, published on leaving
   absl::flat_hash_map<uint32_t, std::unique_ptr<TokenBuf>> tokens_;
   uint32_t high_water_ = 0;  // slots at or above it have never been used
   uint32_t free_head_ = kNil;
-  uint32_t lru_head_ = kNil, lru_tail_ = kNil;  // head: evicted first
   uint64_t refs_[2] = {};  // references held, by Holder
   uint64_t n_free_, n_active_ = 0, n_inactive_ = 0, n_retired_ = 0;
   uint64_t allocs_ = 0, evictions_ = 0, registrations_ = 0, dedups_ = 0;
   uint64_t match_queried_ = 0, match_hit_ = 0;
+  uint64_t recovered_ = 0;
 };
 
 }  // namespace kvt

@@ -40,7 +40,9 @@ kvt_status Manager::create(std::unique_ptr<Manager> *out, const kvt_manager_conf
   const uint64_t caps[4] = {0, c.g1_blocks, c.g2_blocks, c.g3_blocks};
   for (int t = KVT_TIER_G1; t <= KVT_TIER_G3; ++t) {
     if (caps[t] == 0) continue;
-    auto tier = std::make_unique<Tier>(kvt_tier(t), m->tag_.value(), caps[t], c.page_size);
+    auto tier = std::make_unique<Tier>(
+        kvt_tier(t), m->tag_.value(), caps[t], c.page_size, 0,
+        EvictionConfig{kvt_eviction(c.eviction[t - 1]), c.max_pinned_percent});
     tier->set_events(m->events_.get());
     kvt_status s = KVT_OK;
     if (t == KVT_TIER_G1) {
