@@ -635,13 +635,15 @@ KVT_API void kvt_xfer_release(kvt_xfer *x);
 typedef enum kvt_event_type {
   KVT_EVENT_XFER_DONE = 1, KVT_EVENT_BLOCK_STORED = 2, KVT_EVENT_BLOCK_REMOVED = 3,
   KVT_EVENT_EVENTS_DROPPED = 4,
-  KVT_EVENT_TIER_CLEARED = 5    /* 0.3.0: kvt_manager_reset emptied the tier's registry */
+  KVT_EVENT_TIER_CLEARED = 5    /* 0.3.0: kvt_manager_reset emptied the tier's registry;
+                                   never dropped, like XFER_DONE */
 } kvt_event_type;
 
 typedef struct kvt_event {
   uint32_t   type;              /* kvt_event_type */
   kvt_status status;            /* XFER_DONE: KVT_OK, KVT_ERR_CANCELLED or the failure */
-  uint32_t   tier;              /* BLOCK_*: the tier; XFER_DONE: the destination tier */
+  uint32_t   tier;              /* BLOCK_*, TIER_CLEARED: the tier; XFER_DONE: the
+                                   destination tier */
   uint32_t   reserved;
   kvt_xfer  *xfer;              /* XFER_DONE: the transfer */
   uint64_t   user_data;         /* XFER_DONE: as given at enqueue */

@@ -71,6 +71,16 @@ KVT_API kvt_status kvt_manager_check(kvt_manager *m) {
   return on_manager(fn, m, [&](Manager &mgr) { return mgr.check(); });
 }
 
+KVT_API kvt_status kvt_manager_reset(kvt_manager *m, int tier) {
+  static constexpr const char *fn = "kvt_manager_reset";
+  return on_manager(fn, m, [&](Manager &mgr) {
+    if (tier < 0 || tier > KVT_TIER_G3)
+      return fail(KVT_ERR_INVALID_ARGUMENT,
+                  "%s: tier %d is neither 0 (every tier) nor KVT_TIER_G1..G3 (1..3)", fn, tier);
+    return mgr.reset(tier);
+  });
+}
+
 KVT_API kvt_status kvt_tier_stats_get(kvt_tier_stats *out, kvt_manager *m, kvt_tier tier) {
   static constexpr const char *fn = "kvt_tier_stats_get";
   return on_manager(fn, m, [&](Manager &mgr) {

@@ -42,8 +42,9 @@ void EventQueue::erase_locked(size_t i) noexcept {
 
 void EventQueue::drop_oldest_block_event_locked() noexcept {
   size_t i = 0;
-  while (i < size_ && at(i).type == KVT_EVENT_XFER_DONE) ++i;
-  if (i == size_) return;  // nothing but XFER_DONE: keep them all
+  while (i < size_ && (at(i).type == KVT_EVENT_XFER_DONE || at(i).type == KVT_EVENT_TIER_CLEARED))
+    ++i;
+  if (i == size_) return;  // nothing but XFER_DONE and TIER_CLEARED: keep them all
   erase_locked(i);
   ++dropped_;
 }

@@ -1,7 +1,8 @@
 // The bounded event queue drained by kvt_poll, with an eventfd readable while it is
 // non-empty. Full queue: the oldest BLOCK_* event gives way and is counted; the count is
-// reported by one EVENTS_DROPPED event at the head of the next poll. XFER_DONE events are
-// never dropped, so the queue may exceed its bound by the XFER_DONE events it holds.
+// reported by one EVENTS_DROPPED event at the head of the next poll. XFER_DONE and
+// TIER_CLEARED events are never dropped (a host that lost BLOCK_* events still learns that a
+// tier was emptied), so the queue may exceed its bound by the ones it holds.
 #pragma once
 
 #include <absl/container/flat_hash_set.h>

@@ -122,6 +122,22 @@ kvt_status Manager::release(const kvt_block *blocks, size_t n, Holder h) {
   return KVT_OK;
 }
 
+kvt_status Manager::reset(int tier) {
+  unsigned mask = 0;
+  if (tier != 0) {
+    if (this->tier(tier) == nullptr) return KVT_ERR_INVALID_ARGUMENT;
+    mask = 1u << tier;
+  } else {
+    for (int t = KVT_TIER_G1; t <= KVT_TIER_G3; ++t)
+      if (tiers_[t]) mask |= 1u << t;
+  }
+  // First the transfers, so that no copy registers into a tier after it was emptied.
+  pipeline_->drain(mask);
+  for (int t = KVT_TIER_G1; t <= KVT_TIER_G3; ++t)
+    if (mask & (1u << t)) tiers_[t]->clear();
+  return KVT_OK;
+}
+
 kvt_status Manager::check() {
   for (auto &t : tiers_)
     if (t)

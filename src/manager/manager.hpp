@@ -31,6 +31,8 @@ class Manager {
 
   kvt_status release(const kvt_block *blocks, size_t n, Holder h = Holder::Host);
   kvt_status check();
+  // kvt_manager_reset: tier 1..3, or 0 for every tier present.
+  kvt_status reset(int tier);
   EventQueue &events() noexcept { return *events_; }
   Pipeline &pipeline() noexcept { return *pipeline_; }
   uint64_t block_bytes() const noexcept { return geo_.block_bytes(); }

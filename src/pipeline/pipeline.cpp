@@ -403,6 +403,20 @@ void Pipeline::release(Transfer &t) {
   }
 }
 
+void Pipeline::drain(unsigned tiers) {
+  std::vector<std::shared_ptr<Transfer>> touching;
+  {
+    std::lock_guard lock(live_mu_);
+    for (auto &[p, t] : live_)  // the tiers are set before enqueue, read-only since
+      if (tiers & ((1u << t->src_tier) | (1u << t->dst_tier))) touching.push_back(t);
+  }
+  for (auto &t : touching) end(*t, KVT_ERR_CANCELLED, "its tier was reset");
+  for (auto &t : touching) {  // committed: their copies run to the end
+    std::unique_lock lock(t->mu);
+    t->ended_cv.wait(lock, [&] { return t->ended(); });
+  }
+}
+
 // ---- fences ----
 
 kvt_status Pipeline::fence_create(std::shared_ptr<Fence> *out, void *cuda_event) {

@@ -62,6 +62,12 @@ class Pipeline {
   kvt_status fence_signal(Fence &f);
   void fence_destroy(Fence &f);
 
+  // kvt_manager_reset: ends every transfer not yet committed whose source or destination is
+  // one of `tiers` (bit 1 << kvt_tier each) with KVT_ERR_CANCELLED, then waits until those
+  // that had committed end too. Holds no lock while it waits. Transfers enqueued meanwhile
+  // are not its concern.
+  void drain(unsigned tiers);
+
   // Whether the pipeline holds block references it should not: with no batch in flight it
   // holds none. Waits up to a moment for batches in flight; says nothing if they go on.
   kvt_status check_refs();
