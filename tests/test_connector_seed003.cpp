@@ -7,6 +7,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <mutex>
+
 #include "connector_support.hpp"
 
 using namespace kvt_conn_test;
@@ -18,6 +23,10 @@ constexpr uint32_t I = KVT_SLOT_INITIALIZED, OS = KVT_SLOT_ONBOARD_STAGED,
                    PE = KVT_SLOT_PREEMPTED, FG = KVT_SLOT_FINISHING, FD = KVT_SLOT_FINISHED;
 
 uint64_t g2_active(kvt_manager *m) { return stats(m, KVT_TIER_G2).active; }
+
+kvt_status report_to(Rig &r, const std::string &report) {
+  return kvt_connector_update_connector_output(r.c, report.data(), report.size());
+}
 
 }  // namespace
 
@@ -586,5 +595,119 @@ TEST(ConnectorSeed003, G3ChecksumFailureIsReportedAndRecomputed) {
   EXPECT_EQ(r.match("B3", b).first, 48u);
   EXPECT_EQ(r.finish("B3"), 0);
   EXPECT_EQ(stats(r.m.get(), KVT_TIER_G3).active, 0u);
+  EXPECT_KVT(kvt_manager_check(r.m.get()), KVT_OK);
+}
+
+// --- threads ---
+
+// The engine's two threads, as in vLLM: the scheduler thread builds each step's metadata and
+// feeds the worker's reports back; the worker thread binds, loads, computes, saves and polls
+// get_finished; a third thread reads the scheduler's state meanwhile. Eight pairs of
+// requests go through: each A computes two blocks that are stored, each B loads them back.
+TEST(Threads, ConnectorHalvesOnTwoThreads) {
+  Rig r;
+  ASSERT_NE(r.c, nullptr);
+  struct Step {
+    std::string meta;
+    Forward fwd, check;
+  };
+  std::mutex mu;
+  std::condition_variable cv;
+  std::deque<Step> steps;
+  std::deque<std::string> reports;
+  bool done = false;
+  std::atomic<int> bad_calls{0}, bad_bytes{0};
+
+  std::thread worker([&] {
+    for (;;) {
+      Step s;
+      {
+        std::unique_lock lk(mu);
+        cv.wait_for(lk, std::chrono::milliseconds(1), [&] { return done || !steps.empty(); });
+        if (done && steps.empty()) return;
+        if (!steps.empty()) {
+          s = std::move(steps.front());
+          steps.pop_front();
+        }
+      }
+      bool stepping = !s.meta.empty();
+      if (stepping &&
+          worker_step(r.c, r.g1, s.meta, s.fwd, [&] {
+            for (auto [b, h] : s.check) bad_bytes += !r.g1.holds(b, h);
+          }) != KVT_OK)
+        ++bad_calls;
+      Finished f;
+      std::string report;
+      if (collect(r.c, &f, &report) != KVT_OK) ++bad_calls;
+      if (stepping && kvt_connector_clear_connector_metadata(r.c) != KVT_OK) ++bad_calls;
+      std::lock_guard lk(mu);
+      reports.push_back(std::move(report));
+    }
+  });
+  std::atomic<bool> stop{false};
+  std::thread reader([&] {
+    while (!stop) {
+      kvt_connector_stats s{};
+      s.struct_size = sizeof s;
+      uint32_t st;
+      kvt_event ev[8];
+      if (kvt_connector_stats_get(&s, r.c) != KVT_OK) ++bad_calls;
+      kvt_connector_slot_state(&st, nullptr, nullptr, 0, r.c, "B3");
+      kvt_connector_take_events(ev, 8, r.c);
+    }
+  });
+
+  // The scheduler thread: one step, then the worker's reports until the counters say so.
+  auto run = [&](const std::string &meta, Forward fwd, Forward check, uint64_t stored,
+                 uint64_t loaded) {
+    {
+      std::lock_guard lk(mu);
+      steps.push_back({meta, std::move(fwd), std::move(check)});
+    }
+    cv.notify_one();
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    for (;;) {
+      std::deque<std::string> got;
+      {
+        std::lock_guard lk(mu);
+        got.swap(reports);
+      }
+      for (const auto &rep : got) EXPECT_KVT(report_to(r, rep), KVT_OK);
+      kvt_connector_stats s = r.stats();
+      if (s.stored_blocks == stored && s.loaded_blocks == loaded) return true;
+      if (std::chrono::steady_clock::now() > deadline) return false;
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
+  };
+  for (uint32_t i = 0; i < 8; ++i) {
+    std::string a = "A" + std::to_string(i), b = "B" + std::to_string(i);
+    auto ta = token_range(100000 * (i + 1), 40);
+    auto tb = concat(std::vector<uint32_t>(ta.begin(), ta.begin() + 32), token_range(7, 20));
+    auto ha = hashes_of(ta), hb = hashes_of(tb);
+    uint32_t base = 10 * i;
+    ASSERT_EQ(r.match(a, ta).first, 0u);
+    ASSERT_KVT_OK(r.alloc(a, {base, base + 1, base + 2}, 0));
+    ASSERT_TRUE(run(r.meta({{a, 0, 40}}), {{base, ha[0]}, {base + 1, ha[1]}}, {}, 3 * i + 2, 2 * i))
+        << a;
+    EXPECT_EQ(r.finish(a), 0);
+    ASSERT_EQ(r.match(b, tb).first, 32u);
+    ASSERT_KVT_OK(r.alloc(b, {base + 3, base + 4, base + 5, base + 6}, 32));
+    ASSERT_TRUE(run(r.meta({{b, 32, 20}}), {{base + 5, hb[2]}},
+                    {{base + 3, ha[0]}, {base + 4, ha[1]}}, 3 * i + 3, 2 * i + 2))
+        << b;
+    EXPECT_EQ(r.finish(b), 0);
+    EXPECT_EQ(r.g2_holding(hb), 3u) << b;
+  }
+  {
+    std::lock_guard lk(mu);
+    done = true;
+  }
+  cv.notify_one();
+  worker.join();
+  stop = true;
+  reader.join();
+  EXPECT_EQ(bad_calls.load(), 0);
+  EXPECT_EQ(bad_bytes.load(), 0) << "blocks loaded with the wrong bytes";
+  EXPECT_EQ(stats(r.m.get(), KVT_TIER_G2).active, 0u);
   EXPECT_KVT(kvt_manager_check(r.m.get()), KVT_OK);
 }
