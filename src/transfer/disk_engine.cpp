@@ -9,6 +9,7 @@
 #include "memory/mapping.hpp"
 #include "transfer/disk_io.hpp"
 #include "transfer/g3_file.hpp"
+#include "transfer/g3_table.hpp"
 
 namespace kvt {
 
@@ -41,9 +42,21 @@ kvt_status DiskEngine::create(std::unique_ptr<DiskEngine> *out, const kvt_manage
   e->block_bytes_ = block_bytes;
   e->data_bytes_ = round_to_page(block_bytes);
   e->slot_bytes_ = e->data_bytes_ + kAlign;
-  if (kvt_status s = G3File::create(&e->file_, c.g3_path, c.g3_blocks * e->slot_bytes_);
-      s != KVT_OK)
+  if (c.g3_persist) {
+    uint64_t size = 0;
+    G3Table::Layout l = G3Table::layout_of(c, e->slot_bytes_);
+    if (kvt_status s = G3File::open_persistent(&e->file_, c.g3_path, &size); s != KVT_OK)
+      return s;
+    if (kvt_status s = G3Table::open(&e->table_, *e->file_, size, l, c.g3_on_mismatch);
+        s != KVT_OK)
+      return s;
+    if (kvt_status s = e->file_->enable_direct(); s != KVT_OK) return s;
+    e->base_ = G3Table::data_offset(l);
+  } else if (kvt_status s =
+                 G3File::create(&e->file_, c.g3_path, c.g3_blocks * e->slot_bytes_);
+             s != KVT_OK) {
     return s;
+  }
   if (c.g3_io != KVT_IO_THREADS) {
     int r = RingPool::create(&e->rings_, c.max_concurrent_transfers);
     if (r != 0 && c.g3_io == KVT_IO_URING)
@@ -83,6 +96,11 @@ std::string DiskEngine::describe(const DiskOp &op) const {
   return buf;
 }
 
+std::vector<Tier::Recovered> DiskEngine::take_recovered() {
+  if (!table_) return {};
+  return table_->scan();
+}
+
 void DiskEngine::run(std::vector<DiskOp> &ops) {
   std::vector<Prepared> batch;
   std::vector<IoRequest> req;
@@ -109,6 +127,7 @@ void DiskEngine::run(std::vector<DiskOp> &ops) {
     x.header = aligned_buffer(kAlign);
     std::memset(x.header.get(), 0, kAlign);
     if (op.write) {
+      if (table_) table_->invalidate(op.slot);  // before the slot's bytes start to change
       auto *h = reinterpret_cast<SlotHeader *>(x.header.get());
       h->magic = kMagic;
       h->seq_hash = op.seq_hash;
@@ -119,7 +138,7 @@ void DiskEngine::run(std::vector<DiskOp> &ops) {
     }
     IoRequest &r = req.emplace_back();
     r.write = op.write;
-    r.offset = off_t(uint64_t(op.slot) * slot_bytes_);
+    r.offset = off_t(base_ + uint64_t(op.slot) * slot_bytes_);
     r.iov[0] = {data, data_bytes_};
     r.iov[1] = {x.header.get(), kAlign};
   }
@@ -134,7 +153,10 @@ void DiskEngine::run(std::vector<DiskOp> &ops) {
       op.err = req[i].result < 0 ? int(-req[i].result) : EIO;  // a short transfer counts as EIO
       continue;
     }
-    if (op.write) continue;
+    if (op.write) {
+      if (table_) table_->commit(op.slot, op.seq_hash, op.parent_hash);  // now whole
+      continue;
+    }
     // Every read is checked, whichever path it took.
     auto *h = reinterpret_cast<const SlotHeader *>(x.header.get());
     const char *data = static_cast<const char *>(req[i].iov[0].iov_base);

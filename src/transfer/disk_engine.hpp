@@ -3,6 +3,9 @@
 // sequence hash and an xxh3 checksum of the data, so that a torn or corrupt slot is caught
 // on every read. I/O is O_DIRECT where the filesystem allows it, through io_uring or, where
 // io_uring is unavailable or not wanted, I/O threads (transfer/disk_io.hpp).
+// A persistent G3 (g3_persist) adds a file header and a slot table before the slots
+// (transfer/g3_table.hpp, docs/G3_FORMAT.md): each write clears its slot's record before it
+// is issued and sets it once it has completed.
 #pragma once
 
 #include <atomic>
@@ -11,11 +14,13 @@
 #include <string>
 #include <vector>
 
+#include "block/tier.hpp"
 #include "kvtier.h"
 
 namespace kvt {
 
 class G3File;
+class G3Table;
 class RingPool;
 class IoThreads;
 
@@ -43,6 +48,9 @@ class DiskEngine {
   void run(std::vector<DiskOp> &ops);
   // A message for a failed operation.
   std::string describe(const DiskOp &op) const;
+  // A persistent G3: the blocks its file holds intact, oldest write first; for the manager
+  // to register at create. Not persistent: none.
+  std::vector<Tier::Recovered> take_recovered();
 
  private:
   // The config's fault injector, for tests: operations of one kind pass `skip` times, then
@@ -58,7 +66,9 @@ class DiskEngine {
   bool injected(bool write, int *err);
 
   std::unique_ptr<G3File> file_;
+  std::unique_ptr<G3Table> table_;  // persistent G3 only
   uint64_t block_bytes_ = 0, data_bytes_ = 0, slot_bytes_ = 0;
+  uint64_t base_ = 0;  // offset of slot 0
   std::unique_ptr<RingPool> rings_;      // io_uring, or
   std::unique_ptr<IoThreads> threads_;   // preadv/pwritev threads
   std::unique_ptr<Fault> fault_;

@@ -2,15 +2,18 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/file.h>
 #include <sys/random.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <cstdio>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -29,6 +32,7 @@ namespace {
 constexpr char kFilePrefix[] = "kvtier-g3-";
 constexpr char kFileSuffix[] = ".bin";
 constexpr char kDirPrefix[] = "kvtier-g3.";
+constexpr char kPersistentName[] = "kvtier-g3.bin";
 constexpr int kAttempts = 16;
 constexpr uint64_t kZeroChunk = uint64_t{1} << 20;
 unsigned long long ull(uint64_t v) { return v; }
@@ -153,7 +157,101 @@ kvt_status no_space(const std::string &path, uint64_t bytes, int err) {
 }
 
 bool out_of_space(int err) { return err == ENOSPC || err == EDQUOT || err == EFBIG; }
+
+// The process holding a flock on the file st describes, from /proc/locks: its PID, or 0
+// when none is shown (a holder that has died, or one in another PID namespace).
+long lock_holder(const struct stat &st) {
+  FILE *f = std::fopen("/proc/locks", "re");
+  if (f == nullptr) return 0;
+  char line[256];
+  long pid = 0;
+  while (pid == 0 && std::fgets(line, sizeof line, f) != nullptr) {
+    // "1: FLOCK  ADVISORY  WRITE 1234 fd:01:5678 0 EOF"; waiters' lines carry "->".
+    char type[16], mode[16], rw[16];
+    long p;
+    unsigned maj, min;
+    unsigned long long ino;
+    const char *rest = std::strchr(line, ':');
+    if (rest == nullptr || std::strstr(line, "->") != nullptr) continue;
+    if (std::sscanf(rest + 1, "%15s %15s %15s %ld %x:%x:%llu", type, mode, rw, &p, &maj, &min,
+                    &ino) == 7 &&
+        std::strcmp(type, "FLOCK") == 0 && ino == st.st_ino && maj == major(st.st_dev) &&
+        min == minor(st.st_dev))
+      pid = p > 0 ? p : 0;
+  }
+  std::fclose(f);
+  return pid;
+}
 }  // namespace
+
+kvt_status G3File::open_persistent(std::unique_ptr<G3File> *out, const char *dir,
+                                   uint64_t *size) {
+  std::unique_ptr<G3File> f(new G3File);
+  f->dir_ = dir;
+  f->path_ = f->dir_ + "/" + kPersistentName;
+  f->persistent_ = true;
+  int dirfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dirfd < 0)
+    return fail(KVT_ERR_IO, "G3: cannot open the directory %s: %s", dir, std::strerror(errno));
+  remove_stale(dirfd, f->dir_);
+  int fd = openat(dirfd, kPersistentName, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+  int err = errno;
+  close(dirfd);
+  if (fd < 0)
+    return fail(KVT_ERR_IO, "G3: cannot open %s: %s", f->path_.c_str(), std::strerror(err));
+  struct stat st;
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    close(fd);
+    return fail(KVT_ERR_IO, "G3: %s is not a regular file", f->path_.c_str());
+  }
+  bool held_here = live_here(st);
+  long pid = 0;
+  // A killed owner's lock can outlive it briefly (its io_uring rings close in the kernel's
+  // own time): while no live holder is to be seen, wait for the lock, up to 2 s.
+  bool locked = false;
+  for (int wait = 0; !held_here; ++wait) {
+    if (flock(fd, LOCK_EX | LOCK_NB) == 0) {
+      locked = true;
+      break;
+    }
+    err = errno;
+    pid = err == EWOULDBLOCK ? lock_holder(st) : 0;
+    bool gone = pid == 0 || (kill(pid_t(pid), 0) != 0 && errno == ESRCH);
+    if (!gone || wait == 200) break;
+    usleep(10000);
+  }
+  if (!locked) {
+    if (held_here) pid = long(getpid());
+    close(fd);
+    if (held_here || err == EWOULDBLOCK) {
+      if (pid > 0)
+        return fail(KVT_ERR_STATE, "G3: %s is in use by another manager (process %ld holds its lock)",
+                    f->path_.c_str(), pid);
+      return fail(KVT_ERR_STATE,
+                  "G3: %s is in use by another manager (a process not visible from here holds "
+                  "its lock)",
+                  f->path_.c_str());
+    }
+    return fail(KVT_ERR_IO, "G3: cannot lock %s: %s; a persistent G3 needs flock to keep one "
+                "owner", f->path_.c_str(), std::strerror(err));
+  }
+  f->fd_ = fd;
+  f->dev_ = st.st_dev;
+  f->ino_ = st.st_ino;
+  {
+    std::lock_guard lock(live().mu);
+    live().files.insert({f->dev_, f->ino_});
+  }
+  *size = uint64_t(st.st_size);
+  *out = std::move(f);
+  return KVT_OK;
+}
+
+kvt_status G3File::reset(uint64_t bytes) {
+  if (ftruncate(fd_, 0) != 0)
+    return fail(KVT_ERR_IO, "G3: cannot empty %s: %s", path_.c_str(), std::strerror(errno));
+  return preallocate(bytes);
+}
 
 kvt_status G3File::create(std::unique_ptr<G3File> *out, const char *dir, uint64_t bytes) {
   std::unique_ptr<G3File> f(new G3File);
@@ -278,7 +376,7 @@ kvt_status G3File::preallocate(uint64_t bytes) {
 
 G3File::~G3File() {
   if (fd_ >= 0) {
-    unlink(path_.c_str());  // before the lock goes, so that no cleaner meets the file
+    if (!persistent_) unlink(path_.c_str());  // before the lock goes: no cleaner meets it
     close(fd_);
     std::lock_guard lock(live().mu);
     live().files.erase({dev_, ino_});

@@ -25,7 +25,17 @@ class G3File {
   // owners' temporary directories are removed first. KVT_ERR_NO_SPACE when the filesystem
   // cannot hold `bytes`, KVT_ERR_IO otherwise; nothing is left behind on failure.
   static kvt_status create(std::unique_ptr<G3File> *out, const char *dir, uint64_t bytes);
-  ~G3File();  // removes the file (and a temporary directory)
+  // Opens dir/kvtier-g3.bin, the file of a persistent G3, creating it empty where it is
+  // absent, and takes its lock: KVT_ERR_STATE naming the holder when another manager (here
+  // or in another process) has it open. *size is the file's size; 0 for a new file. The
+  // file is kept at destruction. Stale files of dead owners in dir are removed first.
+  static kvt_status open_persistent(std::unique_ptr<G3File> *out, const char *dir,
+                                    uint64_t *size);
+  // Empties the file and preallocates `bytes` of zeros (a new or reset persistent file).
+  kvt_status reset(uint64_t bytes);
+  // O_DIRECT where the filesystem takes it (create does this itself).
+  kvt_status enable_direct();
+  ~G3File();  // removes the file (and a temporary directory), unless persistent
   G3File(const G3File &) = delete;
   G3File &operator=(const G3File &) = delete;
 
@@ -36,11 +46,10 @@ class G3File {
  private:
   G3File() = default;
   kvt_status open_in(int dirfd);
-  kvt_status enable_direct();
   kvt_status preallocate(uint64_t bytes);
 
   std::string dir_, path_;
-  bool own_dir_ = false;
+  bool own_dir_ = false, persistent_ = false;
   int fd_ = -1;
   uint64_t dev_ = 0, ino_ = 0;  // of the open file, so that a cleaner skips it
 };
