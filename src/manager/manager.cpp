@@ -58,6 +58,8 @@ kvt_status Manager::create(std::unique_ptr<Manager> *out, const kvt_manager_conf
   if (c.g3_blocks > 0) {
     kvt_status s = DiskEngine::create(&m->disk_, c, m->geo_.block_bytes());
     if (s != KVT_OK) return s;
+    std::vector<Tier::Recovered> kept = m->disk_->take_recovered();  // persistent G3
+    m->tiers_[KVT_TIER_G3]->recover(kept.data(), kept.size());
   }
   if (m->tiers_[KVT_TIER_G1]->memory().kind() == KVT_MEMORY_CUDA) {
     int device = c.g1_layout ? c.g1_layout->cuda_device : c.cuda_device;
