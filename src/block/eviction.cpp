@@ -19,7 +19,7 @@ Evictor::Evictor(Slot *const *slots, kvt_tier tier, uint64_t capacity, EvictionC
       pin_limit_(capacity * cfg.max_pinned_percent / 100),
       max_pinned_percent_(cfg.max_pinned_percent) {
   if (cfg.policy == KVT_EVICT_S3FIFO) {
-    ghost_ = std::make_unique<Ghost>(capacity);
+    ghost_ = std::make_unique<Ghost>(capacity - capacity / 10);  // as many as main holds
     prepare_marks();
   }
 }
