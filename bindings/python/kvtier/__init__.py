@@ -39,7 +39,7 @@ __all__ = [
     "CancelledError", "UnsupportedError", "IoError", "CorruptError", "NoMemoryError",
     "CudaError", "InternalError", "TimeoutError", "hash_salt", "hash_sequence", "version",
     "G1Layout", "Policy", "set_log_handler", "NotFoundError", "Connector", "ScheduledRequest",
-    "Finished", "slot_state_str",
+    "Finished", "slot_state_str", "EVICT_LRU", "EVICT_S3FIFO",
 ]
 
 G1, G2, G3 = C.KVT_TIER_G1, C.KVT_TIER_G2, C.KVT_TIER_G3
@@ -286,6 +286,7 @@ class Policy(collections.namedtuple("Policy", "flags min_frequency", defaults=(1
 POLICY_PASS_ALL, POLICY_PRESENCE, POLICY_FREQUENCY = (
     CONST["KVT_POLICY_PASS_ALL"], CONST["KVT_POLICY_PRESENCE"], CONST["KVT_POLICY_FREQUENCY"])
 MEMORY_AUTO, MEMORY_HOST, MEMORY_CUDA = C.KVT_MEMORY_AUTO, C.KVT_MEMORY_HOST, C.KVT_MEMORY_CUDA
+EVICT_LRU, EVICT_S3FIFO = C.KVT_EVICT_LRU, C.KVT_EVICT_S3FIFO  # config eviction=[G1, G2, G3]
 
 
 def _invalid(message):
@@ -439,6 +440,33 @@ class Manager:
 
     def retain(self, block):
         _check(C.kvt_block_retain(self._live(), block))
+
+    # priorities and pins: what eviction spares
+    def set_priority(self, blocks, priority):
+        """Eviction priority of registered blocks, all or none: lower is evicted first (0 by
+        default), the tier's policy orders equals."""
+        if not -2**31 <= priority < 2**31:
+            raise _invalid("priority %d is not a 32-bit integer" % priority)
+        arr, n = _u64_array(blocks, "blocks")
+        _check(C.kvt_block_set_priority(self._live(), arr, n, priority))
+
+    def pin(self, blocks):
+        """Registered blocks that eviction never takes, all or none: NoSpaceError past the
+        tier's max_pinned_percent."""
+        arr, n = _u64_array(blocks, "blocks")
+        _check(C.kvt_block_pin(self._live(), arr, n))
+
+    def unpin(self, blocks):
+        arr, n = _u64_array(blocks, "blocks")
+        _check(C.kvt_block_unpin(self._live(), arr, n))
+
+    def evictable(self, max_blocks=None, tier=G1):
+        """The inactive blocks in the order the tier would evict them."""
+        n = self.tier_stats(tier)["capacity"] if max_blocks is None else max_blocks
+        out = ffi.new("kvt_block[]", max(n, 1))
+        got = ffi.new("size_t *")
+        _check(C.kvt_tier_evictable(got, out, n, self._live(), tier))
+        return _to_list(out, got[0])
 
     def register_hash(self, block, seq_hash, parent=0):
         out = ffi.new("kvt_block *")

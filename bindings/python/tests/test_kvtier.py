@@ -246,3 +246,32 @@ def test_the_scenario_prints_what_c_prints():
                          capture_output=True, text=True, check=True).stdout
     assert "request B: 26 tokens, 6 full blocks, G1 hit 0, G2 hit 3, onboarded 3" in out
     assert "onboarded bytes equal request A's: yes" in out
+
+
+def test_priorities_and_pins_decide_what_is_evicted():
+    with manager(g1_blocks=8, max_pinned_percent=25,
+                 eviction=[kvtier.EVICT_LRU, kvtier.EVICT_S3FIFO, kvtier.EVICT_LRU]) as m:
+        blocks = stored(m, [1, 2, 3, 4])
+        m.release(blocks)                            # one call: the last evicted first
+        m.set_priority([blocks[0]], 3)
+        m.set_priority([blocks[2]], -1)
+        assert [m.block_info(b)["seq_hash"] for b in m.evictable()] == [3, 4, 2, 1]
+        m.pin(blocks[1:2] * 2)                       # listed twice, pinned once
+        assert m.tier_stats()["pinned"] == 1
+        assert [m.block_info(b)["seq_hash"] for b in m.evictable()] == [3, 4, 1]
+        with pytest.raises(kvtier.NoSpaceError, match="max_pinned_percent"):
+            m.pin(blocks[2:4])                       # 3 of 8 is past 25 %: none pinned
+        assert m.tier_stats()["pinned"] == 1
+        m.alloc(7)                                   # evicts all but the pinned one
+        assert m.match_prefix([2]) == [blocks[1]]
+        with pytest.raises(kvtier.InvalidHandleError):
+            m.pin([blocks[0]])                       # evicted
+        m.unpin([blocks[1]])
+        assert m.tier_stats()["pinned"] == 0
+        m.release([blocks[1]])
+        assert m.evictable() == [blocks[1]]
+        with pytest.raises(kvtier.StateError):
+            m.set_priority(m.alloc(1), 1)            # not registered
+        with pytest.raises(kvtier.InvalidArgumentError):
+            m.set_priority([blocks[1]], 2**31)
+        m.check()
