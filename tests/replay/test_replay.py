@@ -266,3 +266,26 @@ def test_blocks_mode_is_the_default_and_unchanged(small_trace):
     for r in (default, blocks):
         del r["seconds"], r["prefault_seconds"]
     assert default == blocks
+
+
+def test_g3_keep_reuses_the_file_and_the_second_run_hits_g3(small_trace, tmp_path):
+    args = ["--trace", small_trace, "--g1-blocks", 200, "--g2-blocks", 0, "--g3-blocks", 4000,
+            "--layers", 2, "--chunk-bytes", 4096, "--g3-path", tmp_path, "--g3-keep",
+            "--no-progress"]
+    first = replay_json(*args)
+    check_invariants(first)
+    assert first["g3_recovered_blocks"] == 0
+    assert [p.name for p in tmp_path.iterdir()] == ["kvtier-g3.bin"]
+    second = replay_json(*args)
+    check_invariants(second)
+    # G3 holds every block the first run computed: the second run computes none again.
+    assert 0 < second["g3_recovered_blocks"] <= first["miss_blocks"]
+    assert second["miss_blocks"] == 0, second
+    assert second["g3_hit_blocks"] > first["g3_hit_blocks"]
+    assert second["mismatched_blocks"] == 0 and second["verified_blocks"] > 0
+
+
+def test_g3_keep_needs_a_path():
+    p = replay("--trace", TRACE, "--g3-keep", "--no-progress", check=False)
+    assert p.returncode > 0
+    assert "--g3-keep needs --g3-path" in p.stderr, p.stderr

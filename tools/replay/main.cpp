@@ -65,6 +65,8 @@ int main(int argc, char **argv) {
                                        "lazy: when they leave their tier (eager)");
   app.add_option("--policy", policy, "presence, or frequency:N (presence)");
   app.add_option("--g3-path", o.g3_path, "directory for G3's file (a temporary directory)");
+  app.add_flag("--g3-keep", o.g3_keep, "keep G3's file in --g3-path after the run, and start "
+               "from the blocks a kept file holds");
   app.add_flag("--json", o.json, "print one JSON object on stdout instead of the summary");
   app.add_option("--timeline", o.timeline_csv, "write per-interval hit rates and bandwidths "
                                                "as CSV");
@@ -90,6 +92,8 @@ int main(int argc, char **argv) {
     return usage_error(err);
   if (mode == "engine") o.mode = Mode::Engine;
   else if (mode != "blocks") return usage_error("--mode must be blocks or engine, not \"" + mode + "\"");
+  if (o.g3_keep && (o.g3_path.empty() || g3 == 0 || o.mode == Mode::Engine))
+    return usage_error("--g3-keep needs --g3-path, G3 (--g3-blocks > 0) and --mode blocks");
   o.token_budget = uint32_t(budget);
   o.max_running = uint32_t(running);
   if (o.mode == Mode::Engine) {

@@ -22,6 +22,7 @@ struct Options {
   Offload offload = Offload::Eager;
   uint32_t min_frequency = 0;  // 0: presence policy; N: frequency N (with presence)
   std::string g3_path;         // empty: a temporary directory
+  bool g3_keep = false;        // G3's file persists in g3_path and is reused (g3_persist)
   bool json = false;
   std::string timeline_csv, plot_svg;
   double interval_s = 60;      // timeline bucket width in trace time

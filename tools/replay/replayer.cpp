@@ -113,6 +113,7 @@ bool Replayer::create(std::string *error) {
   c.g2_blocks = o_.g2_blocks;
   c.g3_blocks = o_.g3_blocks;
   c.g3_path = o_.g3_path.empty() ? nullptr : o_.g3_path.c_str();
+  c.g3_persist = o_.g3_keep;
   c.g1_memory = KVT_MEMORY_HOST;  // the embedded stand-in for GPU memory
   // One batch at a time, 256 blocks each: on a small machine the copies would otherwise
   // compete with each other and with the requests for cores, for no gain in wall time.
@@ -129,6 +130,12 @@ bool Replayer::create(std::string *error) {
   }
   kvt_hash_salt(&salt_, "kvtier-replay", 13);
   block_bytes_ = o_.block_bytes();
+  if (o_.g3_keep) {
+    kvt_tier_stats st{};
+    st.struct_size = sizeof st;
+    kvt_tier_stats_get(&st, m_, KVT_TIER_G3);
+    r_.g3_recovered = st.recovered;
+  }
   return !o_.prefault || prefault(error);
 }
 

@@ -44,6 +44,7 @@ struct DirectionTotals {
 
 struct Result : Counts {
   uint64_t verified = 0, mismatched = 0;
+  uint64_t g3_recovered = 0;  // blocks a kept G3 file held at start (--g3-keep)
   uint64_t alloc_waits = 0;  // allocations that waited for G1 space held by transfers
   DirectionTotals dir[kDirections];
   double seconds = 0;

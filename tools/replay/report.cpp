@@ -89,6 +89,7 @@ void print_json(std::FILE *f, const Options &o, const Trace &t, const Result &r)
   j["g1_hit_blocks"] = r.hits[1];
   j["g2_hit_blocks"] = r.hits[2];
   j["g3_hit_blocks"] = r.hits[3];
+  j["g3_recovered_blocks"] = r.g3_recovered;
   j["miss_blocks"] = r.misses;
   j["hit_rate"] = r.blocks ? double(r.hit_blocks()) / double(r.blocks) : 0.0;
   j["offloaded_blocks"] = r.offloaded_blocks();
