@@ -192,7 +192,7 @@ typedef struct kvt_manager_config {
   uint64_t    g3_blocks;        /* (defaults 4096 and 0) */
   const char *g3_path;          /* directory for the G3 file, not ""; NULL: a fresh temporary
                                    directory under $TMPDIR (or /tmp), removed at destroy. The
-                                   file itself is always removed at destroy, and files (and
+                                   file is removed at destroy unless g3_persist, and files (and
                                    temporary directories) that dead processes left there are
                                    removed at create. Borrowed during kvt_manager_create. */
   uint64_t    event_capacity;   /* bound of the event queue, 1..2^24 (default 65536) */
@@ -228,9 +228,12 @@ typedef struct kvt_manager_config {
   uint64_t    g3_fault_count;   /* >= 1 */
 
   /* 0.3.0: a G3 that survives restarts (docs/G3_FORMAT.md). */
-  uint32_t    g3_persist;       /* 1: G3's file at g3_path (required) outlives the manager:
-                                   create recovers the blocks it holds intact, destroy keeps
-                                   it. 0 (default): a fresh file, removed at destroy */
+  uint32_t    g3_persist;       /* 1: G3's file, g3_path/kvtier-g3.bin (g3_path required),
+                                   outlives the manager: create recovers the blocks it holds
+                                   intact (as inactive G3 blocks, counted in
+                                   kvt_tier_stats.recovered, without events), destroy keeps
+                                   it. A file another live manager holds: KVT_ERR_STATE.
+                                   0 (default): a fresh file, removed at destroy */
   uint32_t    g3_on_mismatch;   /* kvt_g3_mismatch: what create does with a persistent file
                                    of another layout, salt namespace or format version */
   uint64_t    g3_namespace;     /* a persistent file's owner tag, e.g. the salt hash of the
