@@ -30,7 +30,8 @@ struct Seen {
 };
 
 // The events of a reset of these tiers, each of which held `n[t]` registered blocks.
-std::vector<std::pair<uint32_t, uint32_t>> reset_events(std::vector<std::pair<uint32_t, size_t>> n) {
+std::vector<std::pair<uint32_t, uint32_t>> reset_events(
+    const std::vector<std::pair<uint32_t, size_t>> &n) {
   std::vector<std::pair<uint32_t, uint32_t>> v;
   for (auto [t, k] : n) {
     for (size_t i = 0; i < k; ++i) v.push_back({KVT_EVENT_BLOCK_REMOVED, t});

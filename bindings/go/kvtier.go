@@ -448,9 +448,22 @@ func (m *Manager) Check() error {
 	return m.with(func(c *C.kvt_manager) C.kvt_status { return C.kvt_manager_check(c) })
 }
 
+// AllTiers, given to Reset, names every tier.
+const AllTiers Tier = 0
+
+// Reset empties one tier's registry, or every tier's (AllTiers): transfers not yet
+// committed that touch it end cancelled, copies in flight are waited for, and blocks still
+// held stay readable until released. Events: EventBlockRemoved per block, then
+// EventTierCleared.
+func (m *Manager) Reset(tier Tier) error {
+	return m.with(func(c *C.kvt_manager) C.kvt_status {
+		return C.kvt_manager_reset(c, C.int(tier))
+	})
+}
+
 // Event is one completion or registry event.
 type Event struct {
-	Type     uint32 // EventXferDone, EventBlockStored, EventBlockRemoved, EventEventsDropped
+	Type     uint32 // one of the Event* constants below
 	Status   Status
 	Tier     Tier
 	UserData uint64
@@ -464,6 +477,7 @@ const (
 	EventBlockStored   = C.KVT_EVENT_BLOCK_STORED
 	EventBlockRemoved  = C.KVT_EVENT_BLOCK_REMOVED
 	EventEventsDropped = C.KVT_EVENT_EVENTS_DROPPED
+	EventTierCleared   = C.KVT_EVENT_TIER_CLEARED
 )
 
 // Poll drains up to max pending events, oldest first.

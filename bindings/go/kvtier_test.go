@@ -155,6 +155,68 @@ func TestCancelIsErrCancelled(t *testing.T) {
 	m.Release(a)
 }
 
+func TestResetCancelsEmptiesAndKeepsHeldBytes(t *testing.T) {
+	m := newManager(t)
+	defer m.Close()
+	a := stored(t, m, []uint64{50, 51}, 9)
+	x, err := m.Offload(a, kvtier.G2, nil, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := x.Wait(-1); err != nil {
+		t.Fatal(err)
+	}
+	x.Close()
+	b := stored(t, m, []uint64{52}, 3) // not in G2: it waits for the fence
+	f, err := m.NewFence()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	parked, err := m.Offload(b, kvtier.G2, f, 5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer parked.Close()
+	m.Poll(256)
+	if err := m.Reset(kvtier.AllTiers); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := parked.Wait(-1); !errors.Is(err, kvtier.ErrCancelled) {
+		t.Fatalf("parked transfer after a reset: %v", err)
+	}
+	ev, _ := m.Poll(256)
+	var cleared []kvtier.Tier
+	removed, done := 0, 0
+	for _, e := range ev {
+		switch e.Type {
+		case kvtier.EventTierCleared:
+			cleared = append(cleared, e.Tier)
+		case kvtier.EventBlockRemoved:
+			removed++
+		case kvtier.EventXferDone:
+			done++
+		}
+	}
+	if len(cleared) != 2 || cleared[0] != kvtier.G1 || cleared[1] != kvtier.G2 ||
+		removed != 5 || done != 1 {
+		t.Fatalf("events: cleared %v, %d removed, %d done", cleared, removed, done)
+	}
+	if g, _ := m.MatchPrefix([]uint64{50}, kvtier.G2); len(g) != 0 {
+		t.Fatal("G2 still matches after the reset")
+	}
+	if d, err := m.Data(a[0]); err != nil || d[0] != 9 || d[len(d)-1] != 9 {
+		t.Fatalf("a held block lost its bytes: %v", err)
+	}
+	if err := m.Reset(kvtier.G3); !errors.Is(err, kvtier.ErrInvalidArgument) {
+		t.Fatalf("reset of an absent tier: %v", err)
+	}
+	m.Release(append(a, b...))
+	if err := m.Check(); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func TestBadInputGivesTypedErrors(t *testing.T) {
 	m := newManager(t)
 	err := m.Release([]kvtier.Block{12345})

@@ -266,9 +266,9 @@ class Seq:
 # ---- events ----
 
 Event = collections.namedtuple("Event", "type status tier user_data hash parent_hash count")
-XFER_DONE, BLOCK_STORED, BLOCK_REMOVED, EVENTS_DROPPED = (
+XFER_DONE, BLOCK_STORED, BLOCK_REMOVED, EVENTS_DROPPED, TIER_CLEARED = (
     C.KVT_EVENT_XFER_DONE, C.KVT_EVENT_BLOCK_STORED, C.KVT_EVENT_BLOCK_REMOVED,
-    C.KVT_EVENT_EVENTS_DROPPED)
+    C.KVT_EVENT_EVENTS_DROPPED, C.KVT_EVENT_TIER_CLEARED)
 
 
 # ---- manager ----
@@ -537,6 +537,12 @@ class Manager:
 
     def check(self):
         _check(C.kvt_manager_check(self._live()))
+
+    def reset(self, tier=0):
+        """Empties one tier's registry, or every tier's (0): transfers not yet committed that
+        touch it end cancelled, copies in flight are waited for; blocks still held stay
+        readable until released. Events: BLOCK_REMOVED per block, then TIER_CLEARED."""
+        _check(C.kvt_manager_reset(self._live(), tier))
 
     # transfers
     def offload(self, blocks, dst, fence=None, user_data=0):

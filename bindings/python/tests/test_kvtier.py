@@ -122,6 +122,40 @@ def test_cancel_gives_cancelled_error_not_a_generic_failure():
         m.check()
 
 
+def test_reset_cancels_empties_and_keeps_held_bytes():
+    with manager(min_batch_size=1) as m:
+        a = stored(m, [50, 51], fill=9)
+        with m.offload(a, kvtier.G2) as x:
+            x.wait(5)
+        b = stored(m, [52])  # not in G2: it waits for the fence
+        f = m.fence()
+        parked = m.offload(b, kvtier.G2, fence=f)
+        list(m.events())
+        m.reset()  # every tier
+        with pytest.raises(kvtier.CancelledError):
+            parked.wait(5)
+        events = list(m.events())
+        assert [e.tier for e in events if e.type == kvtier.TIER_CLEARED] == [kvtier.G1, kvtier.G2]
+        assert sorted(e.hash for e in events
+                      if e.type == kvtier.BLOCK_REMOVED and e.tier == kvtier.G2) == [50, 51]
+        assert len([e for e in events if e.type == kvtier.XFER_DONE]) == 1
+        assert m.match_prefix([50, 51]) == [] and m.match_prefix([50], kvtier.G2) == []
+        assert bytes(m.block_data(a[0])) == bytes([9]) * len(m.block_data(a[0]))
+        assert m.tier_stats(kvtier.G2)["free"] == 16
+        m.reset(kvtier.G2)
+        assert [e.type for e in m.events()] == [kvtier.TIER_CLEARED]
+        with pytest.raises(kvtier.InvalidArgumentError) as e:
+            m.reset(kvtier.G3)  # absent
+        assert "absent" in e.value.message
+        with pytest.raises(kvtier.InvalidArgumentError):
+            m.reset(7)
+        parked.close()
+        f.close()
+        m.release(a + b)
+        assert m.tier_stats()["free"] == 16
+        m.check()
+
+
 def test_onboard_swaps_in_the_existing_block_and_wait_times_out():
     with manager() as m:
         a = stored(m, [40, 41], fill=7)

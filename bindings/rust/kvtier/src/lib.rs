@@ -189,6 +189,8 @@ pub enum Event {
     BlockStored { tier: u32, hash: u64, parent: u64 },
     BlockRemoved { tier: u32, hash: u64 },
     EventsDropped { count: u64 },
+    /// [`Manager::reset`] emptied this tier's registry (after its `BlockRemoved` events).
+    TierCleared { tier: u32 },
 }
 
 impl Event {
@@ -204,6 +206,7 @@ impl Event {
                 Event::BlockStored { tier: e.tier, hash: e.hash, parent: e.parent_hash }
             }
             sys::KVT_EVENT_BLOCK_REMOVED => Event::BlockRemoved { tier: e.tier, hash: e.hash },
+            sys::KVT_EVENT_TIER_CLEARED => Event::TierCleared { tier: e.tier },
             _ => Event::EventsDropped { count: e.count },
         }
     }
@@ -300,6 +303,14 @@ impl Manager {
 
     pub fn check(&self) -> Result<()> {
         check(unsafe { sys::kvt_manager_check(self.m) })
+    }
+
+    /// Empties one tier's registry, or every tier's (`None`): transfers not yet committed
+    /// that touch it end cancelled, copies in flight are waited for, and blocks still held
+    /// stay readable until released. Events: `BlockRemoved` per block, then `TierCleared`.
+    pub fn reset(&self, tier: Option<Tier>) -> Result<()> {
+        let t = tier.map_or(0, |t| t as i32);
+        check(unsafe { sys::kvt_manager_reset(self.m, t) })
     }
 
     /// Offloads registered blocks down to `dst`; `fence` may hold it back.

@@ -147,3 +147,42 @@ fn threads_share_one_manager() {
     });
     m.check().unwrap();
 }
+
+#[test]
+fn reset_cancels_empties_and_keeps_held_bytes() {
+    let m = manager();
+    let a = stored(&m, &[50, 51], 9);
+    m.offload(&a, Tier::G2, None, 0).unwrap().wait(None).unwrap();
+    let b = stored(&m, &[52], 3); // not in G2: it waits for the fence
+    let f = m.fence().unwrap();
+    let parked = m.offload(&b, Tier::G2, Some(&f), 5).unwrap();
+    m.events().for_each(drop);
+    m.reset(None).unwrap();
+    assert_eq!(parked.wait(None).unwrap_err().status, Status::Cancelled);
+    let ev: Vec<Event> = m.events().collect();
+    let cleared: Vec<u32> = ev
+        .iter()
+        .filter_map(|e| match e { Event::TierCleared { tier } => Some(*tier), _ => None })
+        .collect();
+    assert_eq!(cleared, vec![1, 2]);
+    let mut removed: Vec<u64> = ev
+        .iter()
+        .filter_map(|e| match e { Event::BlockRemoved { tier: 2, hash } => Some(*hash), _ => None })
+        .collect();
+    removed.sort();
+    assert_eq!(removed, vec![50, 51]);
+    assert_eq!(ev.iter().filter(|e| matches!(e, Event::XferDone { .. })).count(), 1);
+    assert!(m.match_prefix(&[50], Tier::G1).unwrap().is_empty());
+    assert!(m.match_prefix(&[50], Tier::G2).unwrap().is_empty());
+    assert!(unsafe { m.data(a[0]).unwrap() }.iter().all(|x| *x == 9));
+    m.reset(Some(Tier::G2)).unwrap();
+    assert_eq!(m.events().collect::<Vec<_>>(), vec![Event::TierCleared { tier: 2 }]);
+    let e = m.reset(Some(Tier::G3)).unwrap_err(); // absent
+    assert_eq!(e.status, Status::InvalidArgument);
+    assert!(e.message.contains("absent"), "{}", e.message);
+    drop(parked);
+    drop(f);
+    m.release(&a).unwrap();
+    m.release(&b).unwrap();
+    m.check().unwrap();
+}
