@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 
@@ -32,6 +33,27 @@ bool in_range(const char *name, long long v, long long lo, long long hi, std::st
   return false;
 }
 
+// "P" sets G2 and G3, "P1,P2,P3" each tier.
+bool parse_eviction(const std::string &s, int out[3]) {
+  std::vector<int> v;
+  for (size_t at = 0;;) {
+    size_t comma = s.find(',', at);
+    std::string name = s.substr(at, comma == std::string::npos ? std::string::npos : comma - at);
+    if (name == "lru") v.push_back(KVT_EVICT_LRU);
+    else if (name == "s3fifo") v.push_back(KVT_EVICT_S3FIFO);
+    else return false;
+    if (comma == std::string::npos) break;
+    at = comma + 1;
+  }
+  if (v.size() == 1) {
+    out[1] = out[2] = v[0];
+    return true;
+  }
+  if (v.size() != 3) return false;
+  for (int t = 0; t < 3; ++t) out[t] = v[t];
+  return true;
+}
+
 }  // namespace
 
 int main(int argc, char **argv) {
@@ -39,7 +61,7 @@ int main(int argc, char **argv) {
   long long page = o.page_size, g1 = o.g1_blocks, g2 = o.g2_blocks, g3 = o.g3_blocks;
   long long layers = o.layers, outer = o.outer, chunk = o.chunk_bytes, conc = o.concurrency;
   long long budget = o.token_budget, running = o.max_running;
-  std::string offload = "eager", policy = "presence", mode = "blocks";
+  std::string offload = "eager", policy = "presence", mode = "blocks", eviction;
   bool no_progress = false;
   bool no_prefault = false;
 
@@ -64,6 +86,8 @@ int main(int argc, char **argv) {
   app.add_option("--offload", offload, "eager: offload new blocks as they are registered; "
                                        "lazy: when they leave their tier (eager)");
   app.add_option("--policy", policy, "presence, or frequency:N (presence)");
+  app.add_option("--eviction", eviction, "lru or s3fifo for G2 and G3, or G1,G2,G3 each "
+                 "(the library's defaults)");
   app.add_option("--g3-path", o.g3_path, "directory for G3's file (a temporary directory)");
   app.add_flag("--g3-keep", o.g3_keep, "keep G3's file in --g3-path after the run, and start "
                "from the blocks a kept file holds");
@@ -126,6 +150,9 @@ int main(int argc, char **argv) {
   } else if (policy != "presence") {
     return usage_error("--policy must be presence or frequency:N, not \"" + policy + "\"");
   }
+  if (!eviction.empty() && !parse_eviction(eviction, o.eviction))
+    return usage_error("--eviction takes lru or s3fifo, or three of them for G1,G2,G3 "
+                       "separated by commas, not \"" + eviction + "\"");
   if (!(o.interval_s > 0) || o.interval_s > 1e9)
     return usage_error("--interval must be a positive number of seconds");
   const double host_bytes = double(o.g1_blocks + o.g2_blocks) * double(o.block_bytes());

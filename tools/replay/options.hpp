@@ -21,6 +21,7 @@ struct Options {
   uint32_t concurrency = 1;
   Offload offload = Offload::Eager;
   uint32_t min_frequency = 0;  // 0: presence policy; N: frequency N (with presence)
+  int eviction[3] = {-1, -1, -1};  // kvt_eviction of G1, G2, G3; -1: the library's default
   std::string g3_path;         // empty: a temporary directory
   bool g3_keep = false;        // G3's file persists in g3_path and is reused (g3_persist)
   bool json = false;

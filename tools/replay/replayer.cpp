@@ -120,6 +120,8 @@ bool Replayer::create(std::string *error) {
   c.max_concurrent_transfers = 1;
   c.max_batch_size = 256;
   c.copy_threads = 2;
+  for (int t = 0; t < 3; ++t)
+    if (o_.eviction[t] >= 0) c.eviction[t] = uint32_t(o_.eviction[t]);
   if (o_.min_frequency > 0) {
     kvt_policy p{KVT_POLICY_PRESENCE | KVT_POLICY_FREQUENCY, o_.min_frequency};
     c.policy_g1_g2 = c.policy_g1_g3 = c.policy_g2_g3 = p;
