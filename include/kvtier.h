@@ -433,8 +433,8 @@ typedef struct kvt_block_info {
 } kvt_block_info;
 
 /* Allocates n Empty blocks in one tier, all or none: free never-registered slots first, then
- * evicting inactive blocks, least recently released first (each eviction emits
- * BLOCK_REMOVED). KVT_ERR_NO_SPACE when the tier cannot supply n blocks, leaving it as it
+ * evicting inactive blocks in the tier's eviction order (see Priorities and pins; each
+ * eviction emits BLOCK_REMOVED). KVT_ERR_NO_SPACE when the tier cannot supply n blocks, leaving it as it
  * was. out: borrowed array of n handles; each block holds one reference for the caller. */
 KVT_API kvt_status kvt_block_alloc(kvt_block *out, size_t n, kvt_manager *m, kvt_tier tier);
 
@@ -450,8 +450,10 @@ KVT_API kvt_status kvt_block_release(kvt_manager *m, const kvt_block *blocks, si
  * evicts lower priorities first, and its eviction policy (kvt_eviction) orders blocks of
  * equal priority. A pinned block is never evicted, even when inactive; a tier refuses a pin
  * (KVT_ERR_NO_SPACE) that would make pinned blocks exceed max_pinned_percent of its
- * capacity. Both are all or nothing over the array, for registered blocks
- * (KVT_ERR_STATE otherwise), and stay with the block until it is evicted or reset. */
+ * capacity. Both are all or nothing over the array, which may mix tiers, for registered
+ * blocks (KVT_ERR_STATE otherwise), and stay with the block until it is evicted or reset.
+ * An inactive block whose priority changes, or that is unpinned, takes the most recent place
+ * of its priority; unpinning a block not pinned does nothing. */
 KVT_API kvt_status kvt_block_set_priority(kvt_manager *m, const kvt_block *blocks, size_t n,
                                           int32_t priority);
 KVT_API kvt_status kvt_block_pin(kvt_manager *m, const kvt_block *blocks, size_t n);
@@ -526,7 +528,8 @@ KVT_API kvt_status kvt_match_prefix(size_t *out_n, kvt_block *out_blocks, kvt_ma
                                     kvt_tier tier, const uint64_t *seq_hashes, size_t n);
 
 /* The blocks that the next allocations in a tier would evict, in that order: up to max
- * inactive blocks, least recently released first. *out_n receives how many. Nothing is
+ * inactive blocks in eviction order (see Priorities and pins; pinned blocks are not
+ * listed). *out_n receives how many. Nothing is
  * pinned or changed, so a handle may go stale as soon as another call evicts it. This is
  * for write-back offload (SGLang HiCache's write_back): offload these blocks, wait, then
  * allocate over them. out: borrowed, room for max handles. */
