@@ -701,7 +701,9 @@ KVT_API int kvt_event_fd(kvt_manager *m);
  *   PREEMPTED       -> ONBOARD_STAGED    the same, for a preempted request coming back
  *   ONBOARD_STAGED  -> ONBOARDING        update_state_after_alloc with external tokens > 0
  *   ONBOARD_STAGED  -> INITIALIZED       update_state_after_alloc with 0 external tokens
- *                                        (the engine declined the hit; pins are dropped);
+ *                                        (the engine declined the hit; pins are dropped),
+ *                                        or get_num_new_matched_tokens asked again and
+ *                                        finding nothing;
  *                                        from INITIALIZED or PREEMPTED that call changes
  *                                        no state
  *   INITIALIZED, ONBOARDING, PREEMPTED
