@@ -303,7 +303,9 @@ KVT_API kvt_status kvt_manager_check(kvt_manager *m);
  * every inactive block returns to the free pool; one TIER_CLEARED event per tier emptied
  * follows the BLOCK_REMOVED events, if any. Blocks the host still holds stay valid until
  * released, but leave the registry: no match finds them, and their release frees them. A
- * persistent G3 file is emptied too. Pins are dropped. */
+ * persistent G3 file is emptied too. Pins are dropped. Transfers enqueued by other threads
+ * while it runs are not held back. KVT_ERR_INVALID_ARGUMENT for a tier that is not 0..3 or
+ * is absent. */
 KVT_API kvt_status kvt_manager_reset(kvt_manager *m, int tier);
 
 /* ---------------------------------------------------------------------------------------
