@@ -803,7 +803,8 @@ KVT_API void kvt_connector_destroy(kvt_connector *c);
 /* --- scheduler half --- */
 
 /* How many tokens beyond num_computed_tokens (the engine's own prefix hit) kvtier can load,
- * and whether the load is asynchronous (*out_load_async, from the config's load_async).
+ * and whether the load is asynchronous (*out_load_async, from the config's load_async;
+ * out_load_async may be NULL).
  * tokens[0..num_tokens): the request's tokens so far (the prompt, plus its outputs when a
  * preempted request comes back); borrowed. Only full blocks count, and never the last
  * token: the engine must compute at least one. The first call for an id creates its slot.

@@ -231,10 +231,11 @@ KVT_API kvt_status kvt_connector_request_finished(int32_t *out_delay_free, kvt_c
                                                   const char *req_id) {
   static constexpr const char *fn = "kvt_connector_request_finished";
   return on_scheduler(fn, c, [&](Scheduler &s) {
+    if (out_delay_free == nullptr) return null_arg(fn, "out_delay_free");
     if (kvt_status e = with_id(fn, req_id); e != KVT_OK) return e;
     bool delay = false;
     if (kvt_status e = s.request_finished(&delay, req_id); e != KVT_OK) return e;
-    if (out_delay_free) *out_delay_free = delay;
+    *out_delay_free = delay;
     return KVT_OK;
   });
 }

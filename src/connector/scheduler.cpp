@@ -296,24 +296,29 @@ kvt_status Scheduler::build_meta(std::string *out, const kvt_scheduled_request *
                                  size_t n) {
   static constexpr const char *fn = "kvt_connector_build_connector_meta";
   // Check everything first: a bad entry changes no slot.
-  std::vector<Slot *> slot(n);
+  std::vector<Slot *> slot(n, nullptr);
   std::vector<SlotState> target(n);
   uint32_t stamp = ++stamp_now_;
+  // The marks of a refused call come off again: it changes no slot.
+  auto refuse = [&](kvt_status e) {
+    for (Slot *s : slot)
+      if (s) s->new_this_step = false;
+    return e;
+  };
   for (size_t i = 0; i < n; ++i) {
     const kvt_scheduled_request &r = reqs[i];
-    if (kvt_status e = check_id(fn, r.req_id); e != KVT_OK) return e;
+    if (kvt_status e = check_id(fn, r.req_id); e != KVT_OK) return refuse(e);
     if ((r.new_block_ids == nullptr && r.num_new_block_ids) ||
         (r.new_token_ids == nullptr && r.num_new_token_ids))
-      return fail(KVT_ERR_INVALID_ARGUMENT, "%s: reqs[%zu] has a NULL array with a count", fn, i);
+      return refuse(fail(KVT_ERR_INVALID_ARGUMENT, "%s: reqs[%zu] has a NULL array with a count",
+                         fn, i));
     kvt_status st;
-    Slot *s = slot[i] = find(fn, r.req_id, &st);
-    if (s == nullptr) return st;
-    if (s->new_this_step) {
-      for (size_t k = 0; k < i; ++k) slot[k]->new_this_step = false;
-      s->new_this_step = false;
-      return fail(KVT_ERR_INVALID_ARGUMENT, "%s: request '%s' is scheduled twice", fn,
-                  s->id.c_str());
-    }
+    Slot *s = find(fn, r.req_id, &st);
+    if (s == nullptr) return refuse(st);
+    if (s->new_this_step)
+      return refuse(fail(KVT_ERR_INVALID_ARGUMENT, "%s: request '%s' is scheduled twice", fn,
+                         s->id.c_str()));
+    slot[i] = s;
     s->new_this_step = true;
     target[i] = r.num_new_token_ids ? KVT_SLOT_DECODING : KVT_SLOT_PREFILLING;
     kvt_status e = KVT_OK;
@@ -339,10 +344,7 @@ kvt_status Scheduler::build_meta(std::string *out, const kvt_scheduled_request *
         if (writer_[r.new_block_ids[k]] == s)
           e = fail(KVT_ERR_INVALID_ARGUMENT, "%s: request '%s' holds block id %u already", fn,
                    s->id.c_str(), r.new_block_ids[k]);
-    if (e != KVT_OK) {
-      for (size_t k = 0; k <= i; ++k) slot[k]->new_this_step = false;
-      return e;
-    }
+    if (e != KVT_OK) return refuse(e);
   }
 
   Meta meta;
