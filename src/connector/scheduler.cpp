@@ -20,6 +20,16 @@ Shape shape_of(const Manager &m) {
   return Shape{c.page_size, c.g2_blocks, c.g3_blocks};
 }
 
+kvt_status check_shape(const char *fn, const char *what, const Shape &got, const Shape &have) {
+  if (got == have) return KVT_OK;
+  return fail(KVT_ERR_CORRUPT,
+              "%s: the %s comes from a connector with other capacities (page_size %u, G2 %llu, "
+              "G3 %llu blocks; this one has %u, %llu, %llu)",
+              fn, what, got.page_size, (unsigned long long)got.g2_blocks,
+              (unsigned long long)got.g3_blocks, have.page_size,
+              (unsigned long long)have.g2_blocks, (unsigned long long)have.g3_blocks);
+}
+
 Scheduler::Scheduler(Manager &m, const kvt_connector_config &c)
     : m_(m), cfg_(c), store_tier_(m.tier_if_present(int(c.store_tier))),
       tiers_{m.tier_if_present(KVT_TIER_G2), m.tier_if_present(KVT_TIER_G3)},
@@ -406,13 +416,7 @@ kvt_status Scheduler::build_meta(std::string *out, const kvt_scheduled_request *
 
 kvt_status Scheduler::update_output(const Report &r) {
   static constexpr const char *fn = "kvt_connector_update_connector_output";
-  if (!(r.shape == shape_))
-    return fail(KVT_ERR_CORRUPT,
-                "%s: the report comes from a worker with other capacities (page_size %u, G2 "
-                "%llu, G3 %llu blocks; this scheduler has %u, %llu, %llu)",
-                fn, r.shape.page_size, (unsigned long long)r.shape.g2_blocks,
-                (unsigned long long)r.shape.g3_blocks, shape_.page_size,
-                (unsigned long long)shape_.g2_blocks, (unsigned long long)shape_.g3_blocks);
+  if (kvt_status e = check_shape(fn, "report", r.shape, shape_); e != KVT_OK) return e;
   // Check everything first: a report naming an unknown batch changes nothing.
   absl::flat_hash_set<uint64_t> seen;
   auto check = [&](const Done &d, size_t ops, bool sent, bool known, const char *what) {

@@ -23,8 +23,10 @@ class Tier;
 
 namespace kvt::conn {
 
-// The capacities of m that both halves must agree on.
+// The capacities of m that both halves must agree on, and the refusal of a message (what:
+// "metadata", "report") from a connector with others.
 Shape shape_of(const Manager &m);
+kvt_status check_shape(const char *fn, const char *what, const Shape &got, const Shape &have);
 
 class Scheduler {
  public:

@@ -80,13 +80,7 @@ kvt_status Worker::bind(const void *bytes, size_t len) {
   Meta meta;
   if (kvt_status s = decode(&meta, bytes, len); s != KVT_OK)
     return fail(s, "%s: %s", fn, std::string(last_error()).c_str());
-  if (!(meta.shape == shape_))
-    return fail(KVT_ERR_CORRUPT,
-                "%s: the metadata comes from a scheduler with other capacities (page_size %u, "
-                "G2 %llu, G3 %llu blocks; this worker has %u, %llu, %llu)",
-                fn, meta.shape.page_size, (unsigned long long)meta.shape.g2_blocks,
-                (unsigned long long)meta.shape.g3_blocks, shape_.page_size,
-                (unsigned long long)shape_.g2_blocks, (unsigned long long)shape_.g3_blocks);
+  if (kvt_status e = check_shape(fn, "metadata", meta.shape, shape_); e != KVT_OK) return e;
   std::lock_guard lk(mu_);
   if (meta_) return fail(KVT_ERR_STATE, "%s: a metadata is bound already: clear it first", fn);
   if (g1_blocks_ == 0)
