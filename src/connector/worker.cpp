@@ -111,6 +111,7 @@ kvt_status Worker::clear() {
 }
 
 void Worker::enqueue(Kind kind, std::vector<Batch> &batches) {
+  if (batches.empty()) return;  // most steps: no need to wake the copy thread
   for (Batch &b : batches) {
     ++outstanding_[b.req_id];
     if (--unstarted_[b.req_id] == 0) unstarted_.erase(b.req_id);
