@@ -138,6 +138,22 @@ TEST(G3Persist, RecoversAfterCleanDestroy) {
   ASSERT_KVT_OK(kvt_manager_check(m.get()));
 }
 
+TEST(G3Persist, ResetEmptiesTheFileToo) {
+  TempDir dir;
+  {
+    auto m = make(persist_config(dir.path));
+    ASSERT_TRUE(m);
+    ASSERT_EQ(offload(m.get(), range(1, 4)), "");
+    ASSERT_KVT_OK(kvt_manager_reset(m.get(), KVT_TIER_G3));
+    ASSERT_EQ(offload(m.get(), range(10, 2)), "");
+  }
+  auto m = make(persist_config(dir.path));
+  ASSERT_TRUE(m);
+  EXPECT_EQ(stats(m.get(), KVT_TIER_G3).recovered, 2u) << "blocks reset came back";
+  EXPECT_EQ(matched(m.get(), KVT_TIER_G3, range(1, 1)), 0u);
+  EXPECT_EQ(onboard_and_compare(m.get(), range(10, 2)), "");
+}
+
 TEST(G3Persist, ChecksumVerifiedOnRead) {
   TempDir dir;
   {

@@ -137,6 +137,7 @@ kvt_status Manager::reset(int tier) {
   pipeline_->drain(mask);
   for (int t = KVT_TIER_G1; t <= KVT_TIER_G3; ++t)
     if (mask & (1u << t)) tiers_[t]->clear();
+  if ((mask & (1u << KVT_TIER_G3)) && disk_) disk_->forget_all();  // a persistent G3's file
   return KVT_OK;
 }
 

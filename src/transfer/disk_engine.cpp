@@ -101,6 +101,10 @@ std::vector<Tier::Recovered> DiskEngine::take_recovered() {
   return table_->scan();
 }
 
+void DiskEngine::forget_all() noexcept {
+  if (table_) table_->clear();
+}
+
 void DiskEngine::run(std::vector<DiskOp> &ops) {
   std::vector<Prepared> batch;
   std::vector<IoRequest> req;

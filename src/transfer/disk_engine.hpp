@@ -51,6 +51,8 @@ class DiskEngine {
   // A persistent G3: the blocks its file holds intact, oldest write first; for the manager
   // to register at create. Not persistent: none.
   std::vector<Tier::Recovered> take_recovered();
+  // kvt_manager_reset of G3: a persistent file no longer holds any block for a later create.
+  void forget_all() noexcept;
 
  private:
   // The config's fault injector, for tests: operations of one kind pass `skip` times, then

@@ -187,6 +187,10 @@ void G3Table::commit(uint32_t slot, uint64_t seq_hash, uint64_t parent) noexcept
   std::atomic_ref(dst.check).store(check_of(r, slot), std::memory_order_release);
 }
 
+void G3Table::clear() noexcept {
+  for (uint64_t s = 0; s < n_; ++s) invalidate(uint32_t(s));
+}
+
 std::vector<Tier::Recovered> G3Table::scan() const {
   struct Found {
     uint64_t gen;

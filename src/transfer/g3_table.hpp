@@ -43,6 +43,8 @@ class G3Table {
   void invalidate(uint32_t slot) noexcept;
   // After a slot's write has completed: its record names the block written there.
   void commit(uint32_t slot, uint64_t seq_hash, uint64_t parent) noexcept;
+  // kvt_manager_reset of G3: no record names a block any more.
+  void clear() noexcept;
   // The blocks the valid records name, oldest write first, one slot per hash (the newest).
   std::vector<Tier::Recovered> scan() const;
 
