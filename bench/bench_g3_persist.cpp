@@ -163,8 +163,6 @@ void BM_G3Write(benchmark::State &state) {
     next += c.g1_blocks;
   }
   kvt_manager_destroy(m);
-  state.SetBytesProcessed(int64_t(state.iterations()) * int64_t(c.g1_blocks) * 4 * 2 *
-                          int64_t(c.chunk_bytes));
   if (persist) std::filesystem::remove(dir + "/kvtier-g3.bin");
 }
 
