@@ -186,7 +186,7 @@ def test_empty_trace(tmp_path):
 # --- --mode engine: the trace through the connector, G1 owned by a simulated engine ---
 
 BLOCKS_KEYS = ["trace", "requests", "blocks", "g1_hit_blocks", "g2_hit_blocks", "g3_hit_blocks",
-               "miss_blocks", "hit_rate", "offloaded_blocks", "onboarded_blocks",
+               "g3_recovered_blocks", "miss_blocks", "hit_rate", "offloaded_blocks", "onboarded_blocks",
                "verified_blocks", "mismatched_blocks", "cancelled_transfers",
                "failed_transfers", "transfers", "alloc_waits", "seconds", "prefault_seconds",
                "config"]
