@@ -296,7 +296,7 @@ inline kvt_status worker_step(kvt_connector *w, EngineG1 &g1, const std::string 
 // Polls get_finished on the worker w and hands each report to the scheduler s, until done()
 // holds or `seconds` pass. Returns done().
 inline bool drain(kvt_connector *w, kvt_connector *s, Finished *acc,
-                  const std::function<bool()> &done, double seconds = 5) {
+                  const std::function<bool()> &done, double seconds = 60) {
   auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
   for (;;) {
     std::string report;
@@ -359,14 +359,15 @@ struct Rig {
 
   // One engine step over meta (this connector is both halves): the worker's step, then its
   // reports until done() (default: the first report), then clear_connector_metadata.
-  // Fails the test when a call fails or done() does not come within 5 s.
+  // Fails the test when a call fails or done() does not come within 60 s (valgrind on a
+  // loaded machine is slow).
   Finished step(const std::string &meta, const Forward &fwd = {},
                 const std::function<bool()> &done = {},
                 const std::function<void()> &after_load = {}) {
     Finished acc;
     EXPECT_EQ(worker_step(c, g1, meta, fwd, after_load), KVT_OK) << kvt_last_error();
     EXPECT_TRUE(drain(c, c, &acc, done ? done : [] { return true; }))
-        << "the step's copies were not reported within 5 s";
+        << "the step's copies were not reported within 60 s";
     EXPECT_EQ(kvt_connector_clear_connector_metadata(c), KVT_OK) << kvt_last_error();
     return acc;
   }

@@ -448,7 +448,7 @@ struct RemoteWorker {
     kvt_status st = kvt_status(a.u32());
     int held = int(a.u32());
     EXPECT_EQ(st, KVT_OK) << "the worker's step failed: " << kvt_status_str(st);
-    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
     bool reached = false;
     while (!reached && std::chrono::steady_clock::now() < deadline) {
       if (!send_frame(fd, 'P', "") || !recv_frame(fd, &kind, &reply) || kind != 'F') return -1;
@@ -463,7 +463,7 @@ struct RemoteWorker {
       reached = done();
       if (!reached) std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }
-    EXPECT_TRUE(reached) << "the worker's copies were not reported within 5 s";
+    EXPECT_TRUE(reached) << "the worker's copies were not reported within 60 s";
     if (!send_frame(fd, 'C', "") || !recv_frame(fd, &kind, &reply) || kind != 'A') return -1;
     In c{reply};
     EXPECT_EQ(kvt_status(c.u32()), KVT_OK) << "the worker's clear_connector_metadata failed";
@@ -654,8 +654,25 @@ TEST(Threads, ConnectorHalvesOnTwoThreads) {
       if (kvt_connector_stats_get(&s, r.c) != KVT_OK) ++bad_calls;
       kvt_connector_slot_state(&st, nullptr, nullptr, 0, r.c, "B3");
       kvt_connector_take_events(ev, 8, r.c);
+      std::this_thread::sleep_for(std::chrono::microseconds(50));  // valgrind runs one thread at a time
     }
   });
+  // Joins both threads on every way out, a failed ASSERT included (a joinable std::thread
+  // at scope exit would abort the whole test program).
+  struct Joiner {
+    std::function<void()> fn;
+    ~Joiner() { fn(); }
+  } joiner{[&] {
+    {
+      std::lock_guard lk(mu);
+      done = true;
+      steps.clear();
+    }
+    cv.notify_one();
+    if (worker.joinable()) worker.join();
+    stop = true;
+    if (reader.joinable()) reader.join();
+  }};
 
   // The scheduler thread: one step, then the worker's reports until the counters say so.
   auto run = [&](const std::string &meta, Forward fwd, Forward check, uint64_t stored,
@@ -665,7 +682,7 @@ TEST(Threads, ConnectorHalvesOnTwoThreads) {
       steps.push_back({meta, std::move(fwd), std::move(check)});
     }
     cv.notify_one();
-    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
     for (;;) {
       std::deque<std::string> got;
       {
@@ -698,14 +715,7 @@ TEST(Threads, ConnectorHalvesOnTwoThreads) {
     EXPECT_EQ(r.finish(b), 0);
     EXPECT_EQ(r.g2_holding(hb), 3u) << b;
   }
-  {
-    std::lock_guard lk(mu);
-    done = true;
-  }
-  cv.notify_one();
-  worker.join();
-  stop = true;
-  reader.join();
+  joiner.fn();
   EXPECT_EQ(bad_calls.load(), 0);
   EXPECT_EQ(bad_bytes.load(), 0) << "blocks loaded with the wrong bytes";
   EXPECT_EQ(stats(r.m.get(), KVT_TIER_G2).active, 0u);
