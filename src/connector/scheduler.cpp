@@ -199,11 +199,10 @@ kvt_status Scheduler::get_num_new_matched_tokens(uint64_t *out, std::string_view
       s->state != KVT_SLOT_PREEMPTED)
     return transition_error(fn, *s, KVT_SLOT_ONBOARD_STAGED);
 
-  auto fresh = std::make_unique<Slot>(std::string(id), cfg_.salt_hash, page_);
-  fresh->tokens.assign(tokens, tokens + n);
-  fresh->seq.append(tokens, n);
+  TokenSeq seq(cfg_.salt_hash, page_);
+  seq.append(tokens, n);
   // Full blocks only, and never the last token: the engine computes at least one.
-  const auto &hashes = fresh->seq.seq_hashes();
+  const std::vector<uint64_t> &hashes = seq.seq_hashes();  // read before seq moves
   size_t usable = n ? std::min<size_t>((n - 1) / page_, hashes.size()) : 0;
   size_t first = (computed + page_ - 1) / page_;
   std::vector<Pinned> hit;
@@ -224,13 +223,13 @@ kvt_status Scheduler::get_num_new_matched_tokens(uint64_t *out, std::string_view
   }
 
   if (s == nullptr) {
+    auto fresh = std::make_unique<Slot>(std::string(id), std::move(seq));
     s = fresh.get();
     ++stats_.transitions[0][KVT_SLOT_INITIALIZED];
     slots_.emplace(s->id, std::move(fresh));
   } else {
     drop_staged(*s);
-    s->tokens = std::move(fresh->tokens);
-    std::swap(s->seq, fresh->seq);
+    s->seq = std::move(seq);
   }
   s->matched_from = computed;
   s->staged = std::move(hit);
@@ -332,7 +331,7 @@ kvt_status Scheduler::build_meta(std::string *out, const kvt_scheduled_request *
     s->new_this_step = true;
     target[i] = r.num_new_token_ids ? KVT_SLOT_DECODING : KVT_SLOT_PREFILLING;
     kvt_status e = KVT_OK;
-    uint64_t tokens = s->tokens.size() + r.num_new_token_ids;
+    uint64_t tokens = s->seq.tokens() + r.num_new_token_ids;
     uint64_t blocks = s->blocks.size() + r.num_new_block_ids;
     if (!legal(s->state, target[i]))
       e = transition_error(fn, *s, target[i]);
@@ -370,10 +369,7 @@ kvt_status Scheduler::build_meta(std::string *out, const kvt_scheduled_request *
     const kvt_scheduled_request &r = reqs[i];
     Slot &s = *slot[i];
     s.new_this_step = false;
-    if (r.num_new_token_ids) {
-      s.tokens.insert(s.tokens.end(), r.new_token_ids, r.new_token_ids + r.num_new_token_ids);
-      s.seq.append(r.new_token_ids, r.num_new_token_ids);
-    }
+    if (r.num_new_token_ids) s.seq.append(r.new_token_ids, r.num_new_token_ids);
     std::vector<CopyOp> lazy;
     for (size_t k = 0; k < r.num_new_block_ids; ++k) {
       s.blocks.push_back(r.new_block_ids[k]);

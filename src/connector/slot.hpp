@@ -28,15 +28,13 @@ struct Pinned {
 };
 
 struct Slot {
-  Slot(std::string id, uint64_t salt_hash, uint32_t page_size)
-      : id(std::move(id)), seq(salt_hash, page_size) {}
+  Slot(std::string id, TokenSeq seq) : id(std::move(id)), seq(std::move(seq)) {}
 
   std::string id;
   SlotState state = KVT_SLOT_INITIALIZED;
   std::vector<uint32_t> history{KVT_SLOT_INITIALIZED};
 
-  std::vector<uint32_t> tokens;  // every token known so far
-  TokenSeq seq;                  // hashes of its full blocks
+  TokenSeq seq;                  // its tokens so far: their count and full blocks' hashes
   std::vector<uint32_t> blocks;  // its G1 block ids, in order
   uint64_t computed = 0;         // tokens whose KV is computed or loaded, after the last step
   uint64_t write_from = 0;       // first block it writes: blocks before are the engine's hit
