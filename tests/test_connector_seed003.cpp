@@ -598,6 +598,43 @@ TEST(ConnectorSeed003, G3ChecksumFailureIsReportedAndRecomputed) {
   EXPECT_KVT(kvt_manager_check(r.m.get()), KVT_OK);
 }
 
+// As vLLM runs it: the report with B's failed load reaches the scheduler before the worker
+// has even started the step's stores, and the recompute is planned before the report of
+// their cancellation. The recomputed block is still stored.
+TEST(ConnectorSeed003, RecomputeAfterAFailedLoadIsStoredBeforeTheCancellationIsReported) {
+  TempDir dir;
+  kvt_manager_config mc = seed_manager_config(0, 50, dir.path.c_str());
+  mc.g3_fault_op = KVT_G3_FAULT_READ;
+  mc.g3_fault_errno = EIO;
+  mc.g3_fault_count = 1;
+  Rig r(connector_config(KVT_ROLE_BOTH, KVT_OFFLOAD_EAGER, KVT_TIER_G3), mc);
+  ASSERT_NE(r.c, nullptr);
+  auto b = seed_b();
+  auto ha = hashes_of(seed_a()), hb = hashes_of(b);
+  r.run_a();
+  EXPECT_EQ(r.match("B", b).first, 32u);
+  ASSERT_KVT_OK(r.alloc("B", {4, 5, 6, 7}, 32));
+  Finished f;
+  std::string report;
+  ASSERT_KVT_OK(worker_step(r.c, r.g1, r.meta({{"B", 32, 20}}), {{6, hb[2]}}, [&] {
+    EXPECT_KVT(collect(r.c, &f, &report), KVT_OK);
+    EXPECT_KVT(report_to(r, report), KVT_OK);
+  }));
+  ASSERT_EQ(f.load_errors, std::vector<uint32_t>{4});
+  EXPECT_KVT(kvt_connector_clear_connector_metadata(r.c), KVT_OK);
+
+  // The engine recomputes all of B; the step's stores (block 6's cancelled one still
+  // unreported) go out after it.
+  std::string recompute = r.meta({{"B", 0, 52}});
+  r.step(recompute, {{4, ha[0]}, {5, ha[1]}, {6, hb[2]}}, [&] {
+    kvt_connector_stats s = r.stats();
+    return s.stored_blocks == 3 && s.store_failures == 1;
+  });
+  EXPECT_EQ(r.held(hb, KVT_TIER_G3), 3u) << "the recomputed block was never stored";
+  EXPECT_EQ(r.finish("B"), 0);
+  EXPECT_KVT(kvt_manager_check(r.m.get()), KVT_OK);
+}
+
 // --- threads ---
 
 // The engine's two threads, as in vLLM: the scheduler thread builds each step's metadata and

@@ -180,7 +180,8 @@ void Scheduler::plan_eager(Slot &s, Batch *batch) {
   if (batch->ops.empty()) return;
   batch->id = next_batch_++;
   batch->req_id = s.id;
-  rec.sent = true;
+  rec.step = step_;
+  rec.eager = true;
   stores_.emplace(batch->id, std::move(rec));
   ++s.batches;
 }
@@ -391,7 +392,7 @@ kvt_status Scheduler::build_meta(std::string *out, const kvt_scheduled_request *
   }
   for (uint64_t id : planned_loads_) {
     LoadRec &rec = loads_.at(id);
-    rec.sent = true;
+    rec.step = step_;
     Batch b{id, rec.slot->id, {}};
     for (size_t i = 0; i < rec.src.size(); ++i) {
       const Pinned &p = rec.src[i];
@@ -401,7 +402,7 @@ kvt_status Scheduler::build_meta(std::string *out, const kvt_scheduled_request *
     meta.loads.push_back(std::move(b));
   }
   planned_loads_.clear();
-  for (Batch &b : planned_lazy_) stores_.at(b.id).sent = true;
+  for (Batch &b : planned_lazy_) stores_.at(b.id).step = step_;
   meta.lazy_stores = std::move(planned_lazy_);
   planned_lazy_.clear();
   meta.finished = std::move(finishing_);
@@ -432,7 +433,7 @@ kvt_status Scheduler::update_output(const Report &r) {
   for (const Done &d : r.loads) {
     auto it = loads_.find(d.id);
     bool known = it != loads_.end();
-    if (kvt_status e = check(d, known ? it->second.src.size() : 0, known && it->second.sent,
+    if (kvt_status e = check(d, known ? it->second.src.size() : 0, known && it->second.step != 0,
                              known, "load");
         e != KVT_OK)
       return e;
@@ -440,7 +441,7 @@ kvt_status Scheduler::update_output(const Report &r) {
   for (const Done &d : r.stores) {
     auto it = stores_.find(d.id);
     bool known = it != stores_.end();
-    if (kvt_status e = check(d, known ? it->second.dst.size() : 0, known && it->second.sent,
+    if (kvt_status e = check(d, known ? it->second.dst.size() : 0, known && it->second.step != 0,
                              known, "store");
         e != KVT_OK)
       return e;
@@ -463,6 +464,7 @@ kvt_status Scheduler::update_output(const Report &r) {
       ++(bad[i] ? stats_.load_errors : stats_.loaded_blocks);
     }
     release(pins);
+    if (!d.failed.empty()) doom_stores(*rec.slot, rec.step);
     --rec.slot->batches;
     touched.push_back(rec.slot);
     loads_.erase(it);
@@ -474,9 +476,9 @@ kvt_status Scheduler::update_output(const Report &r) {
     for (const Failure &f : d.failed) bad[f.op] = true;
     std::vector<kvt_block> done;
     for (size_t i = 0; i < rec.dst.size(); ++i) {
-      storing_.erase(rec.hash[i]);
+      if (!rec.doomed) storing_.erase(rec.hash[i]);
       kvt_block b = rec.dst[i];
-      if (!bad[i] && rec.tier->register_hash(&b, rec.dst[i], rec.hash[i], rec.parent[i]) == KVT_OK) {
+      if (!bad[i] && !rec.doomed && rec.tier->register_hash(&b, rec.dst[i], rec.hash[i], rec.parent[i]) == KVT_OK) {
         ++stats_.stored_blocks;
       } else {
         ++stats_.store_failures;
@@ -494,6 +496,17 @@ kvt_status Scheduler::update_output(const Report &r) {
   for (Slot *s : touched)
     if (s->state == KVT_SLOT_FINISHING && s->batches == 0) finish(*s);
   return KVT_OK;
+}
+
+// The worker cancels s's eager stores of a step in which a load of s failed: what they
+// would copy was computed over bytes that never arrived. Their hashes are free to be planned
+// again as soon as the blocks are recomputed, which may be before the cancellations' report.
+void Scheduler::doom_stores(const Slot &s, uint64_t step) {
+  for (auto &[id, rec] : stores_) {
+    if (rec.slot != &s || rec.step != step || !rec.eager || rec.doomed) continue;
+    rec.doomed = true;
+    for (uint64_t h : rec.hash) storing_.erase(h);
+  }
 }
 
 // FINISHING -> FINISHED: the slot goes; its history stays for a while.

@@ -55,14 +55,18 @@ class Scheduler {
  private:
   struct LoadRec {
     Slot *slot = nullptr;
-    bool sent = false;             // in a metadata already (else planned for the next one)
+    uint64_t step = 0;             // the metadata that carried it; 0: planned for the next one
     std::vector<Pinned> src;       // pinned until the report
     std::vector<uint32_t> g1;
   };
   struct StoreRec {
     Slot *slot = nullptr;
     Tier *tier = nullptr;
-    bool sent = false;
+    uint64_t step = 0;
+    bool eager = false;            // of blocks the slot computed (lazy: of reused G1 blocks)
+    // A load of the slot failed in its step: the worker cancels it, and its hashes may be
+    // planned again (for the recomputed blocks) before its report comes.
+    bool doomed = false;
     std::vector<kvt_block> dst;    // Empty blocks of the store tier, held until the report
     std::vector<uint64_t> hash, parent;
   };
@@ -85,6 +89,7 @@ class Scheduler {
   void plan_eager(Slot &s, Batch *batch);
   bool plan_store(uint32_t g1, uint64_t hash, uint64_t parent, std::vector<CopyOp> *ops,
                   StoreRec *rec);
+  void doom_stores(const Slot &s, uint64_t step);
   void finish(Slot &s);
   void release(const std::vector<kvt_block> &blocks);
 
