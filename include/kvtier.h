@@ -44,7 +44,7 @@ extern "C" {
 #endif
 
 #define KVT_VERSION_MAJOR 0
-#define KVT_VERSION_MINOR 3
+#define KVT_VERSION_MINOR 4
 #define KVT_VERSION_PATCH 0
 
 /* ---------------------------------------------------------------------------------------
@@ -89,7 +89,11 @@ typedef uint64_t kvt_block;
 /* Managers that can live in one process at once; kvt_manager_create refuses one more. */
 #define KVT_MAX_MANAGERS 256
 
-typedef enum kvt_tier { KVT_TIER_G1 = 1, KVT_TIER_G2 = 2, KVT_TIER_G3 = 3 } kvt_tier;
+typedef enum kvt_tier {
+  KVT_TIER_G1 = 1, KVT_TIER_G2 = 2, KVT_TIER_G3 = 3,
+  KVT_TIER_G4 = 4               /* 0.4.0: remote, on Redis (see G4). It has no blocks of its
+                                   own: calls that take a tier for handles refuse it */
+} kvt_tier;
 
 typedef struct kvt_manager kvt_manager;
 typedef struct kvt_xfer    kvt_xfer;    /* one enqueued offload or onboard */
@@ -242,6 +246,30 @@ typedef struct kvt_manager_config {
   uint32_t    eviction[3];      /* kvt_eviction of G1, G2, G3 (default LRU each) */
   uint32_t    max_pinned_percent; /* share of a tier that pinned blocks may hold, 0..100
                                      (default 50) */
+
+  /* 0.4.0: KV events in vLLM's ZMQ wire format, for routers (see KV events). Strings are
+   * borrowed during kvt_manager_create. */
+  const char *kv_events_endpoint; /* NULL (default): no publisher. A ZMQ endpoint for the PUB
+                                   socket: bound when it has a wildcard ("tcp://\*:5557"),
+                                   connected otherwise, as vLLM does */
+  const char *kv_events_replay_endpoint; /* NULL: no replay socket. Else a ROUTER socket
+                                   bound there answers replay requests */
+  const char *kv_events_topic;  /* the first frame of every message; NULL: "" */
+  uint64_t    kv_events_buffer; /* batches kept for replay, 1..2^24 (default 10000) */
+  int32_t     kv_events_dp_rank; /* data_parallel_rank of every batch, >= 0 (default 0) */
+  uint32_t    kv_events_tiers;  /* bit (1 << tier) set: that tier's events are published
+                                   (default G1 | G2 | G3) */
+
+  /* 0.4.0: G4, a tier on Redis shared by many managers (see G4). */
+  const char *g4_url;           /* NULL (default): no G4. "redis://host:port[/db]" or
+                                   "unix:///path[?db=N]"; several, separated by commas, are
+                                   shards that keys are spread over by consistent hashing */
+  const char *g4_password_env;  /* NULL, or the name of an environment variable holding the
+                                   password (AUTH), read at create */
+  const char *g4_key_prefix;    /* prefix of every key; NULL: "kvtier" */
+  uint64_t    g4_namespace;     /* in every key, e.g. the salt hash of the model: managers of
+                                   other namespaces never see each other's values (0) */
+  uint64_t    g4_timeout_us;    /* connect and command timeout (default 1000000) */
 } kvt_manager_config;
 
 /* What kvt_manager_create does with a persistent G3 file it cannot read as its own. */
@@ -669,6 +697,80 @@ KVT_API size_t kvt_poll(kvt_manager *m, kvt_event *out, size_t max);
 /* A file descriptor that is readable while events are pending, for epoll, select, asyncio
  * or Go's poller. Owned by the manager: do not close it, do not read it. -1 for NULL. */
 KVT_API int kvt_event_fd(kvt_manager *m);
+
+/* ---------------------------------------------------------------------------------------
+ * KV events (0.4.0): the BLOCK_STORED, BLOCK_REMOVED and TIER_CLEARED events of the tiers
+ * in kv_events_tiers, published over ZMQ exactly as vLLM's ZmqEventPublisher publishes
+ * them (docs/KV_EVENTS.md names the vLLM version and the tier-to-medium mapping), so that a
+ * router built for vLLM subscribes to kvtier unchanged. A library thread sends them: the
+ * calls that cause them never wait for the network, and a publisher that falls behind
+ * drops whole batches (the subscribers see a gap in the sequence numbers and ask the
+ * replay socket). kvt_poll is not affected.
+ *
+ * BlockStored carries the blocks' token ids. A block registered through kvt_block_append
+ * has them; for blocks registered by hash (kvt_block_register_hash, offload, onboard, the
+ * connector), the tokens come from kvt_manager_note_tokens, which the connector calls
+ * itself. A hash whose tokens were never noted is published with an empty token_ids.
+ * ------------------------------------------------------------------------------------ */
+
+/* Tells the publisher the tokens of n full blocks: tokens[i * page_size ..] are those of
+ * the block whose sequence hash is seq_hashes[i]. Kept (bounded by the tiers' capacity,
+ * the oldest forgotten first) for the BlockStored events of those hashes in any tier.
+ * A no-op returning KVT_OK when the manager has no publisher. Arrays are borrowed. */
+KVT_API kvt_status kvt_manager_note_tokens(kvt_manager *m, const uint64_t *seq_hashes,
+                                           size_t n, const uint32_t *tokens);
+
+/* ---------------------------------------------------------------------------------------
+ * G4 (0.4.0): a remote tier on Redis (docs/G4.md)
+ *
+ * G4 holds blocks by sequence hash in Redis, shared by every manager configured with the
+ * same g4_url, g4_key_prefix, g4_namespace and block layout. Redis owns its capacity and
+ * eviction (maxmemory with an LRU or LFU policy): kvtier keeps no registry of G4, so a
+ * missing key is a miss, and G4 emits no BLOCK_* events. Every value carries a header
+ * (hash, parent, layout, length, checksum): a value that fails it is a miss with
+ * KVT_ERR_CORRUPT, never wrong data. Commands are pipelined, one round trip per batch per
+ * shard. While Redis is unreachable, G4 calls and transfers fail with KVT_ERR_IO and
+ * G1-G3 keep serving; the connection is retried on the next call.
+ * ------------------------------------------------------------------------------------ */
+
+/* Offload to G4 is kvt_offload with dst KVT_TIER_G4 (from G1, G2 or G3). */
+
+/* Longest prefix of seq_hashes[0..n) that G4 holds, by one pipelined EXISTS per shard.
+ * Blocks the caller for up to g4_timeout_us. KVT_ERR_UNSUPPORTED without G4, KVT_ERR_IO
+ * (with *out_n = 0) when Redis cannot be reached. A hit may still be evicted by Redis
+ * before it is onboarded: the onboard then fails with KVT_ERR_NOT_FOUND. */
+KVT_API kvt_status kvt_g4_match(size_t *out_n, kvt_manager *m, const uint64_t *seq_hashes,
+                                size_t n);
+
+/* Copies the G4 values of seq_hashes[0..n) (a chain: parent_seq_hash, then each hash the
+ * parent of the next) into dst[0..n), Empty blocks of one tier (G1 or G2) that the caller
+ * allocated, and registers them under those hashes, like kvt_onboard (same ownership, dedup
+ * and cancellation rules, one XFER_DONE). The blocks before the first that cannot be had
+ * are registered; from it on, dst stay Empty and the transfer ends with its status:
+ * KVT_ERR_NOT_FOUND (no such key), KVT_ERR_CORRUPT (its value fails the header or the
+ * checksum, and the key is deleted) or KVT_ERR_IO (Redis unreachable). Arrays are borrowed. */
+KVT_API kvt_status kvt_g4_onboard(kvt_xfer **out, kvt_manager *m, const uint64_t *seq_hashes,
+                                  size_t n, uint64_t parent_seq_hash, const kvt_block *dst,
+                                  kvt_fence *precondition, uint64_t user_data);
+
+typedef struct kvt_g4_stats {
+  uint32_t struct_size;         /* the caller's sizeof: see Versioned structs */
+  uint32_t shards;              /* Redis endpoints */
+  uint64_t lookups;             /* hashes asked by kvt_g4_match */
+  uint64_t hits;                /* of those, found */
+  uint64_t stored_blocks;       /* values written */
+  uint64_t loaded_blocks;       /* values read into blocks */
+  uint64_t missing_blocks;      /* onboards that found no key */
+  uint64_t corrupt_blocks;      /* values that failed their header or checksum */
+  uint64_t failed_blocks;       /* blocks of transfers that failed with KVT_ERR_IO */
+  uint64_t bytes_written;
+  uint64_t bytes_read;
+  uint64_t round_trips;         /* pipelined command batches sent */
+  uint64_t reconnects;          /* connections made again after a failure */
+} kvt_g4_stats;
+
+/* KVT_ERR_UNSUPPORTED without G4. */
+KVT_API kvt_status kvt_g4_stats_get(kvt_g4_stats *out, kvt_manager *m);
 
 /* ---------------------------------------------------------------------------------------
  * Connector: the request layer a serving engine plugs in (vLLM's KVConnectorBase_V1)

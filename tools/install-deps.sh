@@ -6,7 +6,8 @@ pkgs=(build-essential cmake pkg-config
       libxxhash-dev libabsl-dev liburing-dev
       libgtest-dev libbenchmark-dev
       libcli11-dev nlohmann-json3-dev libmsgpack-cxx-dev
-      python3-cffi python3-pytest
+      libzmq3-dev cppzmq-dev libhiredis-dev redis-server redis-tools
+      python3-cffi python3-pytest python3-zmq python3-msgpack
       clang libclang-rt-14-dev valgrind
       cargo rustc librust-bindgen-dev librust-bindgen+runtime-dev golang-go)
 missing=()
