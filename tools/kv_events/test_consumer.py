@@ -1,0 +1,253 @@
+"""The reference consumer against a publisher written from vLLM's schema (vllm_publisher.py),
+then against kvtier-replay: its index must equal the manager's registry, also when it joins
+late or its SUB socket drops messages. Run by ctest (kv_events_pytest) with KVTIER_REPLAY
+set; the kvtier-replay tests skip when it is not built."""
+import json
+import subprocess
+import time
+from pathlib import Path
+
+import msgpack
+import pytest
+import zmq
+
+import consumer
+import vllm_publisher as vp
+from support import REPLAY, start_replay
+
+# ---- decoding, as msgspec would decode vLLM's structs
+
+
+def test_decodes_every_event_in_both_layouts():
+    events = [vp.stored([1, 2], parent=None, tokens=[5] * 32), vp.removed([1], "CPU"),
+              vp.cleared()]
+    for evs in (events, [vp.as_map(e) for e in events]):
+        ts, out, rank = consumer.decode_batch(vp.batch(evs, ts=3.5, rank=2))
+        assert (ts, rank) == (3.5, 2)
+        assert [e["type"] for e in out] == ["BlockStored", "BlockRemoved", "AllBlocksCleared"]
+        assert out[0]["block_hashes"] == [1, 2] and out[0]["medium"] == "GPU"
+        assert out[1]["medium"] == "CPU"
+
+
+def test_shorter_and_longer_forms():
+    # vLLM before medium and data_parallel_rank existed: both absent.
+    old = msgpack.packb([1.0, [["BlockStored", [7], None, [], 16, None]]])
+    ts, out, rank = consumer.decode_batch(old)
+    assert rank is None and out[0]["medium"] is None
+    # Newer fields after medium (lora_name, extra_keys, group_idx...) are ignored.
+    new = vp.batch([vp.stored([7], extra=[None, [None], 0, "full_attention"])])
+    assert consumer.decode_batch(new)[1][0]["block_hashes"] == [7]
+    new_map = msgpack.packb({"ts": 1.0, "events": [dict(vp.as_map(vp.removed([7])),
+                                                         group_idx=0)],
+                             "data_parallel_rank": 0})
+    assert consumer.decode_batch(new_map)[1][0]["type"] == "BlockRemoved"
+    # A field without a default cannot be left out.
+    with pytest.raises(consumer.DecodeError, match="at least 5 fields"):
+        consumer.decode_batch(msgpack.packb([1.0, [["BlockStored", [7], None, []]], 0]))
+
+
+@pytest.mark.parametrize("payload, why", [
+    (b"", "not msgpack"),
+    (b"\xc1", "not msgpack"),
+    (vp.batch([vp.stored([1])]) + b"\x00", "not msgpack"),  # trailing bytes
+    (msgpack.packb(42), "expected an array or a map"),
+    (vp.batch([["BlockMoved", [1]]]), "unknown tag 'BlockMoved'"),
+    (vp.batch([["BlockRemoved", "nope", "GPU"]]), "expected a list"),
+    (vp.batch([["BlockRemoved", [1.5], "GPU"]]), "int block hash"),
+    (vp.batch([{"block_hashes": []}]), "'type'"),
+    (b"\x93\xcb" + b"\0" * 8 + b"\xdd\xff\xff\xff\xff", "not msgpack"),  # claims 2^32 events
+])
+def test_malformed_payloads_are_refused(payload, why):
+    with pytest.raises(consumer.DecodeError, match=why):
+        consumer.decode_batch(payload)
+
+
+# ---- against vLLM's protocol on real sockets
+
+
+@pytest.fixture
+def publisher():
+    p = vp.Publisher("tcp://127.0.0.1:*", "tcp://127.0.0.1:*")
+    yield p
+    p.close()
+
+
+def endpoints(p):
+    return (p.pub.getsockopt(zmq.LAST_ENDPOINT).decode(),
+            p.replay.getsockopt(zmq.LAST_ENDPOINT).decode())
+
+
+def connected(c):
+    """Gives the consumer's SUB time to connect (ZMQ's slow joiner), so that the counts
+    below are exact; a message missed meanwhile would come by replay anyway."""
+    time.sleep(0.2)
+    return c
+
+
+def test_index_follows_stored_removed_cleared(publisher):
+    sub, replay = endpoints(publisher)
+    c = connected(consumer.Consumer([("a", sub, replay)]))
+    publisher.publish(vp.batch([vp.stored([1, 2, 3]), vp.stored([2, 3], medium="CPU")]))
+    publisher.publish(vp.batch([vp.as_map(vp.removed([2]))]))
+    c.run(until_idle=0.3, deadline=5)
+    inst = c.instances[0]
+    assert inst.index == {"GPU": {1, 3}, "CPU": {2, 3}}
+    publisher.publish(vp.batch([vp.cleared(), vp.stored([9], medium="DISK")]))
+    c.run(until_idle=0.3, deadline=5)
+    assert inst.index == {"DISK": {9}} and inst.last_seq == 2
+    assert inst.stats["bad"] == 0 and inst.stats["lost"] == 0
+    c.close()
+
+
+def test_a_gap_is_recovered_through_replay(publisher):
+    sub, replay = endpoints(publisher)
+    c = connected(consumer.Consumer([("a", sub, replay)]))
+    publisher.publish(vp.batch([vp.stored([1])]))
+    publisher.publish(vp.batch([vp.stored([2])]), drop=True)  # never reaches the SUB
+    publisher.publish(vp.batch([vp.stored([3])]))
+    c.run(until_idle=0.3, deadline=5)
+    inst = c.instances[0]
+    assert inst.index == {"GPU": {1, 2, 3}}
+    assert inst.stats["gaps"] >= 1 and inst.stats["replayed"] >= 1 and inst.stats["lost"] == 0
+    assert inst.last_seq == 2
+    c.close()
+
+
+def test_joining_late_replays_from_the_start(publisher):
+    for h in range(5):
+        publisher.publish(vp.batch([vp.stored([h])]))  # nobody subscribed yet
+    sub, replay = endpoints(publisher)
+    c = connected(consumer.Consumer([("a", sub, replay)]))
+    publisher.publish(vp.batch([vp.stored([5])]))
+    c.run(until_idle=0.3, deadline=5)
+    inst = c.instances[0]
+    assert inst.index == {"GPU": set(range(6))}
+    assert inst.stats["replayed"] == 5 and inst.stats["messages"] == 1
+    c.close()
+
+
+def test_without_replay_a_gap_is_counted_lost(publisher):
+    sub, _ = endpoints(publisher)
+    c = connected(consumer.Consumer([("a", sub, None)]))
+    publisher.publish(vp.batch([vp.stored([1])]))
+    publisher.publish(vp.batch([vp.stored([2])]), drop=True)
+    publisher.publish(vp.batch([vp.stored([3])]))
+    c.run(until_idle=0.3, deadline=5)
+    inst = c.instances[0]
+    assert inst.index == {"GPU": {1, 3}} and inst.stats["lost"] == 1
+    c.close()
+
+
+def test_bad_messages_are_counted_never_fatal(publisher):
+    sub, replay = endpoints(publisher)
+    c = connected(consumer.Consumer([("a", sub, replay)]))
+    publisher.publish(vp.batch([vp.stored([1])]))
+    publisher.send_raw([b"kv", (1).to_bytes(8, "big")])                  # 2 frames
+    publisher.send_raw([b"kv", b"\x01" * 7, vp.batch([])])               # a 7-byte seq
+    publisher.publish(b"\xc1\xc1")                                       # not msgpack
+    publisher.publish(vp.batch([["BlockMoved", [1]]]))                   # unknown tag
+    publisher.publish(vp.batch([vp.stored([2])]))
+    c.run(until_idle=0.3, deadline=5)
+    inst = c.instances[0]
+    assert inst.stats["bad"] == 4, inst.errors
+    assert inst.index == {"GPU": {1, 2}} and inst.last_seq == 3
+    assert any("unknown tag" in e for e in inst.errors)
+    c.close()
+
+
+def test_a_restarted_publisher_starts_a_new_index(publisher):
+    sub, replay = endpoints(publisher)
+    c = connected(consumer.Consumer([("a", sub, replay)]))
+    publisher.publish(vp.batch([vp.stored([1])]))
+    publisher.publish(vp.batch([vp.stored([2])]))
+    c.run(until_idle=0.3, deadline=5)
+    publisher.send_raw([b"kv", (0).to_bytes(8, "big"), vp.batch([vp.stored([7])])])
+    c.run(until_idle=0.3, deadline=5)
+    inst = c.instances[0]
+    assert inst.stats["restarts"] == 1 and inst.index == {"GPU": {7}}
+    c.close()
+
+
+# ---- against kvtier-replay
+
+needs_replay = pytest.mark.skipif(not Path(REPLAY).exists(), reason="kvtier-replay not built")
+
+MEDIUM_OF_TIER = {"G1": "GPU", "G2": "CPU", "G3": "DISK"}
+
+
+def index_by_tier(inst):
+    return {t: inst.index.get(m, set()) for t, m in MEDIUM_OF_TIER.items()}
+
+
+def registry(path):
+    reg = json.loads(Path(path).read_text())
+    return {t: set(reg.get(t, [])) for t in MEDIUM_OF_TIER}
+
+
+@needs_replay
+def test_index_equals_the_registry(tmp_path):
+    # Small tiers, so that blocks are evicted from each and the removals matter.
+    proc, sub, replay, dump = start_replay(tmp_path, "--g1-blocks", 300, "--g2-blocks", 600,
+                                           "--g3-blocks", 900)
+    c = consumer.Consumer([("kvtier", sub, replay)])
+    c.run(until_idle=1.5, deadline=120)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err
+    c.run(until_idle=0.5, deadline=10)
+    inst = c.instances[0]
+    want = registry(dump)
+    assert all(want[t] for t in want), "every tier should hold blocks at the end"
+    report = json.loads(out)
+    assert report["requests"] > 0
+    assert inst.stats["bad"] == 0, inst.errors
+    assert inst.stats["lost"] == 0
+    assert index_by_tier(inst) == want
+    assert set(inst.index) <= set(MEDIUM_OF_TIER.values())
+    c.close()
+
+
+@needs_replay
+def test_a_late_consumer_with_a_tiny_queue_recovers_through_replay(tmp_path):
+    """One consumer follows from the start; a second joins after a while with a receive
+    queue of one message and reads slowly, so that ZMQ drops most of what is sent to it:
+    it must end with the same index through the replay socket."""
+    proc, sub, replay, dump = start_replay(tmp_path, "--g1-blocks", 300, "--g2-blocks", 600,
+                                           "--g3-blocks", 900, hold=4)
+    first = consumer.Consumer([("kvtier", sub, replay)])
+    while first.instances[0].last_seq is None or first.instances[0].last_seq < 20:
+        first.poll(100)
+        assert proc.poll() is None, "the replay ended before the second consumer joined"
+    late = consumer.Consumer([("kvtier", sub, replay)], rcvhwm=1)
+    deadline = time.monotonic() + 120
+    while proc.poll() is None and time.monotonic() < deadline:
+        first.poll(20)
+        late.poll(0)
+        time.sleep(0.05)  # a slow reader
+        if dump.exists() and (time.monotonic() - first.last_arrival) > 1.0:
+            break  # the replay is over and holds its sockets open: catch up
+    late.run(until_idle=1.0, deadline=20)
+    first.run(until_idle=0.5, deadline=10)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    want = registry(dump)
+    a, b = first.instances[0], late.instances[0]
+    assert index_by_tier(a) == want
+    assert b.stats["replayed"] > 0 and b.stats["gaps"] > 0
+    assert b.stats["lost"] == 0 and b.stats["bad"] == 0, b.errors
+    assert index_by_tier(b) == want
+    first.close()
+    late.close()
+
+
+@needs_replay
+def test_cli_prints_the_index_as_json(tmp_path):
+    proc, sub, replay, dump = start_replay(tmp_path, "--g1-blocks", 300, "--g2-blocks", 0,
+                                           "--g3-blocks", 0, hold=2)
+    cli = subprocess.run(["/usr/bin/python3", str(Path(consumer.__file__)), "--sub", sub,
+                          "--replay", replay, "--until-idle", "1.5", "--timeout", "60",
+                          "--json"], capture_output=True, text=True, timeout=90)
+    proc.communicate(timeout=60)
+    assert cli.returncode == 0, cli.stderr
+    got = json.loads(cli.stdout)["instances"]["default"]
+    assert set(got["index"]["GPU"]) == registry(dump)["G1"]
+    assert got["stats"]["bad"] == 0 and got["stats"]["lost"] == 0
