@@ -129,7 +129,7 @@ uint32_t Tier::evict_one() noexcept {
 }
 
 void Tier::note_event(kvt_event_type type, uint64_t hash, uint64_t parent) noexcept {
-  if (!events_) return;
+  if (!events_ && !sink_) return;
   kvt_event e{};
   e.type = type;
   e.tier = id_;
@@ -142,7 +142,8 @@ void Tier::note_event(kvt_event_type type, uint64_t hash, uint64_t parent) noexc
 
 void Tier::publish_events_locked() noexcept {
   if (pending_events_.empty()) return;
-  events_->push(pending_events_.data(), pending_events_.size());
+  if (events_) events_->push(pending_events_.data(), pending_events_.size());
+  if (sink_) sink_->publish(pending_events_.data(), pending_events_.size());
   pending_events_.clear();
 }
 
@@ -259,7 +260,12 @@ kvt_status Tier::commit_registration(kvt_block *out, uint32_t s, uint64_t seq,
     *out = handle_of(existing);
     return KVT_OK;
   }
-  if (State(sl.state) != State::Empty) tokens_.erase(s);
+  if (State(sl.state) != State::Empty) {
+    if (sink_)
+      if (auto it = tokens_.find(s); it != tokens_.end())  // the token path
+        sink_->note_tokens(&seq, 1, it->second->tokens.get());
+    tokens_.erase(s);
+  }
   sl.state = uint32_t(State::Registered);
   sl.parent_hash = parent;
   ev_.registered(s, seq);

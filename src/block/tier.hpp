@@ -15,6 +15,7 @@
 #include "block/registry.hpp"
 #include "block/slot.hpp"
 #include "event/event_queue.hpp"
+#include "event/kv_sink.hpp"
 #include "hash/chain_hash.hpp"
 #include "kvtier.h"
 #include "memory/tier_memory.hpp"
@@ -37,6 +38,9 @@ class Tier {
   kvt_tier id() const noexcept { return id_; }
   TierMemory &memory() noexcept { return memory_; }
   void set_events(EventQueue *ev) noexcept { events_ = ev; }
+  // The KV-event publisher, if any: it also sees this tier's events, and the tokens of the
+  // blocks registered from tokens.
+  void set_kv_sink(KvSink *sink) noexcept { sink_ = sink; }
 
   kvt_status alloc(kvt_block *out, size_t n, Holder h = Holder::Host);
   kvt_status retain(kvt_block b, Holder h = Holder::Host);
@@ -147,6 +151,7 @@ class Tier {
   const uint32_t page_size_;
   const uint32_t first_gen_;
   EventQueue *events_ = nullptr;
+  KvSink *sink_ = nullptr;
   TierMemory memory_;
 
   std::mutex mu_;

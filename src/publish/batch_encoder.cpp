@@ -1,0 +1,115 @@
+#include "publish/batch_encoder.hpp"
+
+#include <msgpack.hpp>
+
+namespace kvt::pub {
+namespace {
+
+constexpr size_t kNone = SIZE_MAX;
+
+struct Out {
+  std::string *bytes;
+  void write(const char *p, size_t n) { bytes->append(p, n); }
+};
+using Packer = msgpack::packer<Out>;
+
+void pack_str(Packer &pk, const char *s) {
+  uint32_t n = uint32_t(std::char_traits<char>::length(s));
+  pk.pack_str(n);
+  pk.pack_str_body(s, n);
+}
+
+}  // namespace
+
+const char *medium_of(unsigned tier) noexcept {
+  switch (tier) {
+    case KVT_TIER_G1: return "GPU";
+    case KVT_TIER_G2: return "CPU";
+    case KVT_TIER_G3: return "DISK";
+  }
+  return "";
+}
+
+BatchEncoder::BatchEncoder(uint32_t page_size, int32_t dp_rank, unsigned tiers)
+    : page_size_(page_size), dp_rank_(dp_rank), tiers_(tiers) {}
+
+size_t BatchEncoder::encode(const std::vector<QueuedEvent> &events, double ts, TokenMemo &memo,
+                            std::string *out) {
+  groups_.clear();
+  tokens_.clear();
+  token_at_.assign(events.size(), kNone);
+  for (size_t i = 0; i < events.size(); ++i) {
+    const QueuedEvent &e = events[i];
+    const unsigned bit = 1u << e.tier;
+    if (e.type == KVT_EVENT_TIER_CLEARED) {
+      cleared_ |= bit;
+      if ((cleared_ & tiers_) == tiers_) {
+        groups_.push_back(Group{e.type, e.tier, false, i, i + 1});
+        cleared_ = 0;
+      }
+      continue;
+    }
+    bool known = false;
+    if (e.type == KVT_EVENT_BLOCK_STORED) {
+      cleared_ &= ~bit;
+      size_t at = tokens_.size();
+      if ((known = memo.read(e.hash, &tokens_))) token_at_[i] = at;
+    }
+    if (!groups_.empty()) {
+      Group &g = groups_.back();
+      const QueuedEvent &last = events[g.end - 1];
+      bool joins = g.type == e.type && g.tier == e.tier && g.end == i &&
+                   (e.type == KVT_EVENT_BLOCK_REMOVED ||
+                    (e.parent == last.hash && g.tokens == known));
+      if (joins) {
+        g.end = i + 1;
+        continue;
+      }
+    }
+    groups_.push_back(Group{e.type, e.tier, known, i, i + 1});
+  }
+  out->clear();
+  if (groups_.empty()) return 0;
+
+  Out sink{out};
+  Packer pk(sink);
+  pk.pack_array(3);
+  pk.pack_double(ts);
+  pk.pack_array(uint32_t(groups_.size()));
+  for (const Group &g : groups_) {
+    const uint32_t n = uint32_t(g.end - g.begin);
+    switch (g.type) {
+      case KVT_EVENT_BLOCK_STORED: {
+        pk.pack_array(7);
+        pack_str(pk, "BlockStored");
+        pk.pack_array(n);
+        for (size_t i = g.begin; i < g.end; ++i) pk.pack_uint64(events[i].hash);
+        if (uint64_t parent = events[g.begin].parent) pk.pack_uint64(parent);
+        else pk.pack_nil();
+        pk.pack_array(g.tokens ? n * page_size_ : 0);
+        if (g.tokens)  // each block's tokens, which the memo read in event order
+          for (size_t i = g.begin; i < g.end; ++i)
+            for (uint32_t k = 0; k < page_size_; ++k) pk.pack_uint32(tokens_[token_at_[i] + k]);
+        pk.pack_uint32(page_size_);
+        pk.pack_nil();  // lora_id
+        pack_str(pk, medium_of(g.tier));
+        break;
+      }
+      case KVT_EVENT_BLOCK_REMOVED:
+        pk.pack_array(3);
+        pack_str(pk, "BlockRemoved");
+        pk.pack_array(n);
+        for (size_t i = g.begin; i < g.end; ++i) pk.pack_uint64(events[i].hash);
+        pack_str(pk, medium_of(g.tier));
+        break;
+      default:
+        pk.pack_array(1);
+        pack_str(pk, "AllBlocksCleared");
+        break;
+    }
+  }
+  pk.pack_uint32(uint32_t(dp_rank_));
+  return groups_.size();
+}
+
+}  // namespace kvt::pub

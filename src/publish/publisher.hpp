@@ -1,0 +1,82 @@
+// The KV-event publisher: vLLM's ZmqEventPublisher in C++ (docs/KV_EVENTS.md). Tiers hand it
+// their events through KvSink; its thread encodes what is pending as one batch each time it
+// wakes and sends it on a PUB socket as [topic, seq (8 bytes big-endian), payload], keeping
+// the last batches for a ROUTER socket that answers replay requests. The calls that cause
+// events only take a short lock: the network never holds them up.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "event/kv_sink.hpp"
+#include "kvtier.h"
+#include "publish/batch_encoder.hpp"
+#include "publish/token_memo.hpp"
+
+namespace kvt::pub {
+
+struct PublisherConfig {
+  std::string endpoint, replay_endpoint, topic;  // replay_endpoint empty: no replay socket
+  uint64_t buffer;      // batches kept for replay
+  int32_t dp_rank;
+  unsigned tiers;       // bit (1 << tier): published, and present
+  uint32_t page_size;
+  uint64_t memo_blocks;  // the tiers' total capacity
+};
+
+// vLLM's rule: bind an endpoint with a wildcard ("*" or "::") or of ipc:// or inproc://,
+// connect to any other.
+bool binds(const std::string &endpoint) noexcept;
+
+class Publisher final : public KvSink {
+ public:
+  // Opens the sockets and starts the thread. An endpoint that ZMQ refuses:
+  // KVT_ERR_INVALID_ARGUMENT (malformed, unknown transport) or KVT_ERR_IO (address in use,
+  // no such interface), with ZMQ's message and the config field's name.
+  static kvt_status create(std::unique_ptr<Publisher> *out, const PublisherConfig &c);
+  // Sends what is pending, then stops the thread; ZMQ gets up to kLingerMs to deliver it.
+  ~Publisher();
+  Publisher(const Publisher &) = delete;
+  Publisher &operator=(const Publisher &) = delete;
+
+  void note_tokens(const uint64_t *seq_hashes, size_t n, const uint32_t *tokens) noexcept override;
+  void publish(const kvt_event *events, size_t n) noexcept override;
+
+  static constexpr int kLingerMs = 1000;
+  // Events waiting for the thread; past this many, the oldest waiting batch is dropped
+  // whole and its sequence number skipped, so that subscribers see the gap.
+  static constexpr size_t kMaxPending = size_t{1} << 18;
+
+ private:
+  explicit Publisher(const PublisherConfig &c);
+  void run() noexcept;
+  void send_batch(const std::vector<QueuedEvent> &events);
+  // Answers waiting replay requests, a few at a time: true when more may wait.
+  bool serve_replay();
+  void wake() noexcept;
+
+  const PublisherConfig cfg_;
+  TokenMemo memo_;
+  BatchEncoder encoder_;
+  void *ctx_ = nullptr, *pub_ = nullptr, *router_ = nullptr;
+  int wake_fd_ = -1;  // eventfd: events are pending, or stop
+
+  std::mutex mu_;
+  std::vector<QueuedEvent> pending_;  // guarded by mu_
+  uint64_t dropped_ = 0;              // batches dropped since the thread last took pending_
+  bool armed_ = false;                // the thread waits for wake_fd_
+  bool stop_ = false;
+
+  // The thread's own.
+  uint64_t seq_ = 0;
+  std::string payload_;
+  std::deque<std::pair<uint64_t, std::string>> replay_;  // the last cfg_.buffer batches
+  std::thread thread_;
+};
+
+}  // namespace kvt::pub
