@@ -114,6 +114,17 @@ void Scheduler::claim(Slot &s, uint32_t g1, std::vector<CopyOp> *lazy) {
   }
 }
 
+void Scheduler::append_tokens(Slot &s, const uint32_t *tokens, size_t n) {
+  KvSink *kv = m_.kv_sink();
+  if (kv == nullptr) return s.seq.append(tokens, n);
+  // The filled blocks' tokens: the partial block's, then the new ones.
+  std::vector<uint32_t> filled = s.seq.partial();
+  filled.insert(filled.end(), tokens, tokens + n);
+  const size_t before = s.seq.blocks();
+  s.seq.append(tokens, n);
+  kv->note_tokens(s.seq.seq_hashes().data() + before, s.seq.blocks() - before, filled.data());
+}
+
 // Blocks s wrote are the engine's again.
 void Scheduler::unclaim(Slot &s) {
   for (uint32_t b : s.blocks)
@@ -204,6 +215,7 @@ kvt_status Scheduler::get_num_new_matched_tokens(uint64_t *out, std::string_view
   seq.append(tokens, n);
   // Full blocks only, and never the last token: the engine computes at least one.
   const std::vector<uint64_t> &hashes = seq.seq_hashes();  // read before seq moves
+  if (KvSink *kv = m_.kv_sink()) kv->note_tokens(hashes.data(), hashes.size(), tokens);
   size_t usable = n ? std::min<size_t>((n - 1) / page_, hashes.size()) : 0;
   size_t first = (computed + page_ - 1) / page_;
   std::vector<Pinned> hit;
@@ -370,7 +382,7 @@ kvt_status Scheduler::build_meta(std::string *out, const kvt_scheduled_request *
     const kvt_scheduled_request &r = reqs[i];
     Slot &s = *slot[i];
     s.new_this_step = false;
-    if (r.num_new_token_ids) s.seq.append(r.new_token_ids, r.num_new_token_ids);
+    if (r.num_new_token_ids) append_tokens(s, r.new_token_ids, r.num_new_token_ids);
     std::vector<CopyOp> lazy;
     for (size_t k = 0; k < r.num_new_block_ids; ++k) {
       s.blocks.push_back(r.new_block_ids[k]);

@@ -82,6 +82,8 @@ class Scheduler {
   void move(Slot &s, SlotState to);
   kvt_status check_blocks(const char *fn, const Slot &s, const uint32_t *ids, size_t n,
                           uint32_t stamp);
+  // Appends to s's tokens; with KV events on, notes the tokens of the blocks they fill.
+  void append_tokens(Slot &s, const uint32_t *tokens, size_t n);
   void claim(Slot &s, uint32_t g1, std::vector<CopyOp> *lazy);
   void unclaim(Slot &s);
   void drop_staged(Slot &s);

@@ -18,6 +18,8 @@ class TokenSeq {
   size_t blocks() const noexcept { return seq_hashes_.size(); }
   const std::vector<uint64_t> &block_hashes() const noexcept { return block_hashes_; }
   const std::vector<uint64_t> &seq_hashes() const noexcept { return seq_hashes_; }
+  // The tokens of the block being filled (fewer than page_size).
+  const std::vector<uint32_t> &partial() const noexcept { return partial_; }
 
  private:
   void close_block(const uint32_t *tokens);
