@@ -66,3 +66,24 @@ seeds = {
 for name, msg in seeds.items():
     with open(os.path.join(d, name), "wb") as f:
         f.write(pack(msg))
+
+# kv_events: KV-event payloads in vLLM's msgspec layouts (docs/ROUTER.md), array and map.
+import msgpack  # noqa: E402  (python3-msgpack)
+
+stored = ["BlockStored", [11, 12, 2**64 - 1], 10, list(range(32)), 16, None, "GPU"]
+kv_seeds = {
+    "array-every-event": [1.5, [stored, ["BlockRemoved", [11], "CPU"], ["AllBlocksCleared"]], 0],
+    "array-old-short": [2.0, [stored[:6], ["BlockRemoved", [-5]]]],
+    "array-new-long": [3.0, [stored + [None, [None, None, None], 0, "full_attention"]], None],
+    "map-events": [4.0, [{"type": "BlockStored", "block_hashes": [1], "parent_block_hash": None,
+                          "token_ids": [], "block_size": 16, "lora_id": None, "medium": "DISK",
+                          "lora_name": None},
+                         {"type": "BlockRemoved", "block_hashes": [1], "medium": "DISK"}], 0],
+    "map-batch": {"ts": 5.0, "events": [["AllBlocksCleared"]], "data_parallel_rank": 1},
+    "bad-tag": [6.0, [["BlockMoved", [1]]], 0],
+}
+d = os.path.join(HERE, "corpus", "kv_events")
+os.makedirs(d, exist_ok=True)
+for name, msg in kv_seeds.items():
+    with open(os.path.join(d, name), "wb") as f:
+        f.write(msgpack.packb(msg))

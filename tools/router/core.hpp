@@ -1,0 +1,92 @@
+// kvtier-router's core, without sockets: the instances' event streams (sequence numbers,
+// gaps, restarts, bad messages), their index, and the answer for a request's tokens.
+// Thread-safe: one thread delivers messages while others route.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "index.hpp"
+
+namespace kvt::router {
+
+struct StreamStats {
+  uint64_t messages = 0;    // delivered live, good or bad
+  uint64_t replayed = 0;    // delivered through the replay socket
+  uint64_t duplicates = 0;  // replayed messages already seen
+  uint64_t bad = 0;         // wrong frames or undecodable payloads, skipped
+  uint64_t lost = 0;        // sequence numbers never received, not even by replay
+  uint64_t restarts = 0;    // the publisher started over (its sequence went back)
+  uint64_t events = 0;      // events applied
+  std::optional<uint64_t> last_seq;
+  std::string last_error;   // why the last bad message was refused
+};
+
+struct Answer {
+  size_t blocks = 0;                 // full blocks of the request
+  std::optional<size_t> best;        // the instance with the longest prefix; none if all 0
+  std::vector<size_t> overlap;       // per instance: leading blocks it holds, any medium
+  // per instance, per medium (Index::media order): leading blocks held in that medium
+  std::vector<std::vector<size_t>> by_medium;
+};
+
+class Core {
+ public:
+  Core(uint64_t salt_hash, uint32_t page_size) : salt_(salt_hash), page_(page_size) {}
+
+  size_t add_instance(std::string name);
+  const std::string &name(size_t inst) const { return names_[inst]; }
+  size_t instances() const { return names_.size(); }
+
+  // A live message's frames [topic, seq (8 bytes big-endian), payload]. Returns the first
+  // missing sequence number when the message shows a gap before it (or arrives first with
+  // a number above 0): the caller replays from there (deliver_replayed) and then delivers
+  // this message again. Otherwise applies it and returns nothing.
+  std::optional<uint64_t> deliver(size_t inst, const std::vector<std::string_view> &frames);
+  // A message from the replay socket: [seq, payload]. Only those in the gap that the last
+  // deliver reported are applied: ones already seen, and ones from the live message on
+  // (they also arrive live), are skipped.
+  void deliver_replayed(size_t inst, uint64_t seq, std::string_view payload);
+  // A bad reply from the replay socket: counted, with why.
+  void bad_reply(size_t inst, std::string why);
+  // Called by the caller when it gives up on a gap (no replay socket, or none answered):
+  // the next live message is applied whatever its number, and the skipped ones are lost.
+  void give_up_gap(size_t inst);
+
+  // The instance with the longest cached prefix of these tokens, and every overlap.
+  Answer route(const std::vector<uint32_t> &tokens) const;
+  // The same, for sequence hashes already computed.
+  Answer route_hashes(const std::vector<uint64_t> &hashes) const;
+
+  StreamStats stats(size_t inst) const;
+  std::vector<std::string> media() const;
+  std::vector<uint64_t> hashes(size_t inst, const std::optional<std::string> &medium) const;
+  // When the last message of any instance arrived (steady clock).
+  std::chrono::steady_clock::time_point last_arrival() const;
+
+ private:
+  // Applies the payload of message `seq`, which is the next one expected (or after a gap
+  // counted lost). Holds mu_.
+  void apply(size_t inst, uint64_t seq, std::string_view payload);
+
+  const uint64_t salt_;
+  const uint32_t page_;
+  mutable std::mutex mu_;
+  std::vector<std::string> names_;
+  std::vector<StreamStats> stats_;
+  std::vector<bool> skip_gap_;      // give_up_gap was called
+  std::vector<uint64_t> gap_end_;   // the live message after the last gap reported
+  Index index_;
+  std::chrono::steady_clock::time_point last_arrival_{};
+};
+
+// The 8-byte big-endian sequence number frame; nothing if it is not 8 bytes.
+std::optional<uint64_t> seq_of(std::string_view frame);
+
+}  // namespace kvt::router

@@ -1,0 +1,129 @@
+#include "subscriber.hpp"
+
+#include <chrono>
+
+#include <zmq_addon.hpp>
+
+namespace kvt::router {
+
+namespace {
+
+// vLLM's end of a replay: sequence -1 as 8 signed big-endian bytes, and an empty payload.
+constexpr uint64_t kEndSeq = ~uint64_t(0);
+
+std::unique_ptr<zmq::socket_t> open_dealer(zmq::context_t &ctx, const std::string &endpoint) {
+  auto d = std::make_unique<zmq::socket_t>(ctx, zmq::socket_type::dealer);
+  d->set(zmq::sockopt::linger, 0);
+  d->connect(endpoint);
+  return d;
+}
+
+}  // namespace
+
+bool parse_instance(const std::string &arg, InstanceSpec *out, std::string *error) {
+  size_t eq = arg.find('=');
+  if (eq == 0 || eq == std::string::npos || eq + 1 == arg.size()) {
+    *error = "--instance takes NAME=SUB_ENDPOINT[,REPLAY_ENDPOINT], not \"" + arg + "\"";
+    return false;
+  }
+  out->name = arg.substr(0, eq);
+  std::string rest = arg.substr(eq + 1);
+  size_t comma = rest.find(',');
+  out->sub = rest.substr(0, comma);
+  out->replay = comma == std::string::npos ? "" : rest.substr(comma + 1);
+  if (out->sub.empty() || (comma != std::string::npos && out->replay.empty())) {
+    *error = "--instance \"" + arg + "\": an endpoint is empty";
+    return false;
+  }
+  return true;
+}
+
+bool Subscriber::add(const InstanceSpec &spec, std::string *error) {
+  try {
+    zmq::socket_t sub(ctx_, zmq::socket_type::sub);
+    sub.set(zmq::sockopt::linger, 0);
+    sub.set(zmq::sockopt::rcvhwm, o_.rcvhwm);
+    sub.set(zmq::sockopt::subscribe, o_.topic);
+    // The mirror of vLLM's rule for its PUB: a publisher that connects needs us to bind.
+    if (spec.sub.find('*') != std::string::npos) sub.bind(spec.sub);
+    else sub.connect(spec.sub);
+    std::unique_ptr<zmq::socket_t> dealer;
+    if (!spec.replay.empty()) dealer = open_dealer(ctx_, spec.replay);
+    size_t inst = core_.add_instance(spec.name);
+    conns_.push_back(Conn{inst, spec.replay, std::move(sub), std::move(dealer)});
+    return true;
+  } catch (const zmq::error_t &e) {
+    *error = "instance " + spec.name + ": " + e.what();
+    return false;
+  }
+}
+
+void Subscriber::start() { thread_ = std::thread(&Subscriber::run, this); }
+
+void Subscriber::stop() {
+  stop_ = true;
+  if (thread_.joinable()) thread_.join();
+}
+
+void Subscriber::run() {
+  std::vector<zmq::pollitem_t> items;
+  for (Conn &c : conns_) items.push_back({c.sub.handle(), 0, ZMQ_POLLIN, 0});
+  while (!stop_) {
+    zmq::poll(items, std::chrono::milliseconds(50));
+    for (size_t i = 0; i < conns_.size(); ++i)
+      if (items[i].revents & ZMQ_POLLIN) receive(conns_[i]);
+  }
+}
+
+void Subscriber::receive(Conn &c) {
+  // A bounded drain, so that one busy instance does not starve the others.
+  for (int k = 0; k < 256; ++k) {
+    std::vector<zmq::message_t> msg;
+    if (!zmq::recv_multipart(c.sub, std::back_inserter(msg), zmq::recv_flags::dontwait)) return;
+    std::vector<std::string_view> frames;
+    for (const zmq::message_t &m : msg) frames.push_back(m.to_string_view());
+    std::optional<uint64_t> gap = core_.deliver(c.inst, frames);
+    if (!gap) continue;
+    if (!replay(c, *gap) || core_.deliver(c.inst, frames)) {
+      core_.give_up_gap(c.inst);
+      core_.deliver(c.inst, frames);
+    }
+  }
+}
+
+bool Subscriber::replay(Conn &c, uint64_t from) {
+  if (!c.dealer) return false;
+  try {
+    char seq[8];
+    for (int i = 0; i < 8; ++i) seq[i] = char(from >> (56 - 8 * i));
+    // A DEALER speaks to a ROUTER as REQ does: an empty delimiter frame first.
+    c.dealer->send(zmq::message_t(), zmq::send_flags::sndmore);
+    c.dealer->send(zmq::buffer(seq, 8));
+    const auto deadline = std::chrono::milliseconds(o_.replay_timeout_ms);
+    for (;;) {
+      zmq::pollitem_t item{c.dealer->handle(), 0, ZMQ_POLLIN, 0};
+      if (zmq::poll(&item, 1, deadline) == 0 || stop_) break;
+      std::vector<zmq::message_t> msg;
+      if (!zmq::recv_multipart(*c.dealer, std::back_inserter(msg))) break;
+      // [delimiter, seq, payload]; anything else is a bad reply, counted and skipped.
+      if (msg.size() != 3 || msg[0].size() != 0) {
+        core_.bad_reply(c.inst, "a reply of " + std::to_string(msg.size()) + " frames");
+        continue;
+      }
+      std::optional<uint64_t> s = seq_of(msg[1].to_string_view());
+      if (s == kEndSeq && msg[2].size() == 0) return true;
+      if (!s) {
+        core_.bad_reply(c.inst, "a sequence frame of " + std::to_string(msg[1].size()) + " bytes");
+        continue;
+      }
+      core_.deliver_replayed(c.inst, *s, msg[2].to_string_view());
+    }
+  } catch (const zmq::error_t &) {
+  }
+  // No end marker in time: replies still on the way would answer a later request, so the
+  // socket is replaced.
+  c.dealer = open_dealer(ctx_, c.replay_endpoint);
+  return false;
+}
+
+}  // namespace kvt::router
