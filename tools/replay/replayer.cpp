@@ -14,6 +14,7 @@
 
 #include "kvtier.h"
 #include "pattern.hpp"
+#include "registry_dump.hpp"
 
 namespace kvt::replay {
 
@@ -483,3 +484,7 @@ bool run_replay(const Options &o, const Trace &t, Result *out, std::string *erro
 }
 
 }  // namespace kvt::replay
+  if (!o_.dump_registry.empty() &&
+      !dump_registry(m_, o_, t_, salt_, o_.dump_registry, error))
+    return false;
+  std::this_thread::sleep_for(std::chrono::duration<double>(o_.kv_events_hold_s));
