@@ -93,9 +93,6 @@ int main(int argc, char **argv) {
   app.add_flag("--g3-keep", o.g3_keep, "keep G3's file in --g3-path after the run, and start "
                "from the blocks a kept file holds");
   app.add_flag("--json", o.json, "print one JSON object on stdout instead of the summary");
-  app.add_option("--timeline", o.timeline_csv, "write per-interval hit rates and bandwidths "
-                                               "as CSV");
-  app.add_option("--plot", o.plot_svg, "write an SVG of hit rate per tier over trace time");
   std::string shard;
   app.add_option("--shard", shard, "I/N: replay only conversation shard I of N (a request's "
                                    "conversation: its second block id), as one of N instances");
@@ -103,6 +100,9 @@ int main(int argc, char **argv) {
                  "holds as JSON {\"G1\": [...], ...} to this file (blocks mode)");
   app.add_option("--kv-events-hold", o.kv_events_hold_s, "seconds the manager, and so its KV "
                  "event sockets, stay up after the replay, for late subscribers (0)");
+  app.add_option("--timeline", o.timeline_csv, "write per-interval hit rates and bandwidths "
+                                               "as CSV");
+  app.add_option("--plot", o.plot_svg, "write an SVG of hit rate per tier over trace time");
   app.add_option("--interval", o.interval_s, "timeline interval in trace seconds (60)");
   app.add_flag("--no-progress", no_progress, "no progress bar on stderr");
   app.add_flag("--no-prefault", no_prefault,
@@ -172,10 +172,6 @@ int main(int argc, char **argv) {
     return usage_error(b);
   }
 
-  Trace trace;
-  if (!load_trace(o.trace, &trace, &err)) return usage_error(err);
-  for (const Request &r : trace.requests) {
-    uint64_t need = r.n_ids * 512 / o.page_size;
   if (!shard.empty()) {
     unsigned i = 0, n = 0;
     char end = 0;
@@ -189,12 +185,16 @@ int main(int argc, char **argv) {
   if (o.mode == Mode::Engine && (!o.dump_registry.empty() || o.kv_events_hold_s > 0))
     return usage_error("--dump-registry and --kv-events-hold apply to --mode blocks only");
 
-    if (o.mode == Mode::Engine) {
-      if (r.n_ids == 0)
+  Trace trace;
+  if (!load_trace(o.trace, &trace, &err)) return usage_error(err);
   if (o.shard_count > 1) {
     keep_shard(&trace, o.shard_index, o.shard_count);
     if (trace.requests.empty()) return usage_error("--shard " + shard + " holds no requests");
   }
+  for (const Request &r : trace.requests) {
+    uint64_t need = r.n_ids * 512 / o.page_size;
+    if (o.mode == Mode::Engine) {
+      if (r.n_ids == 0)
         return usage_error("--mode engine: the request on line " + std::to_string(r.line) +
                            " has no tokens");
       need = (r.input_length + r.output_length + o.page_size - 1) / o.page_size;

@@ -25,10 +25,10 @@ struct Options {
   std::string g3_path;         // empty: a temporary directory
   bool g3_keep = false;        // G3's file persists in g3_path and is reused (g3_persist)
   bool json = false;
-  std::string timeline_csv, plot_svg;
   std::string dump_registry;   // --dump-registry: each tier's hashes at the end, as JSON
   double kv_events_hold_s = 0; // the manager (and its KV-event sockets) stay up this long
   uint32_t shard_index = 0, shard_count = 1;  // --shard I/N: conversations I mod N
+  std::string timeline_csv, plot_svg;
   double interval_s = 60;      // timeline bucket width in trace time
   bool progress = true;        // a progress bar, when stderr is a terminal
   bool prefault = true;        // touch every page of G1 and G2 before the replay

@@ -472,6 +472,10 @@ bool Replayer::run(Result *out, std::string *error) {
     *error = std::string("kvt_manager_check after the replay: ") + kvt_last_error();
     return false;
   }
+  if (!o_.dump_registry.empty() &&
+      !dump_registry(m_, o_, t_, salt_, o_.dump_registry, error))
+    return false;
+  std::this_thread::sleep_for(std::chrono::duration<double>(o_.kv_events_hold_s));
   *out = std::move(r_);
   return true;
 }
@@ -484,7 +488,3 @@ bool run_replay(const Options &o, const Trace &t, Result *out, std::string *erro
 }
 
 }  // namespace kvt::replay
-  if (!o_.dump_registry.empty() &&
-      !dump_registry(m_, o_, t_, salt_, o_.dump_registry, error))
-    return false;
-  std::this_thread::sleep_for(std::chrono::duration<double>(o_.kv_events_hold_s));
