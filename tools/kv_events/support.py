@@ -47,15 +47,35 @@ def replay_cmd(trace, pub_port, replay_port, dump, *args, hold=0):
     return cmd
 
 
-def start_replay(tmp_path, *args, hold=0, trace=None, name="replay"):
-    """Starts kvtier-replay publishing on two free ports; returns the process, the SUB and
-    replay endpoints to connect to, and where its registry will be dumped."""
-    if trace is None:
-        trace = tmp_path / "small.jsonl"
-        if not trace.exists():
-            small_trace(trace)
-    pub_port, replay_port = free_port(), free_port()
-    dump = tmp_path / f"{name}-registry.json"
-    proc = subprocess.Popen(replay_cmd(trace, pub_port, replay_port, dump, *args, hold=hold),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    return (proc, f"tcp://127.0.0.1:{pub_port}", f"tcp://127.0.0.1:{replay_port}", dump)
+class ReplayRun:
+    """A kvtier-replay process publishing its KV events on two free ports (bound, as the
+    endpoints have a wildcard): subscribers may connect before start()."""
+
+    def __init__(self, tmp_path, name="replay"):
+        pub_port, replay_port = free_port(), free_port()
+        self.ports = (pub_port, replay_port)
+        self.sub = f"tcp://127.0.0.1:{pub_port}"
+        self.replay = f"tcp://127.0.0.1:{replay_port}"
+        self.dump = tmp_path / f"{name}-registry.json"
+        self.tmp_path = tmp_path
+        self.proc = None
+
+    def start(self, *args, hold=0, trace=None):
+        if trace is None:
+            trace = self.tmp_path / "small.jsonl"
+            if not trace.exists():
+                small_trace(trace)
+        self.proc = subprocess.Popen(replay_cmd(trace, *self.ports, self.dump, *args, hold=hold),
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        return self
+
+    def finish(self, timeout=120):
+        """Waits for the process; returns its JSON report."""
+        out, err = self.proc.communicate(timeout=timeout)
+        assert self.proc.returncode == 0, err
+        return json.loads(out)
+
+    def registry(self):
+        """{"G1": set, "G2": set, "G3": set} of what the manager held at the end."""
+        reg = json.loads(Path(self.dump).read_text())
+        return {t: set(reg.get(t, [])) for t in ("G1", "G2", "G3")}

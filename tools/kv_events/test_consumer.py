@@ -13,7 +13,7 @@ import zmq
 
 import consumer
 import vllm_publisher as vp
-from support import REPLAY, start_replay
+from support import REPLAY, ReplayRun
 
 # ---- decoding, as msgspec would decode vLLM's structs
 
@@ -173,36 +173,30 @@ def test_a_restarted_publisher_starts_a_new_index(publisher):
 needs_replay = pytest.mark.skipif(not Path(REPLAY).exists(), reason="kvtier-replay not built")
 
 MEDIUM_OF_TIER = {"G1": "GPU", "G2": "CPU", "G3": "DISK"}
+# Small tiers, so that blocks are evicted from each and the removals matter.
+TIERS = ("--g1-blocks", 300, "--g2-blocks", 600, "--g3-blocks", 900)
 
 
 def index_by_tier(inst):
     return {t: inst.index.get(m, set()) for t, m in MEDIUM_OF_TIER.items()}
 
 
-def registry(path):
-    reg = json.loads(Path(path).read_text())
-    return {t: set(reg.get(t, [])) for t in MEDIUM_OF_TIER}
-
-
 @needs_replay
 def test_index_equals_the_registry(tmp_path):
-    # Small tiers, so that blocks are evicted from each and the removals matter.
-    proc, sub, replay, dump = start_replay(tmp_path, "--g1-blocks", 300, "--g2-blocks", 600,
-                                           "--g3-blocks", 900)
-    c = consumer.Consumer([("kvtier", sub, replay)])
-    c.run(until_idle=1.5, deadline=120)
-    out, err = proc.communicate(timeout=120)
-    assert proc.returncode == 0, err
-    c.run(until_idle=0.5, deadline=10)
+    run = ReplayRun(tmp_path)
+    c = consumer.Consumer([("kvtier", run.sub, run.replay)])
+    run.start(*TIERS, hold=1)
+    c.run(until_idle=1.0, deadline=120)
+    report = run.finish()
+    c.run(until_idle=0.3, deadline=10)
     inst = c.instances[0]
-    want = registry(dump)
+    want = run.registry()
     assert all(want[t] for t in want), "every tier should hold blocks at the end"
-    report = json.loads(out)
-    assert report["requests"] > 0
+    assert report["requests"] == 300
     assert inst.stats["bad"] == 0, inst.errors
     assert inst.stats["lost"] == 0
-    assert index_by_tier(inst) == want
     assert set(inst.index) <= set(MEDIUM_OF_TIER.values())
+    assert index_by_tier(inst) == want
     c.close()
 
 
@@ -211,25 +205,23 @@ def test_a_late_consumer_with_a_tiny_queue_recovers_through_replay(tmp_path):
     """One consumer follows from the start; a second joins after a while with a receive
     queue of one message and reads slowly, so that ZMQ drops most of what is sent to it:
     it must end with the same index through the replay socket."""
-    proc, sub, replay, dump = start_replay(tmp_path, "--g1-blocks", 300, "--g2-blocks", 600,
-                                           "--g3-blocks", 900, hold=4)
-    first = consumer.Consumer([("kvtier", sub, replay)])
+    run = ReplayRun(tmp_path)
+    first = consumer.Consumer([("kvtier", run.sub, run.replay)])
+    run.start(*TIERS, hold=3)
     while first.instances[0].last_seq is None or first.instances[0].last_seq < 20:
         first.poll(100)
-        assert proc.poll() is None, "the replay ended before the second consumer joined"
-    late = consumer.Consumer([("kvtier", sub, replay)], rcvhwm=1)
+        assert run.proc.poll() is None, "the replay ended before the second consumer joined"
+    late = consumer.Consumer([("kvtier", run.sub, run.replay)], rcvhwm=1)
     deadline = time.monotonic() + 120
-    while proc.poll() is None and time.monotonic() < deadline:
+    while not run.dump.exists() and time.monotonic() < deadline:
         first.poll(20)
         late.poll(0)
         time.sleep(0.05)  # a slow reader
-        if dump.exists() and (time.monotonic() - first.last_arrival) > 1.0:
-            break  # the replay is over and holds its sockets open: catch up
-    late.run(until_idle=1.0, deadline=20)
-    first.run(until_idle=0.5, deadline=10)
-    out, err = proc.communicate(timeout=60)
-    assert proc.returncode == 0, err
-    want = registry(dump)
+    # The replay is over and holds its sockets open: both catch up.
+    first.run(until_idle=0.5, deadline=20)
+    late.run(until_idle=0.5, deadline=20)
+    run.finish()
+    want = run.registry()
     a, b = first.instances[0], late.instances[0]
     assert index_by_tier(a) == want
     assert b.stats["replayed"] > 0 and b.stats["gaps"] > 0
@@ -241,13 +233,14 @@ def test_a_late_consumer_with_a_tiny_queue_recovers_through_replay(tmp_path):
 
 @needs_replay
 def test_cli_prints_the_index_as_json(tmp_path):
-    proc, sub, replay, dump = start_replay(tmp_path, "--g1-blocks", 300, "--g2-blocks", 0,
-                                           "--g3-blocks", 0, hold=2)
-    cli = subprocess.run(["/usr/bin/python3", str(Path(consumer.__file__)), "--sub", sub,
-                          "--replay", replay, "--until-idle", "1.5", "--timeout", "60",
+    run = ReplayRun(tmp_path).start("--g1-blocks", 300, "--g2-blocks", 0, "--g3-blocks", 0,
+                                    hold=3)
+    # Joins once the replay has begun: what it missed comes through the replay socket.
+    cli = subprocess.run(["/usr/bin/python3", str(Path(consumer.__file__)), "--sub", run.sub,
+                          "--replay", run.replay, "--until-idle", "1.5", "--timeout", "60",
                           "--json"], capture_output=True, text=True, timeout=90)
-    proc.communicate(timeout=60)
+    run.finish()
     assert cli.returncode == 0, cli.stderr
     got = json.loads(cli.stdout)["instances"]["default"]
-    assert set(got["index"]["GPU"]) == registry(dump)["G1"]
+    assert set(got["index"]["GPU"]) == run.registry()["G1"]
     assert got["stats"]["bad"] == 0 and got["stats"]["lost"] == 0

@@ -1,0 +1,172 @@
+"""kvtier-router: against publishers written from vLLM's schema (gaps, late join, bad
+messages), then against the shipped trace split by conversation across two kvtier-replay
+processes, where it must name, for every request, the instance holding the longest prefix
+and each instance's overlap exactly as their registries say. Run by ctest
+(kv_events_pytest) with KVTIER_ROUTER, KVTIER_REPLAY and KVTIER_LIB set."""
+import ctypes
+import json
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+import vllm_publisher as vp
+from support import LIB, REPLAY, ROUTER, SALT, TOKENS_PER_ID, TRACE, ReplayRun
+
+pytestmark = pytest.mark.skipif(not Path(ROUTER).exists(), reason="kvtier-router not built")
+
+
+class Hasher:
+    """kvtier's sequence hashes (kvt_hash_salt, kvt_hash_sequence) through its C ABI."""
+
+    def __init__(self, salt, page_size):
+        self.lib = ctypes.CDLL(LIB)
+        self.page = page_size
+        self.salt = ctypes.c_uint64()
+        assert self.lib.kvt_hash_salt(ctypes.byref(self.salt), salt, len(salt)) == 0
+
+    def hashes(self, tokens):
+        n = len(tokens) // self.page
+        out = (ctypes.c_uint64 * max(n, 1))()
+        got = ctypes.c_size_t()
+        arr = (ctypes.c_uint32 * len(tokens))(*tokens)
+        assert self.lib.kvt_hash_sequence(out, ctypes.byref(got), ctypes.c_size_t(n), self.salt,
+                                          arr, ctypes.c_size_t(len(tokens)),
+                                          ctypes.c_uint32(self.page)) == 0
+        return list(out[: got.value])
+
+
+def router(*instances, extra=()):
+    args = [ROUTER, "--page-size", "4", "--wait-idle-ms", "300", *extra]
+    for name, sub, replay in instances:
+        args += ["--instance", f"{name}={sub}" + (f",{replay}" if replay else "")]
+    return subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+
+
+def ask(proc, *requests):
+    """Sends request lines and reads one answer per line."""
+    answers = []
+    for r in requests:
+        proc.stdin.write(json.dumps(r) + "\n")
+        proc.stdin.flush()
+        answers.append(json.loads(proc.stdout.readline()))
+    return answers
+
+
+def endpoints(p):
+    import zmq
+    return (p.pub.getsockopt(zmq.LAST_ENDPOINT).decode(),
+            p.replay.getsockopt(zmq.LAST_ENDPOINT).decode())
+
+
+def test_router_follows_vllm_publishers_through_gaps_and_bad_messages():
+    a, b = vp.Publisher("tcp://127.0.0.1:*", "tcp://127.0.0.1:*"), \
+        vp.Publisher("tcp://127.0.0.1:*", "tcp://127.0.0.1:*")
+    a.publish(vp.batch([vp.stored([1, 2])]))  # before the router subscribed: replayed
+    proc = router(("a", *endpoints(a)), ("b", *endpoints(b)))
+    try:
+        time.sleep(0.3)
+        a.publish(vp.batch([vp.stored([3], parent=2, medium="CPU")]), drop=True)  # a gap
+        a.publish(vp.batch([vp.as_map(vp.stored([4], parent=3))]))
+        b.publish(vp.batch([vp.stored([1, 2, 3, 4, 5], medium="DISK")]))
+        b.publish(b"\xc1")                                          # not msgpack
+        b.publish(vp.batch([vp.removed([3], medium="DISK")]))
+        best, stats = ask(proc, {"hashes": [1, 2, 3, 4, 5], "id": 7}, {"stats": True})
+        assert best["id"] == 7 and best["blocks"] == 5
+        assert best["overlap"] == {"a": 4, "b": 2} and best["best"] == "a"
+        assert best["overlap_by_medium"]["a"] == {"GPU": 2, "CPU": 0, "DISK": 0}
+        sa, sb = stats["stats"]["a"], stats["stats"]["b"]
+        assert sa["replayed"] == 2 and sa["lost"] == 0 and sa["last_seq"] == 2
+        assert sb["bad"] == 1 and "seq 1" in sb["last_error"] and sb["blocks"] == 4
+        # A publisher that clears its cache.
+        a.publish(vp.batch([vp.cleared()]))
+        (after,) = ask(proc, {"hashes": [1, 2, 3, 4, 5]})
+        assert after["overlap"] == {"a": 0, "b": 2} and after["best"] == "b"
+        (bad,) = ask(proc, {"tokens": [1, -2]})
+        assert "error" in bad
+    finally:
+        proc.stdin.close()
+        assert proc.wait(timeout=10) == 0, proc.stderr.read()
+        a.close()
+        b.close()
+
+
+def test_router_refuses_bad_arguments():
+    for args in (["--page-size", "4", "--instance", "noequals"],
+                 ["--page-size", "0", "--instance", "a=tcp://127.0.0.1:1"],
+                 ["--page-size", "4", "--instance", "a=nonsense://x"]):
+        p = subprocess.run([ROUTER, *args], capture_output=True, text=True, timeout=10)
+        assert p.returncode != 0 and p.stderr
+
+
+def trace_requests(n):
+    with open(TRACE) as f:
+        return [json.loads(line)["hash_ids"] for _, line in zip(range(n), f)]
+
+
+def tokens_of(ids):
+    return [h * TOKENS_PER_ID + j for h in ids for j in range(TOKENS_PER_ID)]
+
+
+@pytest.mark.skipif(not Path(REPLAY).exists(), reason="kvtier-replay not built")
+def test_router_on_a_trace_split_across_two_replays(tmp_path):
+    """The shipped trace's first requests, conversations split in two: instance 'even'
+    replays shard 0/2 and 'odd' shard 1/2, with G1 and G2 small enough to evict."""
+    n_requests, page = 800, 128
+    trace = tmp_path / "head.jsonl"
+    with open(TRACE) as f, open(trace, "w") as out:
+        out.writelines(line for _, line in zip(range(n_requests), f))
+    tiers = ["--page-size", page, "--g1-blocks", 3000, "--g2-blocks", 3000, "--g3-blocks", 0]
+    even, odd = ReplayRun(tmp_path, "even"), ReplayRun(tmp_path, "odd")
+    proc = subprocess.Popen([ROUTER, "--page-size", str(page), "--salt", SALT.decode(),
+                             "--wait-idle-ms", "1000",
+                             "--instance", f"even={even.sub},{even.replay}",
+                             "--instance", f"odd={odd.sub},{odd.replay}"],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    even.start("--shard", "0/2", *tiers, trace=trace, hold=1)
+    odd.start("--shard", "1/2", *tiers, trace=trace, hold=1)
+    held = {}
+    for name, run in (("even", even), ("odd", odd)):
+        run.finish()
+        reg = run.registry()
+        held[name] = reg["G1"] | reg["G2"]
+
+    requests = trace_requests(n_requests)
+    lines = "".join(json.dumps({"tokens": tokens_of(ids), "id": i}) + "\n"
+                    for i, ids in enumerate(requests)) + json.dumps({"stats": True}) + "\n"
+    out, err = proc.communicate(lines, timeout=120)
+    assert proc.returncode == 0, err
+    answers = [json.loads(line) for line in out.splitlines()]
+    stats = answers.pop()["stats"]
+    for name in ("even", "odd"):
+        s = stats[name]
+        assert s["bad"] == 0 and s["lost"] == 0, s
+        assert s["blocks"] == len(held[name])
+
+    hasher = Hasher(SALT, page)
+    only = {"even": 0, "odd": 0}
+    for i, (ids, got) in enumerate(zip(requests, answers)):
+        assert got["id"] == i
+        h = hasher.hashes(tokens_of(ids))
+        want = {}
+        for name in ("even", "odd"):
+            k = 0
+            while k < len(h) and h[k] in held[name]:
+                k += 1
+            want[name] = k
+        assert got["blocks"] == len(h)
+        assert got["overlap"] == want, f"request {i}"
+        top = max(want.values())
+        assert got["best"] == (None if top == 0 else
+                               ("even" if want["even"] == top else "odd"))
+        # Beyond the first id (the system prompt every conversation shares), a prefix only
+        # one instance computed: the router must send the request there.
+        first = TOKENS_PER_ID // page
+        for name, other in (("even", "odd"), ("odd", "even")):
+            if want[name] > first and want[other] <= first:
+                only[name] += 1
+                assert got["best"] == name
+    assert only["even"] > 20 and only["odd"] > 20, only
