@@ -103,6 +103,34 @@ kvt_status validate_g3(const kvt_manager_config &c) {
                 "g3_fault_count is 0: at least 1 operation to fail while g3_fault_op is on");
   return KVT_OK;
 }
+
+kvt_status validate_kv_events(const kvt_manager_config &c) {
+  if (c.kv_events_endpoint != nullptr && c.kv_events_endpoint[0] == '\0')
+    return fail(KVT_ERR_INVALID_ARGUMENT,
+                "kv_events_endpoint is \"\": a ZMQ endpoint, or NULL for no publisher");
+  if (c.kv_events_replay_endpoint != nullptr) {
+    if (c.kv_events_endpoint == nullptr)
+      return fail(KVT_ERR_INVALID_ARGUMENT,
+                  "kv_events_replay_endpoint is set but kv_events_endpoint is NULL: replay "
+                  "serves what the publisher sent");
+    if (c.kv_events_replay_endpoint[0] == '\0')
+      return fail(KVT_ERR_INVALID_ARGUMENT,
+                  "kv_events_replay_endpoint is \"\": a ZMQ endpoint, or NULL for none");
+  }
+  if (c.kv_events_buffer == 0 || c.kv_events_buffer > kMaxEventCapacity)
+    return fail(KVT_ERR_INVALID_ARGUMENT, "kv_events_buffer is %llu: 1..%llu",
+                ull(c.kv_events_buffer), ull(kMaxEventCapacity));
+  if (c.kv_events_dp_rank < 0)
+    return fail(KVT_ERR_INVALID_ARGUMENT, "kv_events_dp_rank is %d: at least 0",
+                c.kv_events_dp_rank);
+  constexpr uint32_t kTiers = (1u << KVT_TIER_G1) | (1u << KVT_TIER_G2) | (1u << KVT_TIER_G3);
+  if (c.kv_events_tiers & ~kTiers)
+    return fail(KVT_ERR_INVALID_ARGUMENT,
+                "kv_events_tiers is 0x%x: bits (1 << KVT_TIER_G1..G3), 0x2 | 0x4 | 0x8 at most "
+                "(G4 has no block events)",
+                c.kv_events_tiers);
+  return KVT_OK;
+}
 }  // namespace
 
 void config_defaults(kvt_manager_config *cfg) noexcept {
@@ -127,6 +155,8 @@ void config_defaults(kvt_manager_config *cfg) noexcept {
   cfg->policy_g1_g2 = cfg->policy_g1_g3 = cfg->policy_g2_g3 = {KVT_POLICY_PRESENCE, 1};
   cfg->g3_io = KVT_IO_AUTO;
   cfg->max_pinned_percent = 50;
+  cfg->kv_events_buffer = 10000;
+  cfg->kv_events_tiers = (1u << KVT_TIER_G1) | (1u << KVT_TIER_G2) | (1u << KVT_TIER_G3);
 }
 
 kvt_status config_validate(const kvt_manager_config &c) noexcept {
@@ -169,6 +199,7 @@ kvt_status config_validate(const kvt_manager_config &c) noexcept {
   if (c.max_pinned_percent > 100)
     return fail(KVT_ERR_INVALID_ARGUMENT, "max_pinned_percent is %u: 0..100",
                 c.max_pinned_percent);
+  if (kvt_status s = validate_kv_events(c); s != KVT_OK) return s;
   if (c.g1_layout != nullptr) return validate_layout(c);
   return KVT_OK;
 }

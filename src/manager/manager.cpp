@@ -35,6 +35,8 @@ kvt_status Manager::create(std::unique_ptr<Manager> *out, const kvt_manager_conf
   m->cfg_ = c;
   m->cfg_.g3_path = nullptr;
   m->cfg_.g1_layout = nullptr;
+  m->cfg_.kv_events_endpoint = m->cfg_.kv_events_replay_endpoint = nullptr;
+  m->cfg_.kv_events_topic = nullptr;
   if (kvt_status s = m->tag_.acquire(); s != KVT_OK) return s;
   m->events_ = std::make_unique<EventQueue>(c.event_capacity);
   const uint64_t caps[4] = {0, c.g1_blocks, c.g2_blocks, c.g3_blocks};
@@ -54,6 +56,7 @@ kvt_status Manager::create(std::unique_ptr<Manager> *out, const kvt_manager_conf
     if (s != KVT_OK) return s;
     m->tiers_[t] = std::move(tier);
   }
+  if (kvt_status s = m->start_publisher(c); s != KVT_OK) return s;
   m->pool_ = std::make_unique<WorkerPool>(c.copy_threads - 1);
   if (c.g3_blocks > 0) {
     kvt_status s = DiskEngine::create(&m->disk_, c, m->geo_.block_bytes());
@@ -71,6 +74,28 @@ kvt_status Manager::create(std::unique_ptr<Manager> *out, const kvt_manager_conf
       std::make_unique<Pipeline>(m->pipeline_tiers_, c, m->disk_.get(), m->cuda_.get(),
                                  *m->pool_);
   *out = std::move(m);
+  return KVT_OK;
+}
+
+kvt_status Manager::start_publisher(const kvt_manager_config &c) {
+  if (c.kv_events_endpoint == nullptr) return KVT_OK;
+  pub::PublisherConfig p{};
+  p.endpoint = c.kv_events_endpoint;
+  if (c.kv_events_replay_endpoint) p.replay_endpoint = c.kv_events_replay_endpoint;
+  if (c.kv_events_topic) p.topic = c.kv_events_topic;
+  p.buffer = c.kv_events_buffer;
+  p.dp_rank = c.kv_events_dp_rank;
+  p.page_size = c.page_size;
+  const uint64_t caps[4] = {0, c.g1_blocks, c.g2_blocks, c.g3_blocks};
+  for (int t = KVT_TIER_G1; t <= KVT_TIER_G3; ++t) {
+    if (!tiers_[t]) continue;
+    p.memo_blocks += caps[t];
+    if (c.kv_events_tiers & (1u << t)) p.tiers |= 1u << t;
+  }
+  if (kvt_status s = pub::Publisher::create(&publisher_, p); s != KVT_OK) return s;
+  // Every tier notes its tokens, published or not: a block may be published in another.
+  for (auto &t : tiers_)
+    if (t) t->set_kv_sink(publisher_.get());
   return KVT_OK;
 }
 

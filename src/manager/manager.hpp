@@ -11,6 +11,7 @@
 #include "memory/tier_memory.hpp"
 #include "manager/pipeline_tiers.hpp"
 #include "pipeline/pipeline.hpp"
+#include "publish/publisher.hpp"
 #include "transfer/cuda_engine.hpp"
 #include "transfer/disk_engine.hpp"
 #include "transfer/worker_pool.hpp"
@@ -44,15 +45,19 @@ class Manager {
   bool take_connector() noexcept { return !has_connector_.exchange(true); }
   void give_connector() noexcept { has_connector_ = false; }
   const Geometry &geometry() const noexcept { return geo_; }
+  // The KV-event publisher (kvt_manager_note_tokens, the connector), or nullptr when off.
+  KvSink *kv_sink() noexcept { return publisher_.get(); }
 
  private:
   Manager() = default;
+  kvt_status start_publisher(const kvt_manager_config &c);
 
   Geometry geo_{};
   kvt_manager_config cfg_{};
   std::atomic<bool> has_connector_{false};
   TagLease tag_;  // before the tiers: given back only once they are gone
   std::unique_ptr<EventQueue> events_;
+  std::unique_ptr<pub::Publisher> publisher_;  // before the tiers, which send to it
   std::unique_ptr<Tier> tiers_[4];  // index by kvt_tier; null when the tier is absent
   std::unique_ptr<WorkerPool> pool_;
   std::unique_ptr<DiskEngine> disk_;   // G3's file, when G3 is present

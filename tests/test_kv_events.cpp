@@ -1,0 +1,539 @@
+// KV events over ZMQ (docs/KV_EVENTS.md): a real SUB socket and a real DEALER for replay
+// against a manager's publisher, the messages decoded with msgpack-cxx field by field.
+#include <gtest/gtest.h>
+#include <msgpack.hpp>
+#include <stdlib.h>
+#include <unistd.h>
+#include <zmq.h>
+
+#include <chrono>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "kvtier.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr uint32_t kPage = 4;
+
+std::string temp_dir() {
+  char tmpl[] = "/tmp/kvt-kv-events-XXXXXX";
+  const char *d = mkdtemp(tmpl);
+  EXPECT_NE(d, nullptr);
+  return d ? d : "/tmp";
+}
+
+// A ZMQ message of several frames, or none when the wait ran out.
+using Frames = std::vector<std::string>;
+bool recv_frames(void *s, Frames *out, int timeout_ms) {
+  out->clear();
+  zmq_pollitem_t item{s, 0, ZMQ_POLLIN, 0};
+  if (zmq_poll(&item, 1, timeout_ms) <= 0) return false;
+  for (bool more = true; more;) {
+    zmq_msg_t m;
+    zmq_msg_init(&m);
+    if (zmq_msg_recv(&m, s, 0) < 0) return false;
+    out->emplace_back(static_cast<const char *>(zmq_msg_data(&m)), zmq_msg_size(&m));
+    more = zmq_msg_more(&m);
+    zmq_msg_close(&m);
+  }
+  return true;
+}
+void send_frames(void *s, const Frames &f) {
+  for (size_t i = 0; i < f.size(); ++i)
+    zmq_send(s, f[i].data(), f[i].size(), i + 1 < f.size() ? ZMQ_SNDMORE : 0);
+}
+std::string be64(int64_t v) {
+  std::string s(8, '\0');
+  for (int i = 7; i >= 0; --i, v = int64_t(uint64_t(v) >> 8)) s[i] = char(v & 0xff);
+  return s;
+}
+uint64_t from_be64(const std::string &s) {
+  uint64_t v = 0;
+  for (unsigned char c : s) v = v << 8 | c;
+  return v;
+}
+
+// One block as BlockStored/BlockRemoved describe it, after expanding coalesced events.
+struct Block {
+  std::string kind;  // "BlockStored", "BlockRemoved", "AllBlocksCleared"
+  uint64_t hash = 0;
+  bool has_parent = false;
+  uint64_t parent = 0;
+  std::vector<uint32_t> tokens;
+  std::string medium;
+  size_t group = 1;  // hashes in the vLLM event this block came from
+};
+
+struct Batch {
+  uint64_t seq;
+  double ts;
+  int64_t dp_rank;
+  std::vector<Block> blocks;
+  size_t events;  // vLLM events, before expansion
+  std::string payload;
+};
+
+// Decodes a payload as vLLM's msgspec decoder would: every field checked.
+Batch decode(const std::string &payload, uint64_t seq) {
+  Batch b{seq, 0, -1, {}, 0, payload};
+  msgpack::object_handle oh = msgpack::unpack(payload.data(), payload.size());
+  const msgpack::object &o = oh.get();
+  EXPECT_EQ(o.type, msgpack::type::ARRAY);
+  EXPECT_EQ(o.via.array.size, 3u) << "[ts, events, data_parallel_rank]";
+  EXPECT_EQ(o.via.array.ptr[0].type, msgpack::type::FLOAT64);
+  b.ts = o.via.array.ptr[0].as<double>();
+  b.dp_rank = o.via.array.ptr[2].as<int64_t>();
+  const msgpack::object &evs = o.via.array.ptr[1];
+  EXPECT_EQ(evs.type, msgpack::type::ARRAY);
+  b.events = evs.via.array.size;
+  for (uint32_t i = 0; i < evs.via.array.size; ++i) {
+    const msgpack::object &e = evs.via.array.ptr[i];
+    EXPECT_EQ(e.type, msgpack::type::ARRAY);
+    std::string tag = e.via.array.ptr[0].as<std::string>();
+    if (tag == "AllBlocksCleared") {
+      EXPECT_EQ(e.via.array.size, 1u);
+      b.blocks.push_back(Block{tag});
+      continue;
+    }
+    auto hashes = e.via.array.ptr[1].as<std::vector<uint64_t>>();
+    if (tag == "BlockRemoved") {
+      EXPECT_EQ(e.via.array.size, 3u) << "[tag, block_hashes, medium]";
+      for (uint64_t h : hashes)
+        b.blocks.push_back(Block{tag, h, false, 0, {}, e.via.array.ptr[2].as<std::string>()});
+      continue;
+    }
+    EXPECT_EQ(tag, "BlockStored");
+    EXPECT_EQ(e.via.array.size, 7u)
+        << "[tag, block_hashes, parent_block_hash, token_ids, block_size, lora_id, medium]";
+    const msgpack::object &parent = e.via.array.ptr[2];
+    auto tokens = e.via.array.ptr[3].as<std::vector<uint32_t>>();
+    EXPECT_EQ(e.via.array.ptr[4].as<uint32_t>(), kPage) << "block_size";
+    EXPECT_EQ(e.via.array.ptr[5].type, msgpack::type::NIL) << "lora_id";
+    std::string medium = e.via.array.ptr[6].as<std::string>();
+    EXPECT_TRUE(tokens.empty() || tokens.size() == hashes.size() * kPage);
+    for (size_t k = 0; k < hashes.size(); ++k) {
+      Block blk{tag, hashes[k], true, 0, {}, medium, hashes.size()};
+      if (k > 0) blk.parent = hashes[k - 1];
+      else if (parent.type == msgpack::type::NIL) blk.has_parent = false;
+      else blk.parent = parent.as<uint64_t>();
+      if (!tokens.empty())
+        blk.tokens.assign(tokens.begin() + k * kPage, tokens.begin() + (k + 1) * kPage);
+      b.blocks.push_back(blk);
+    }
+  }
+  return b;
+}
+
+void churn(kvt_manager *m, uint64_t first, size_t n);
+
+class KvEvents : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = temp_dir();
+    endpoint_ = "ipc://" + dir_ + "/pub";
+    replay_ = "ipc://" + dir_ + "/replay";
+    ctx_ = zmq_ctx_new();
+  }
+  void TearDown() override {
+    if (m_) kvt_manager_destroy(m_);
+    if (sub_) zmq_close(sub_);
+    zmq_ctx_term(ctx_);
+    std::string rm = "rm -rf " + dir_;
+    ASSERT_EQ(system(rm.c_str()), 0);
+  }
+  kvt_manager_config config() {
+    kvt_manager_config c;
+    kvt_manager_config_init(&c);
+    c.page_size = kPage;
+    c.chunk_bytes = 64;
+    c.g1_blocks = 8;
+    c.g2_blocks = 16;
+    c.kv_events_endpoint = endpoint_.c_str();
+    c.kv_events_replay_endpoint = replay_.c_str();
+    c.kv_events_topic = "kv";
+    c.kv_events_dp_rank = 3;
+    return c;
+  }
+  void create(const kvt_manager_config &c) { ASSERT_EQ(kvt_manager_create(&m_, &c), KVT_OK); }
+  void subscribe(const std::string &endpoint, const char *topic = "kv") {
+    sub_ = zmq_socket(ctx_, ZMQ_SUB);
+    ASSERT_EQ(zmq_setsockopt(sub_, ZMQ_SUBSCRIBE, topic, strlen(topic)), 0);
+    ASSERT_EQ(zmq_connect(sub_, endpoint.c_str()), 0);
+  }
+  // Waits until the subscription works: kvt_manager_reset of every tier, empty, publishes
+  // one AllBlocksCleared each; then drains those. Returns the next seq to expect.
+  uint64_t sync() {
+    Frames f;
+    uint64_t last = 0;
+    bool got = false;
+    for (int i = 0; i < 600 && !got; ++i) {
+      EXPECT_EQ(kvt_manager_reset(m_, 0), KVT_OK);
+      got = recv_frames(sub_, &f, 100);
+    }
+    EXPECT_TRUE(got) << "the subscriber never received anything";
+    while (got) {
+      last = from_be64(f.at(1));
+      EXPECT_EQ(decode(f.at(2), last).blocks.at(0).kind, "AllBlocksCleared");
+      got = recv_frames(sub_, &f, 300);
+    }
+    return last + 1;
+  }
+  // Receives messages until `blocks` expanded blocks arrived, checking topic and seqs.
+  std::vector<Batch> receive(uint64_t *next_seq, size_t blocks) {
+    std::vector<Batch> out;
+    size_t have = 0;
+    Frames f;
+    while (have < blocks && recv_frames(sub_, &f, 10000)) {
+      EXPECT_EQ(f.size(), 3u);
+      EXPECT_EQ(f[0], "kv");
+      EXPECT_EQ(f[1].size(), 8u);
+      uint64_t seq = from_be64(f[1]);
+      EXPECT_EQ(seq, *next_seq) << "sequence numbers are consecutive";
+      *next_seq = seq + 1;
+      out.push_back(decode(f[2], seq));
+      have += out.back().blocks.size();
+    }
+    EXPECT_EQ(have, blocks);
+    return out;
+  }
+  static std::vector<Block> flat(const std::vector<Batch> &batches) {
+    std::vector<Block> v;
+    for (const Batch &b : batches) v.insert(v.end(), b.blocks.begin(), b.blocks.end());
+    return v;
+  }
+  uint64_t salt() {
+    uint64_t s;
+    EXPECT_EQ(kvt_hash_salt(&s, "kv", 2), KVT_OK);
+    return s;
+  }
+  std::vector<uint64_t> hashes(const std::vector<uint32_t> &tokens) {
+    std::vector<uint64_t> h(tokens.size() / kPage);
+    size_t n = 0;
+    EXPECT_EQ(kvt_hash_sequence(h.data(), &n, h.size(), salt(), tokens.data(), tokens.size(),
+                                kPage),
+              KVT_OK);
+    return h;
+  }
+  // A block registered through the token path; returns its handle.
+  kvt_block register_tokens(const uint32_t *tokens, uint64_t parent) {
+    kvt_block b = 0, out = 0;
+    EXPECT_EQ(kvt_block_alloc(&b, 1, m_, KVT_TIER_G1), KVT_OK);
+    EXPECT_EQ(kvt_block_init(m_, b, salt(), parent), KVT_OK);
+    EXPECT_EQ(kvt_block_append(m_, b, tokens, kPage), KVT_OK);
+    EXPECT_EQ(kvt_block_schedule(m_, b), KVT_OK);
+    EXPECT_EQ(kvt_block_compute_done(m_, b), KVT_OK);
+    EXPECT_EQ(kvt_block_register(&out, m_, b), KVT_OK);
+    return out;
+  }
+  std::vector<Batch> replay_from(uint64_t start) {
+    void *d = zmq_socket(ctx_, ZMQ_DEALER);
+    EXPECT_EQ(zmq_connect(d, replay_.c_str()), 0);
+    send_frames(d, {"", be64(int64_t(start))});
+    std::vector<Batch> out;
+    Frames f;
+    while (recv_frames(d, &f, 10000)) {
+      EXPECT_EQ(f.size(), 3u) << "[empty, seq, payload]";
+      EXPECT_EQ(f[0], "");
+      if (f[1] == be64(-1)) {
+        EXPECT_EQ(f[2], "") << "the end marker: seq -1, empty payload";
+        zmq_close(d);
+        return out;
+      }
+      out.push_back(decode(f[2], from_be64(f[1])));
+    }
+    ADD_FAILURE() << "no end marker";
+    zmq_close(d);
+    return out;
+  }
+
+  std::string dir_, endpoint_, replay_;
+  void *ctx_ = nullptr, *sub_ = nullptr;
+  kvt_manager *m_ = nullptr;
+};
+
+TEST_F(KvEvents, EveryFieldOfStoredRemovedAndCleared) {
+  create(config());
+  subscribe(endpoint_);
+  uint64_t seq = sync();
+
+  // Two blocks through kvt_block_append: their tokens are the tier's.
+  const std::vector<uint32_t> a = {11, 12, 13, 14, 15, 16, 17, 18};
+  const std::vector<uint64_t> ha = hashes(a);
+  kvt_block a0 = register_tokens(a.data(), 0);
+  kvt_block a1 = register_tokens(a.data() + kPage, ha[0]);
+  // Two by hash, their tokens noted first; one by hash whose tokens nobody noted.
+  const std::vector<uint32_t> b = {21, 22, 23, 24, 25, 26, 27, 28};
+  const std::vector<uint64_t> hb = hashes(b);
+  ASSERT_EQ(kvt_manager_note_tokens(m_, hb.data(), 2, b.data()), KVT_OK);
+  kvt_block bb[3];
+  ASSERT_EQ(kvt_block_alloc(bb, 3, m_, KVT_TIER_G1), KVT_OK);
+  ASSERT_EQ(kvt_block_register_hashes(bb, m_, bb, hb.data(), 2, 0), KVT_OK);
+  const uint64_t unknown = 0x123456789abcdef0;
+  ASSERT_EQ(kvt_block_register_hash(&bb[2], m_, bb[2], unknown, hb[1]), KVT_OK);
+
+  std::vector<Batch> got = receive(&seq, 5);
+  std::vector<Block> v = flat(got);
+  ASSERT_EQ(v.size(), 5u);
+  for (const Block &x : v) {
+    EXPECT_EQ(x.kind, "BlockStored");
+    EXPECT_EQ(x.medium, "GPU");
+  }
+  EXPECT_EQ(v[0].hash, ha[0]);
+  EXPECT_FALSE(v[0].has_parent) << "a first block's parent_block_hash is nil";
+  EXPECT_EQ(v[0].tokens, std::vector<uint32_t>(a.begin(), a.begin() + 4));
+  EXPECT_EQ(v[1].hash, ha[1]);
+  EXPECT_EQ(v[1].parent, ha[0]);
+  EXPECT_EQ(v[1].tokens, std::vector<uint32_t>(a.begin() + 4, a.end()));
+  EXPECT_EQ(v[2].hash, hb[0]);
+  EXPECT_FALSE(v[2].has_parent);
+  EXPECT_EQ(v[2].tokens, std::vector<uint32_t>(b.begin(), b.begin() + 4));
+  EXPECT_EQ(v[3].hash, hb[1]);
+  EXPECT_EQ(v[3].parent, hb[0]);
+  EXPECT_EQ(v[3].tokens, std::vector<uint32_t>(b.begin() + 4, b.end()));
+  EXPECT_EQ(v[4].hash, unknown);
+  EXPECT_EQ(v[4].parent, hb[1]);
+  EXPECT_TRUE(v[4].tokens.empty()) << "tokens never noted: token_ids is empty";
+  for (const Batch &x : got) {
+    EXPECT_EQ(x.dp_rank, 3);
+    double now = std::chrono::duration<double>(
+                     std::chrono::system_clock::now().time_since_epoch()).count();
+    EXPECT_NEAR(x.ts, now, 60.0) << "ts: seconds since the epoch";
+  }
+  // One call's chain is one batch, coalesced into one BlockStored of two hashes.
+  bool coalesced = false;
+  for (const Block &x : v) coalesced |= x.hash == hb[0] && x.group >= 2;
+  EXPECT_TRUE(coalesced);
+
+  // Offload to G2: stored there as "CPU", the tokens from the memo.
+  kvt_block src[2] = {a0, a1};
+  kvt_xfer *x = nullptr;
+  ASSERT_EQ(kvt_offload(&x, m_, src, 2, KVT_TIER_G2, nullptr, 0), KVT_OK);
+  ASSERT_EQ(kvt_xfer_wait(x, -1), KVT_OK);
+  kvt_xfer_release(x);
+  v = flat(receive(&seq, 2));
+  ASSERT_EQ(v.size(), 2u);
+  EXPECT_EQ(v[0].kind, "BlockStored");
+  EXPECT_EQ(v[0].medium, "CPU");
+  EXPECT_EQ(v[0].hash, ha[0]);
+  EXPECT_FALSE(v[0].has_parent);
+  EXPECT_EQ(v[0].tokens, std::vector<uint32_t>(a.begin(), a.begin() + 4));
+  EXPECT_EQ(v[1].hash, ha[1]);
+  EXPECT_EQ(v[1].parent, ha[0]);
+  EXPECT_EQ(v[1].tokens, std::vector<uint32_t>(a.begin() + 4, a.end()));
+
+  // Resetting G2 alone: BlockRemoved, and no AllBlocksCleared (G1 still holds blocks).
+  ASSERT_EQ(kvt_manager_reset(m_, KVT_TIER_G2), KVT_OK);
+  v = flat(receive(&seq, 2));
+  ASSERT_EQ(v.size(), 2u);
+  for (const Block &r : v) {
+    EXPECT_EQ(r.kind, "BlockRemoved");
+    EXPECT_EQ(r.medium, "CPU");
+  }
+  // Resetting everything: G1's five blocks removed, then one AllBlocksCleared.
+  kvt_block held[5] = {a0, a1, bb[0], bb[1], bb[2]};
+  ASSERT_EQ(kvt_block_release(m_, held, 5), KVT_OK);
+  ASSERT_EQ(kvt_manager_reset(m_, 0), KVT_OK);
+  v = flat(receive(&seq, 6));
+  ASSERT_EQ(v.size(), 6u);
+  for (int i = 0; i < 5; ++i) {
+    EXPECT_EQ(v[i].kind, "BlockRemoved");
+    EXPECT_EQ(v[i].medium, "GPU");
+  }
+  EXPECT_EQ(v[5].kind, "AllBlocksCleared");
+
+  // Replay from a seq: the same bytes as published, then the end marker.
+  std::vector<Batch> all = replay_from(0);
+  ASSERT_GE(all.size(), 4u);
+  for (size_t i = 0; i < all.size(); ++i) EXPECT_EQ(all[i].seq, i);
+  std::vector<Batch> tail = replay_from(all.size() - 2);
+  ASSERT_EQ(tail.size(), 2u);
+  EXPECT_EQ(tail[0].payload, all[all.size() - 2].payload);
+  EXPECT_EQ(tail[1].payload, all.back().payload);
+  EXPECT_TRUE(replay_from(all.size()).empty()) << "nothing kept from there: the marker alone";
+}
+
+TEST_F(KvEvents, MalformedReplayRequestsLeaveItServing) {
+  create(config());
+  kvt_block b;
+  ASSERT_EQ(kvt_block_alloc(&b, 1, m_, KVT_TIER_G1), KVT_OK);
+  ASSERT_EQ(kvt_block_register_hash(&b, m_, b, 42, 0), KVT_OK);
+  void *d = zmq_socket(ctx_, ZMQ_DEALER);
+  ASSERT_EQ(zmq_connect(d, replay_.c_str()), 0);
+  send_frames(d, {"", "abc"});                        // start seq of 3 bytes
+  send_frames(d, {"", be64(0), "extra"});             // a frame too many
+  send_frames(d, {be64(0)});                          // no delimiter
+  send_frames(d, {"", std::string(100, 'x')});        // far too long
+  send_frames(d, {"", std::string(1000, 'x')});       // over the size limit: disconnects
+  Frames f;
+  EXPECT_FALSE(recv_frames(d, &f, 300)) << "malformed requests get no answer";
+  zmq_close(d);
+  // A well-formed request is still served, the block's batch first.
+  Batch first{};
+  for (int i = 0; i < 100; ++i) {
+    std::vector<Batch> got = replay_from(0);
+    if (!got.empty()) {
+      first = got[0];
+      break;
+    }
+  }
+  ASSERT_EQ(first.blocks.size(), 1u);
+  EXPECT_EQ(first.blocks[0].hash, 42u);
+}
+
+TEST_F(KvEvents, ConnectsWithoutWildcardAndBindsWithOne) {
+  // No wildcard: the publisher connects, here to a SUB that binds.
+  void *sub = zmq_socket(ctx_, ZMQ_SUB);
+  ASSERT_EQ(zmq_setsockopt(sub, ZMQ_SUBSCRIBE, "", 0), 0);
+  ASSERT_EQ(zmq_bind(sub, "tcp://127.0.0.1:*"), 0);
+  char ep[256];
+  size_t len = sizeof ep;
+  ASSERT_EQ(zmq_getsockopt(sub, ZMQ_LAST_ENDPOINT, ep, &len), 0);
+  std::string port = std::string(ep).substr(std::string(ep).rfind(':') + 1);
+  sub_ = sub;
+  kvt_manager_config c = config();
+  endpoint_ = ep;
+  c.kv_events_endpoint = endpoint_.c_str();
+  c.kv_events_replay_endpoint = nullptr;
+  create(c);
+  sync();
+  kvt_manager_destroy(m_);
+  m_ = nullptr;
+
+  // The SUB's port is taken: binding there fails with ZMQ's message, as KVT_ERR_IO.
+  std::string taken = "tcp://*:" + port;
+  c.kv_events_endpoint = taken.c_str();
+  kvt_manager *m = nullptr;
+  EXPECT_EQ(kvt_manager_create(&m, &c), KVT_ERR_IO);
+  EXPECT_NE(std::string(kvt_last_error()).find("kv_events_endpoint"), std::string::npos);
+  EXPECT_NE(std::string(kvt_last_error()).find("in use"), std::string::npos) << kvt_last_error();
+  zmq_close(sub_);
+  sub_ = nullptr;
+
+  // With a wildcard it binds: a SUB connects to it.
+  void *probe = zmq_socket(ctx_, ZMQ_PUB);  // a free port, picked by the kernel
+  ASSERT_EQ(zmq_bind(probe, "tcp://127.0.0.1:*"), 0);
+  len = sizeof ep;
+  ASSERT_EQ(zmq_getsockopt(probe, ZMQ_LAST_ENDPOINT, ep, &len), 0);
+  zmq_close(probe);
+  port = std::string(ep).substr(std::string(ep).rfind(':') + 1);
+  std::string wild = "tcp://*:" + port;
+  c.kv_events_endpoint = wild.c_str();
+  create(c);
+  subscribe("tcp://127.0.0.1:" + port, "");
+  sync();
+}
+
+TEST_F(KvEvents, ConfigIsValidated) {
+  kvt_manager *m = nullptr;
+  auto refused = [&](kvt_manager_config c, const char *field) {
+    EXPECT_EQ(kvt_manager_create(&m, &c), KVT_ERR_INVALID_ARGUMENT) << field;
+    EXPECT_NE(std::string(kvt_last_error()).find(field), std::string::npos) << kvt_last_error();
+  };
+  kvt_manager_config c = config();
+  c.kv_events_endpoint = "";
+  refused(c, "kv_events_endpoint");
+  c = config();
+  c.kv_events_endpoint = nullptr;
+  refused(c, "kv_events_replay_endpoint");
+  c = config();
+  c.kv_events_buffer = 0;
+  refused(c, "kv_events_buffer");
+  c = config();
+  c.kv_events_dp_rank = -1;
+  refused(c, "kv_events_dp_rank");
+  c = config();
+  c.kv_events_tiers = 1u << 4;
+  refused(c, "kv_events_tiers");
+  c = config();
+  c.kv_events_endpoint = "nonsense";
+  refused(c, "kv_events_endpoint");
+  c = config();
+  c.kv_events_endpoint = "carrier-pigeon://*:1";
+  refused(c, "kv_events_endpoint");
+  // Without a publisher, noting tokens is a no-op; bad arguments are refused either way.
+  c = config();
+  c.kv_events_endpoint = c.kv_events_replay_endpoint = nullptr;
+  ASSERT_EQ(kvt_manager_create(&m, &c), KVT_OK);
+  uint64_t h = 1;
+  uint32_t t[kPage] = {};
+  EXPECT_EQ(kvt_manager_note_tokens(m, &h, 1, t), KVT_OK);
+  EXPECT_EQ(kvt_manager_note_tokens(m, &h, 1, nullptr), KVT_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(kvt_manager_note_tokens(m, nullptr, 1, t), KVT_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(kvt_manager_note_tokens(nullptr, &h, 1, t), KVT_ERR_INVALID_ARGUMENT);
+  kvt_manager_destroy(m);
+}
+
+// Registers and evicts n blocks through G1 (each registration past capacity evicts one).
+void churn(kvt_manager *m, uint64_t first, size_t n) {
+  for (size_t i = 0; i < n; ++i) {
+    kvt_block b;
+    ASSERT_EQ(kvt_block_alloc(&b, 1, m, KVT_TIER_G1), KVT_OK);
+    ASSERT_EQ(kvt_block_register_hash(&b, m, b, first + i, 0), KVT_OK);
+    ASSERT_EQ(kvt_block_release(m, &b, 1), KVT_OK);
+  }
+}
+
+TEST_F(KvEvents, DestroySendsWhatIsPending) {
+  kvt_manager_config c = config();
+  c.kv_events_replay_endpoint = nullptr;
+  create(c);
+  subscribe(endpoint_);
+  uint64_t seq = sync();
+  churn(m_, 1000, 2000);
+  kvt_manager_destroy(m_);  // at once: the last batches are still pending or in flight
+  m_ = nullptr;
+  size_t stored = 0;
+  uint64_t last = 0;
+  Frames f;
+  while (recv_frames(sub_, &f, 2000)) {
+    EXPECT_EQ(from_be64(f.at(1)), seq++);
+    for (const Block &b : decode(f.at(2), 0).blocks)
+      if (b.kind == "BlockStored") ++stored, last = b.hash;
+  }
+  EXPECT_EQ(stored, 2000u);
+  EXPECT_EQ(last, 2999u);
+}
+
+}  // namespace
+
+// A subscriber that never reads, and one that is absent: the calls never wait for them,
+// and destroy (which sends what is pending) still ends.
+TEST(Threads, KvEventsSlowOrAbsentSubscriberNeverBlocks) {
+  std::string dir = temp_dir();
+  std::string ep = "ipc://" + dir + "/pub";
+  void *ctx = zmq_ctx_new();
+  void *sub = zmq_socket(ctx, ZMQ_SUB);
+  int one = 1;
+  zmq_setsockopt(sub, ZMQ_RCVHWM, &one, sizeof one);
+  zmq_setsockopt(sub, ZMQ_SUBSCRIBE, "", 0);
+  for (const char *target : {"slow", "absent"}) {
+    kvt_manager_config c;
+    kvt_manager_config_init(&c);
+    c.page_size = kPage;
+    c.chunk_bytes = 0;
+    c.g1_blocks = 64;
+    c.g2_blocks = 0;
+    std::string endpoint = std::string(target) == "slow" ? ep : "tcp://127.0.0.1:9";
+    c.kv_events_endpoint = endpoint.c_str();  // "absent": connects to the discard port
+    kvt_manager *m = nullptr;
+    ASSERT_EQ(kvt_manager_create(&m, &c), KVT_OK);
+    if (std::string(target) == "slow") ASSERT_EQ(zmq_connect(sub, ep.c_str()), 0);
+    auto t0 = Clock::now();
+    std::thread other([&] { churn(m, 1u << 30, 5000); });
+    churn(m, 1, 5000);
+    other.join();
+    auto t1 = Clock::now();
+    kvt_manager_destroy(m);
+    auto t2 = Clock::now();
+    EXPECT_LT(std::chrono::duration<double>(t1 - t0).count(), 60.0) << target;
+    EXPECT_LT(std::chrono::duration<double>(t2 - t1).count(), 10.0) << target;
+  }
+  zmq_close(sub);
+  zmq_ctx_term(ctx);
+  std::string rm = "rm -rf " + dir;
+  ASSERT_EQ(system(rm.c_str()), 0);
+}
