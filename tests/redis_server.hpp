@@ -34,9 +34,9 @@ extern char **environ;
 namespace kvt_test {
 
 struct RedisOptions {
-  std::string maxmemory;  // e.g. "8mb"; empty: no limit
-  std::string policy;     // maxmemory-policy, e.g. "allkeys-lru"; empty: Redis's default
-  std::string password;   // requirepass; empty: none
+  std::string maxmemory{};  // e.g. "8mb"; empty: no limit
+  std::string policy{};     // maxmemory-policy, e.g. "allkeys-lru"; empty: Redis's default
+  std::string password{};   // requirepass; empty: none
   bool unix_socket = false;
 };
 
