@@ -92,7 +92,10 @@ typedef uint64_t kvt_block;
 typedef enum kvt_tier {
   KVT_TIER_G1 = 1, KVT_TIER_G2 = 2, KVT_TIER_G3 = 3,
   KVT_TIER_G4 = 4               /* 0.4.0: remote, on Redis (see G4). It has no blocks of its
-                                   own: calls that take a tier for handles refuse it */
+                                   own: calls that take a tier for handles (kvt_block_alloc,
+                                   kvt_match_prefix, kvt_tier_evictable, kvt_tier_stats_get,
+                                   kvt_manager_reset) refuse it with
+                                   KVT_ERR_INVALID_ARGUMENT, and no handle names it */
 } kvt_tier;
 
 typedef struct kvt_manager kvt_manager;
@@ -369,7 +372,8 @@ typedef struct kvt_tier_stats {
 KVT_API kvt_status kvt_tier_stats_get(kvt_tier_stats *out, kvt_manager *m, kvt_tier tier);
 
 /* Counters of one transfer direction: G1->G2, G1->G3, G2->G3 (offloads), G2->G1, G3->G1
- * (onboards). */
+ * (onboards) and, since 0.4.0, G1->G4, G2->G4, G3->G4 (offloads: blocks written) and
+ * G4->G1, G4->G2 (kvt_g4_onboard). */
 typedef struct kvt_transfer_stats {
   uint32_t struct_size;         /* set by the caller: sizeof(kvt_transfer_stats) */
   uint32_t reserved;
@@ -613,9 +617,10 @@ typedef enum kvt_xfer_state {
 } kvt_xfer_state;
 
 /* Offloads registered blocks of one tier to the lower tier dst (G1 -> G2, G1 -> G3,
- * G2 -> G3). The copies are registered in dst under the same hashes (emitting BLOCK_STORED)
- * and left there unreferenced, matchable until evicted. precondition may be NULL. src is
- * borrowed; *out is owned by the caller and freed with kvt_xfer_release. */
+ * G2 -> G3, and G1, G2 or G3 -> G4: see G4). The copies are registered in dst under the
+ * same hashes (emitting BLOCK_STORED) and left there unreferenced, matchable until evicted.
+ * precondition may be NULL. src is borrowed; *out is owned by the caller and freed with
+ * kvt_xfer_release. */
 KVT_API kvt_status kvt_offload(kvt_xfer **out, kvt_manager *m, const kvt_block *src, size_t n,
                                kvt_tier dst, kvt_fence *precondition, uint64_t user_data);
 
@@ -733,7 +738,10 @@ KVT_API kvt_status kvt_manager_note_tokens(kvt_manager *m, const uint64_t *seq_h
  * G1-G3 keep serving; the connection is retried on the next call.
  * ------------------------------------------------------------------------------------ */
 
-/* Offload to G4 is kvt_offload with dst KVT_TIER_G4 (from G1, G2 or G3). */
+/* Offload to G4 is kvt_offload with dst KVT_TIER_G4 (from G1, G2 or G3; KVT_ERR_UNSUPPORTED
+ * without G4). It writes every block (no policy but this: a hash already on its way to G4
+ * is not sent twice), registers nothing and emits no BLOCK_STORED; XFER_DONE's count is the
+ * blocks written, and a transfer that could not write some ends with KVT_ERR_IO. */
 
 /* Longest prefix of seq_hashes[0..n) that G4 holds, by one pipelined EXISTS per shard.
  * Blocks the caller for up to g4_timeout_us. KVT_ERR_UNSUPPORTED without G4, KVT_ERR_IO
@@ -748,7 +756,11 @@ KVT_API kvt_status kvt_g4_match(size_t *out_n, kvt_manager *m, const uint64_t *s
  * and cancellation rules, one XFER_DONE). The blocks before the first that cannot be had
  * are registered; from it on, dst stay Empty and the transfer ends with its status:
  * KVT_ERR_NOT_FOUND (no such key), KVT_ERR_CORRUPT (its value fails the header or the
- * checksum, and the key is deleted) or KVT_ERR_IO (Redis unreachable). Arrays are borrowed. */
+ * checksum, and the key is deleted) or KVT_ERR_IO (Redis unreachable). After such a
+ * failure the caller keeps its own dst (kvt_xfer_blocks needs KVT_OK): registered ones hold
+ * the prefix, counted in the transfer's count, except where the tier held a hash already
+ * (that dst stays Empty). dst of another tier, of mixed tiers, not Empty or listed twice:
+ * KVT_ERR_INVALID_ARGUMENT or KVT_ERR_STATE, as for kvt_onboard. Arrays are borrowed. */
 KVT_API kvt_status kvt_g4_onboard(kvt_xfer **out, kvt_manager *m, const uint64_t *seq_hashes,
                                   size_t n, uint64_t parent_seq_hash, const kvt_block *dst,
                                   kvt_fence *precondition, uint64_t user_data);
@@ -769,7 +781,7 @@ typedef struct kvt_g4_stats {
   uint64_t reconnects;          /* connections made again after a failure */
 } kvt_g4_stats;
 
-/* KVT_ERR_UNSUPPORTED without G4. */
+/* Fills *out, up to out->struct_size (set by the caller). KVT_ERR_UNSUPPORTED without G4. */
 KVT_API kvt_status kvt_g4_stats_get(kvt_g4_stats *out, kvt_manager *m);
 
 /* ---------------------------------------------------------------------------------------

@@ -74,6 +74,10 @@ KVT_API kvt_status kvt_manager_check(kvt_manager *m) {
 KVT_API kvt_status kvt_manager_reset(kvt_manager *m, int tier) {
   static constexpr const char *fn = "kvt_manager_reset";
   return on_manager(fn, m, [&](Manager &mgr) {
+    if (tier == KVT_TIER_G4)
+      return fail(KVT_ERR_INVALID_ARGUMENT,
+                  "%s: G4 (4) is Redis's to empty (FLUSHDB, or let maxmemory evict): kvtier "
+                  "keeps no registry of it", fn);
     if (tier < 0 || tier > KVT_TIER_G3)
       return fail(KVT_ERR_INVALID_ARGUMENT,
                   "%s: tier %d is neither 0 (every tier) nor KVT_TIER_G1..G3 (1..3)", fn, tier);
@@ -89,6 +93,9 @@ KVT_API kvt_status kvt_tier_stats_get(kvt_tier_stats *out, kvt_manager *m, kvt_t
         s != KVT_OK)
       return s;
     int tn = tier_number(tier);
+    if (tn == KVT_TIER_G4)
+      return fail(KVT_ERR_INVALID_ARGUMENT,
+                  "%s: G4 (4) has no blocks of its own: its counters are kvt_g4_stats_get's", fn);
     if (tn < KVT_TIER_G1 || tn > KVT_TIER_G3)
       return fail(KVT_ERR_INVALID_ARGUMENT, "%s: tier %d is not a tier", fn, tn);
     kvt_tier_stats r{};

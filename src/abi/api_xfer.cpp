@@ -25,7 +25,17 @@ kvt_status on_xfer(const char *fn, kvt_xfer *x, Op &&op) noexcept {
   });
 }
 
-// The fence behind a precondition argument: null for none, or fails.
+kvt_status new_fence(kvt_fence **out, Pipeline &p, void *cuda_event) {
+  std::shared_ptr<Fence> f;
+  if (kvt_status s = p.fence_create(&f, cuda_event); s != KVT_OK) return s;
+  *out = fence_handle(fences().insert(std::move(f), &p));
+  return KVT_OK;
+}
+
+}  // namespace
+
+namespace kvt::abi {
+
 kvt_status precondition_of(const char *fn, kvt_fence *f, std::shared_ptr<Fence> *out) {
   if (f == nullptr) return KVT_OK;
   *out = fences().find(token(f));
@@ -35,7 +45,6 @@ kvt_status precondition_of(const char *fn, kvt_fence *f, std::shared_ptr<Fence> 
   return KVT_OK;
 }
 
-// Names a built transfer and starts it.
 kvt_status start(kvt_xfer **out, Pipeline &p, const std::shared_ptr<Transfer> &t,
                  const std::shared_ptr<Fence> &f) {
   uint64_t tok = transfers().insert(t, &p);
@@ -48,14 +57,7 @@ kvt_status start(kvt_xfer **out, Pipeline &p, const std::shared_ptr<Transfer> &t
   return KVT_OK;
 }
 
-kvt_status new_fence(kvt_fence **out, Pipeline &p, void *cuda_event) {
-  std::shared_ptr<Fence> f;
-  if (kvt_status s = p.fence_create(&f, cuda_event); s != KVT_OK) return s;
-  *out = fence_handle(fences().insert(std::move(f), &p));
-  return KVT_OK;
-}
-
-}  // namespace
+}  // namespace kvt::abi
 
 extern "C" {
 

@@ -63,6 +63,12 @@ TokenTable<Fence> &fences();
 
 inline uint64_t token(const void *p) { return uint64_t(reinterpret_cast<uintptr_t>(p)); }
 
+// The fence behind a precondition argument of fn: null for none, or fails.
+kvt_status precondition_of(const char *fn, kvt_fence *f, std::shared_ptr<Fence> *out);
+// Names a built transfer of p, starts it and hands its token to *out.
+kvt_status start(kvt_xfer **out, Pipeline &p, const std::shared_ptr<Transfer> &t,
+                 const std::shared_ptr<Fence> &f);
+
 // Called when a manager is destroyed: its transfers' and fences' tokens go stale.
 inline void forget_tokens_of(const Pipeline *p) {
   transfers().drop(p);

@@ -22,6 +22,8 @@ inline constexpr unsigned kTierShift = kSlotBits, kTagShift = kTierShift + kTier
                           kGenShift = kTagShift + kTagBits;
 static_assert(kGenShift + kGenBits == 64);
 static_assert(KVT_MAX_TIER_BLOCKS == kSlotMask && KVT_MAX_MANAGERS == kTags);
+// Two tier bits hold 1..3 and no more: no handle can name G4, which has no blocks.
+static_assert(KVT_TIER_G3 == (1u << kTierBits) - 1 && KVT_TIER_G4 > KVT_TIER_G3);
 
 inline constexpr uint64_t make(uint32_t tag, unsigned tier, uint32_t slot, uint32_t gen) {
   return (uint64_t{gen & kGenMask} << kGenShift) | (uint64_t{tag & kTagMask} << kTagShift) |

@@ -1,8 +1,9 @@
 // Versioned structs: the structs of the C ABI that start with struct_size only ever grow at
 // their end, and a program built against an older kvtier.h passes the older, shorter size.
-// Every size from a struct's first published one (0.1.0) up to this library's is accepted:
-// an input struct is read over a full one that holds the defaults, so the fields the caller
-// lacks keep them; an output struct is written only up to the caller's size.
+// Every size from a struct's first published one (in the release that introduced it) up to
+// this library's is accepted: an input struct is read over a full one that holds the
+// defaults, so the fields the caller lacks keep them; an output struct is written only up to
+// the caller's size.
 #pragma once
 
 #include <cstddef>
@@ -48,6 +49,10 @@ template <> struct Versioned<kvt_connector_stats> {
 template <> struct Versioned<kvt_finished> {
   static constexpr const char *name = "kvt_finished";
   static constexpr size_t first = 72;
+};
+template <> struct Versioned<kvt_g4_stats> {  // 0.4.0
+  static constexpr const char *name = "kvt_g4_stats";
+  static constexpr size_t first = 96;
 };
 
 // KVT_OK for a struct_size this library accepts, else KVT_ERR_INVALID_ARGUMENT with a

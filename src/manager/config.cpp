@@ -1,6 +1,9 @@
 #include "manager/config.hpp"
 
+#include <xxhash.h>
+
 #include <bit>
+#include <new>
 
 #include "common/error.hpp"
 
@@ -131,7 +134,34 @@ kvt_status validate_kv_events(const kvt_manager_config &c) {
                 c.kv_events_tiers);
   return KVT_OK;
 }
+
+kvt_status validate_g4(const kvt_manager_config &c) {
+  if (c.g4_timeout_us == 0)
+    return fail(KVT_ERR_INVALID_ARGUMENT, "g4_timeout_us is 0: at least 1 us");
+  if (c.g4_url == nullptr) return KVT_OK;
+  if (c.chunk_bytes == 0)
+    return fail(KVT_ERR_INVALID_ARGUMENT,
+                "g4_url is set but chunk_bytes is 0: G4 holds block bytes, and these have none");
+  remote::Config rc;
+  return g4_config(&rc, c);
+}
 }  // namespace
+
+uint64_t g4_layout(const kvt_manager_config &c) noexcept {
+  // G3's file names the same fields (docs/G3_FORMAT.md); its slot count and namespace are
+  // its own, and G4 has its namespace apart (g4_namespace).
+  const uint64_t fields[5] = {0x344774766b /* "kvtG4" */, c.page_size, c.num_layers,
+                              c.num_outer, c.chunk_bytes};
+  return XXH3_64bits(fields, sizeof fields);
+}
+
+kvt_status g4_config(remote::Config *out, const kvt_manager_config &c) {
+  try {
+    return remote::parse_config(out, c, g4_layout(c));
+  } catch (const std::bad_alloc &) {
+    return fail(KVT_ERR_NO_MEMORY, "g4_url: out of memory");
+  }
+}
 
 void config_defaults(kvt_manager_config *cfg) noexcept {
   *cfg = kvt_manager_config{};
@@ -157,6 +187,7 @@ void config_defaults(kvt_manager_config *cfg) noexcept {
   cfg->max_pinned_percent = 50;
   cfg->kv_events_buffer = 10000;
   cfg->kv_events_tiers = (1u << KVT_TIER_G1) | (1u << KVT_TIER_G2) | (1u << KVT_TIER_G3);
+  cfg->g4_timeout_us = 1000000;
 }
 
 kvt_status config_validate(const kvt_manager_config &c) noexcept {
@@ -200,6 +231,7 @@ kvt_status config_validate(const kvt_manager_config &c) noexcept {
     return fail(KVT_ERR_INVALID_ARGUMENT, "max_pinned_percent is %u: 0..100",
                 c.max_pinned_percent);
   if (kvt_status s = validate_kv_events(c); s != KVT_OK) return s;
+  if (kvt_status s = validate_g4(c); s != KVT_OK) return s;
   if (c.g1_layout != nullptr) return validate_layout(c);
   return KVT_OK;
 }

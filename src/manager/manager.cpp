@@ -37,6 +37,7 @@ kvt_status Manager::create(std::unique_ptr<Manager> *out, const kvt_manager_conf
   m->cfg_.g1_layout = nullptr;
   m->cfg_.kv_events_endpoint = m->cfg_.kv_events_replay_endpoint = nullptr;
   m->cfg_.kv_events_topic = nullptr;
+  m->cfg_.g4_url = m->cfg_.g4_password_env = m->cfg_.g4_key_prefix = nullptr;
   if (kvt_status s = m->tag_.acquire(); s != KVT_OK) return s;
   m->events_ = std::make_unique<EventQueue>(c.event_capacity);
   const uint64_t caps[4] = {0, c.g1_blocks, c.g2_blocks, c.g3_blocks};
@@ -70,9 +71,14 @@ kvt_status Manager::create(std::unique_ptr<Manager> *out, const kvt_manager_conf
         s != KVT_OK)
       return s;
   }
+  if (c.g4_url != nullptr) {  // connects at its first use, so Redis may come later
+    remote::Config rc;
+    if (kvt_status s = g4_config(&rc, c); s != KVT_OK) return s;
+    if (kvt_status s = remote::Store::create(&m->g4_, rc); s != KVT_OK) return s;
+  }
   m->pipeline_ =
       std::make_unique<Pipeline>(m->pipeline_tiers_, c, m->disk_.get(), m->cuda_.get(),
-                                 *m->pool_);
+                                 m->g4_.get(), *m->pool_);
   *out = std::move(m);
   return KVT_OK;
 }
@@ -100,6 +106,12 @@ kvt_status Manager::start_publisher(const kvt_manager_config &c) {
 }
 
 Tier *Manager::tier(int t) noexcept {
+  if (t == KVT_TIER_G4) {
+    fail(KVT_ERR_INVALID_ARGUMENT,
+         "tier G4 (4) holds no blocks of its own: use kvt_offload to G4, kvt_g4_match and "
+         "kvt_g4_onboard");
+    return nullptr;
+  }
   if (t < KVT_TIER_G1 || t > KVT_TIER_G3) {
     fail(KVT_ERR_INVALID_ARGUMENT, "tier %d is not a tier: KVT_TIER_G1 (1), G2 (2) or G3 (3)", t);
     return nullptr;

@@ -12,6 +12,7 @@
 #include "manager/pipeline_tiers.hpp"
 #include "pipeline/pipeline.hpp"
 #include "publish/publisher.hpp"
+#include "remote/store.hpp"
 #include "transfer/cuda_engine.hpp"
 #include "transfer/disk_engine.hpp"
 #include "transfer/worker_pool.hpp"
@@ -27,8 +28,12 @@ class Manager {
   Tier *tier_of(kvt_block b) noexcept;
   // The tier by number, or nullptr with an error set (unknown or absent tier).
   Tier *tier(int t) noexcept;
-  // The tier by number (1..3), or nullptr when absent; sets no error.
-  Tier *tier_if_present(int t) noexcept { return tiers_[t].get(); }
+  // The tier by number, or nullptr when absent or not 1..3 (G4 has no blocks); sets no error.
+  Tier *tier_if_present(int t) noexcept {
+    return t >= KVT_TIER_G1 && t <= KVT_TIER_G3 ? tiers_[t].get() : nullptr;
+  }
+  // G4's store, or nullptr without G4 (g4_url NULL).
+  remote::Store *g4() noexcept { return g4_.get(); }
 
   kvt_status release(const kvt_block *blocks, size_t n, Holder h = Holder::Host);
   kvt_status check();
@@ -37,7 +42,7 @@ class Manager {
   EventQueue &events() noexcept { return *events_; }
   Pipeline &pipeline() noexcept { return *pipeline_; }
   uint64_t block_bytes() const noexcept { return geo_.block_bytes(); }
-  // The validated config; its pointers (g3_path, g1_layout) are cleared.
+  // The validated config; its pointers (g3_path, g1_layout, the strings) are cleared.
   const kvt_manager_config &config() const noexcept { return cfg_; }
   WorkerPool &pool() noexcept { return *pool_; }
   DiskEngine *disk() noexcept { return disk_.get(); }
@@ -62,6 +67,7 @@ class Manager {
   std::unique_ptr<WorkerPool> pool_;
   std::unique_ptr<DiskEngine> disk_;   // G3's file, when G3 is present
   std::unique_ptr<CudaEngine> cuda_;   // when G1 is in CUDA memory
+  std::unique_ptr<remote::Store> g4_;  // when g4_url is set
   PipelineTiers pipeline_tiers_{*this};
   std::unique_ptr<Pipeline> pipeline_;  // last: stopped first, while the rest still stands
 };

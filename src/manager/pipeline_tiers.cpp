@@ -27,8 +27,8 @@ kvt_status PipelineTiers::peek(kvt_block b, uint64_t *hash, uint64_t *parent) {
   return m_.tier_if_present(handle::tier(b))->peek_registered(b, hash, parent);
 }
 
-kvt_status PipelineTiers::expect_empty(kvt_block g1) {
-  return m_.tier_if_present(KVT_TIER_G1)->expect_empty(g1);
+kvt_status PipelineTiers::expect_empty(kvt_block b) {
+  return m_.tier_if_present(handle::tier(b))->expect_empty(b);
 }
 
 bool PipelineTiers::holds(kvt_tier t, uint64_t hash) {
@@ -40,9 +40,9 @@ void PipelineTiers::retain(kvt_tier t, const kvt_block *b, size_t n, bool *ok) {
   for (size_t i = 0; i < n; ++i) ok[i] = tier->retain(b[i], Holder::Pipeline) == KVT_OK;
 }
 
-void PipelineTiers::pin_empty(const kvt_block *g1, size_t n, bool *ok) {
-  Tier *tier = m_.tier_if_present(KVT_TIER_G1);
-  for (size_t i = 0; i < n; ++i) ok[i] = tier->pin_empty(g1[i]) == KVT_OK;
+void PipelineTiers::pin_empty(const kvt_block *b, size_t n, bool *ok) {
+  for (size_t i = 0; i < n; ++i)
+    ok[i] = m_.tier_if_present(handle::tier(b[i]))->pin_empty(b[i]) == KVT_OK;
 }
 
 kvt_status PipelineTiers::alloc(kvt_tier t, kvt_block *out, size_t n) {
@@ -55,16 +55,16 @@ void PipelineTiers::store(kvt_tier t, kvt_block *b, const uint64_t *hash,
   for (size_t i = 0; i < n; ++i) tier->register_hash(&b[i], b[i], hash[i], parent[i]);
 }
 
-void PipelineTiers::commit_onboarded(kvt_block *out, const kvt_block *g1, const uint64_t *hash,
+void PipelineTiers::commit_onboarded(kvt_block *out, const kvt_block *b, const uint64_t *hash,
                                      const uint64_t *parent, size_t n, bool pin_existing) {
-  Tier *tier = m_.tier_if_present(KVT_TIER_G1);
   for (size_t i = 0; i < n; ++i)
-    tier->commit_onboarded(&out[i], g1[i], hash[i], parent[i], pin_existing);
+    m_.tier_if_present(handle::tier(b[i]))
+        ->commit_onboarded(&out[i], b[i], hash[i], parent[i], pin_existing);
 }
 
 void PipelineTiers::hand_over(const kvt_block *replaced, size_t n) {
-  Tier *tier = m_.tier_if_present(KVT_TIER_G1);
-  for (size_t i = 0; i < n; ++i) tier->hand_over(replaced[i]);
+  for (size_t i = 0; i < n; ++i)
+    m_.tier_if_present(handle::tier(replaced[i]))->hand_over(replaced[i]);
 }
 
 void PipelineTiers::remove(kvt_block b) { m_.tier_if_present(handle::tier(b))->remove(b); }

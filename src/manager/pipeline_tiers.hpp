@@ -18,14 +18,14 @@ class PipelineTiers final : public BlockTiers {
   kvt_status present(int t) override;
   kvt_status tier_of(kvt_block b, kvt_tier *out) override;
   kvt_status peek(kvt_block b, uint64_t *hash, uint64_t *parent) override;
-  kvt_status expect_empty(kvt_block g1) override;
+  kvt_status expect_empty(kvt_block b) override;
   bool holds(kvt_tier t, uint64_t hash) override;
   void retain(kvt_tier t, const kvt_block *b, size_t n, bool *ok) override;
-  void pin_empty(const kvt_block *g1, size_t n, bool *ok) override;
+  void pin_empty(const kvt_block *b, size_t n, bool *ok) override;
   kvt_status alloc(kvt_tier t, kvt_block *out, size_t n) override;
   void store(kvt_tier t, kvt_block *b, const uint64_t *hash, const uint64_t *parent,
              size_t n) override;
-  void commit_onboarded(kvt_block *out, const kvt_block *g1, const uint64_t *hash,
+  void commit_onboarded(kvt_block *out, const kvt_block *b, const uint64_t *hash,
                         const uint64_t *parent, size_t n, bool pin_existing) override;
   void hand_over(const kvt_block *replaced, size_t n) override;
   void remove(kvt_block b) override;

@@ -1,6 +1,6 @@
 // Transfer directions: the one table of what each direction means. The enum's value indexes
-// the per-direction statistics, and the offload directions come first so that it also
-// indexes the offload policies.
+// the per-direction statistics, and the configurable offload directions come first so that
+// it also indexes the offload policies. G4's directions come last (0.4.0).
 #pragma once
 
 #include <cstdint>
@@ -10,9 +10,12 @@
 
 namespace kvt {
 
-enum class Direction : uint8_t { G1toG2, G1toG3, G2toG3, G2toG1, G3toG1 };
-inline constexpr size_t kDirections = 5;
-inline constexpr size_t kOffloadDirections = 3;  // G1toG2, G1toG3, G2toG3
+enum class Direction : uint8_t {
+  G1toG2, G1toG3, G2toG3, G2toG1, G3toG1,
+  G1toG4, G2toG4, G3toG4, G4toG1, G4toG2
+};
+inline constexpr size_t kDirections = 10;
+inline constexpr size_t kOffloadDirections = 3;  // with a config policy: G1toG2, G1toG3, G2toG3
 
 struct DirectionInfo {
   Direction dir;
@@ -26,6 +29,11 @@ inline constexpr DirectionInfo kDirectionTable[kDirections] = {
     {Direction::G2toG3, KVT_TIER_G2, KVT_TIER_G3, "G2 -> G3"},
     {Direction::G2toG1, KVT_TIER_G2, KVT_TIER_G1, "G2 -> G1"},
     {Direction::G3toG1, KVT_TIER_G3, KVT_TIER_G1, "G3 -> G1"},
+    {Direction::G1toG4, KVT_TIER_G1, KVT_TIER_G4, "G1 -> G4"},
+    {Direction::G2toG4, KVT_TIER_G2, KVT_TIER_G4, "G2 -> G4"},
+    {Direction::G3toG4, KVT_TIER_G3, KVT_TIER_G4, "G3 -> G4"},
+    {Direction::G4toG1, KVT_TIER_G4, KVT_TIER_G1, "G4 -> G1"},
+    {Direction::G4toG2, KVT_TIER_G4, KVT_TIER_G2, "G4 -> G2"},
 };
 
 inline constexpr size_t index(Direction d) { return size_t(d); }

@@ -17,8 +17,9 @@ kvt_xfer *token_of(const Transfer &t) { return reinterpret_cast<kvt_xfer *>(uint
 }  // namespace
 
 Pipeline::Pipeline(BlockTiers &tiers, const kvt_manager_config &c, DiskEngine *disk,
-                   CudaEngine *cuda, WorkerPool &pool)
-    : tiers_(tiers), policy_(c, tiers), batcher_(c), executor_(tiers, disk, cuda, pool),
+                   CudaEngine *cuda, remote::Store *g4, WorkerPool &pool)
+    : tiers_(tiers), g4_(g4), policy_(c, tiers), batcher_(c),
+      executor_(tiers, disk, cuda, g4, pool),
       sweep_interval_(std::chrono::microseconds(c.sweep_interval_us)) {
   progress_ = std::thread([this] { progress_loop(); });
   for (uint32_t i = 0; i < c.max_concurrent_transfers; ++i)
@@ -58,7 +59,10 @@ kvt_status Pipeline::transfer_stats(kvt_transfer_stats *out, int src, int dst) {
 
 kvt_status Pipeline::offload(std::shared_ptr<Transfer> *out, const kvt_block *src, size_t n,
                              int dst, uint64_t user_data) {
-  if (kvt_status s = tiers_.present(dst); s != KVT_OK) return s;
+  if (dst == KVT_TIER_G4 && g4_ == nullptr)
+    return fail(KVT_ERR_UNSUPPORTED, "offload to G4: this manager has no G4 (g4_url is NULL)");
+  if (dst != KVT_TIER_G4)
+    if (kvt_status s = tiers_.present(dst); s != KVT_OK) return s;
   auto t = std::make_shared<Transfer>();
   t->pipe = this;
   t->dst_tier = kvt_tier(dst);
@@ -86,16 +90,30 @@ kvt_status Pipeline::offload(std::shared_ptr<Transfer> *out, const kvt_block *sr
   return KVT_OK;
 }
 
+kvt_status Pipeline::check_dst(Transfer &t, const char *fn, const kvt_block *dst, size_t n) {
+  t.dst.assign(dst, dst + n);
+  absl::flat_hash_set<kvt_block> seen;
+  for (size_t i = 0; i < n; ++i) {
+    kvt_tier dt{};
+    if (tiers_.tier_of(dst[i], &dt) != KVT_OK || dt != t.dst_tier)
+      return fail(KVT_ERR_INVALID_ARGUMENT, "%s: dst[%zu] = 0x%llx is not a G%d block%s", fn, i,
+                  (unsigned long long)dst[i], int(t.dst_tier),
+                  i > 0 ? " (all destinations are in one tier)" : "");
+    if (kvt_status s = tiers_.expect_empty(dst[i]); s != KVT_OK) return s;
+    if (!seen.insert(dst[i]).second)
+      return fail(KVT_ERR_INVALID_ARGUMENT, "%s: dst[%zu] is listed twice", fn, i);
+  }
+  return KVT_OK;
+}
+
 kvt_status Pipeline::onboard(std::shared_ptr<Transfer> *out, const kvt_block *src,
-                             const kvt_block *dst_g1, size_t n, uint64_t user_data) {
+                             const kvt_block *dst, size_t n, uint64_t user_data) {
   auto t = std::make_shared<Transfer>();
   t->pipe = this;
   t->onboard = true;
   t->dst_tier = KVT_TIER_G1;
   t->user_data = user_data;
   t->src.resize(n);
-  t->dst_g1.assign(dst_g1, dst_g1 + n);
-  absl::flat_hash_set<kvt_block> seen;
   for (size_t i = 0; i < n; ++i) {
     kvt_tier tier{};
     if (kvt_status s = tiers_.tier_of(src[i], &tier); s != KVT_OK) return s;
@@ -107,15 +125,37 @@ kvt_status Pipeline::onboard(std::shared_ptr<Transfer> *out, const kvt_block *sr
     SourceRef &r = t->src[i];
     r.handle = src[i];
     if (kvt_status s = tiers_.peek(src[i], &r.hash, &r.parent); s != KVT_OK) return s;
-    kvt_tier dt{};
-    if (tiers_.tier_of(dst_g1[i], &dt) != KVT_OK || dt != KVT_TIER_G1)
-      return fail(KVT_ERR_INVALID_ARGUMENT, "onboard: dst_g1[%zu] = 0x%llx is not a G1 block",
-                  i, (unsigned long long)dst_g1[i]);
-    if (kvt_status s = tiers_.expect_empty(dst_g1[i]); s != KVT_OK) return s;
-    if (!seen.insert(dst_g1[i]).second)
-      return fail(KVT_ERR_INVALID_ARGUMENT, "onboard: dst_g1[%zu] is listed twice", i);
   }
+  if (kvt_status s = check_dst(*t, "onboard", dst, n); s != KVT_OK) return s;
   if (n > 0) t->dir = direction(t->src_tier, KVT_TIER_G1);
+  *out = std::move(t);
+  return KVT_OK;
+}
+
+kvt_status Pipeline::g4_onboard(std::shared_ptr<Transfer> *out, const uint64_t *hashes,
+                                size_t n, uint64_t parent, const kvt_block *dst,
+                                uint64_t user_data) {
+  static constexpr const char *fn = "kvt_g4_onboard";
+  if (g4_ == nullptr)
+    return fail(KVT_ERR_UNSUPPORTED, "%s: this manager has no G4 (g4_url is NULL)", fn);
+  auto t = std::make_shared<Transfer>();
+  t->pipe = this;
+  t->onboard = true;
+  t->src_tier = KVT_TIER_G4;
+  t->dst_tier = KVT_TIER_G1;
+  t->user_data = user_data;
+  if (n > 0) {
+    kvt_tier dt{};
+    if (kvt_status s = tiers_.tier_of(dst[0], &dt); s != KVT_OK) return s;
+    if (dt != KVT_TIER_G1 && dt != KVT_TIER_G2)
+      return fail(KVT_ERR_INVALID_ARGUMENT, "%s: dst[0] is a G%d block: G1 or G2 only", fn,
+                  int(dt));
+    t->dst_tier = dt;
+    t->dir = direction(KVT_TIER_G4, dt);
+  }
+  t->src.resize(n);
+  for (size_t i = 0; i < n; ++i) t->src[i] = {0, hashes[i], i == 0 ? parent : hashes[i - 1]};
+  if (kvt_status s = check_dst(*t, fn, dst, n); s != KVT_OK) return s;
   *out = std::move(t);
   return KVT_OK;
 }
@@ -244,9 +284,11 @@ void Pipeline::piece_done(const Piece &p, Executor::Result &r,
   Transfer &t = *p.t;
   std::lock_guard lock(t.mu);
   t.count += r.count;
-  if (r.status != KVT_OK && t.piece_status == KVT_OK) {
+  // The first failure in time; from G4, the first in chain order.
+  if (r.status != KVT_OK && (t.piece_status == KVT_OK || r.fail_item < t.fail_item)) {
     t.piece_status = r.status;
     t.piece_message = std::move(r.message);
+    t.fail_item = r.fail_item;
   }
   t.landed.insert(t.landed.end(), r.landed.begin(), r.landed.end());
   if (--t.pieces_left > 0) {
@@ -254,9 +296,31 @@ void Pipeline::piece_done(const Piece &p, Executor::Result &r,
     return;
   }
   parked_pins_ -= t.landed.size() - r.landed.size();
+  // Registered under t.mu: a release either came before (and no block is pinned for a host
+  // that could never read its handle), or finds the transfer ended.
+  if (t.onboard && t.piece_status != KVT_OK && t.src_tier == KVT_TIER_G4) {
+    // From G4, the blocks before the first failure are registered (none dedup onto a block
+    // pinned for the host: a failed transfer hands out no final handles); the rest go back.
+    std::vector<kvt_block> back;
+    std::erase_if(t.landed, [&](const Transfer::Landed &l) {
+      if (l.item < t.fail_item) return false;
+      back.push_back(l.g1);
+      return true;
+    });
+    tiers_.release(back.data(), back.size());
+    const size_t n = t.landed.size();
+    std::vector<kvt_block> g1(n), out(n);
+    std::vector<uint64_t> hash(n), parent(n);
+    for (size_t k = 0; k < n; ++k) {
+      g1[k] = t.landed[k].g1;
+      hash[k] = t.src[t.landed[k].item].hash;
+      parent[k] = t.src[t.landed[k].item].parent;
+    }
+    tiers_.commit_onboarded(out.data(), g1.data(), hash.data(), parent.data(), n, false);
+    for (size_t k = 0; k < n; ++k) t.count += out[k] != 0;
+    t.landed.clear();
+  }
   if (t.onboard && !t.landed.empty()) {
-    // Registered under t.mu: a release either came before (and no block is pinned for a
-    // host that could never read its handle), or finds the transfer ended.
     const size_t n = t.landed.size();
     std::vector<kvt_block> g1(n), out(n);
     for (size_t k = 0; k < n; ++k) g1[k] = t.landed[k].g1;
@@ -375,7 +439,7 @@ kvt_status Pipeline::blocks(kvt_block *out, size_t n, Transfer &t) {
                 t.src.size());
   if (!t.unread_dedups.empty()) {  // the host takes the blocks pinned for it
     std::vector<kvt_block> replaced;
-    for (size_t i : t.unread_dedups) replaced.push_back(t.dst_g1[i]);
+    for (size_t i : t.unread_dedups) replaced.push_back(t.dst[i]);
     tiers_.hand_over(replaced.data(), replaced.size());
     parked_pins_ -= replaced.size();
     t.unread_dedups.clear();

@@ -34,8 +34,9 @@ namespace kvt {
 
 class Pipeline {
  public:
+  // g4: G4's store, or null without G4.
   Pipeline(BlockTiers &tiers, const kvt_manager_config &c, DiskEngine *disk, CudaEngine *cuda,
-           WorkerPool &pool);
+           remote::Store *g4, WorkerPool &pool);
   // Cancels what has not committed, waits for copies in flight.
   ~Pipeline();
   Pipeline(const Pipeline &) = delete;
@@ -46,7 +47,10 @@ class Pipeline {
   kvt_status offload(std::shared_ptr<Transfer> *out, const kvt_block *src, size_t n, int dst,
                      uint64_t user_data);
   kvt_status onboard(std::shared_ptr<Transfer> *out, const kvt_block *src,
-                     const kvt_block *dst_g1, size_t n, uint64_t user_data);
+                     const kvt_block *dst, size_t n, uint64_t user_data);
+  // From G4: the chain hashes[0..n) (parent first) into dst, Empty blocks of G1 or G2.
+  kvt_status g4_onboard(std::shared_ptr<Transfer> *out, const uint64_t *hashes, size_t n,
+                        uint64_t parent, const kvt_block *dst, uint64_t user_data);
   // f: the precondition, or null. Fails when f is not a live fence of this pipeline.
   kvt_status enqueue(const std::shared_ptr<Transfer> &t, const std::shared_ptr<Fence> &f);
 
@@ -80,6 +84,8 @@ class Pipeline {
   void to_batcher(const std::shared_ptr<Transfer> &t);
   // Ends t with its last piece; a failure's log line goes to *failures.
   void piece_done(const Piece &p, Executor::Result &r, std::vector<std::string> *failures);
+  // An onboard's destinations: Empty blocks of tier dst_tier (set), each listed once.
+  kvt_status check_dst(Transfer &t, const char *fn, const kvt_block *dst, size_t n);
   // Ends t unless it has ended or (unless committed_ok) committed; true if this call did.
   bool end(Transfer &t, kvt_status st, std::string message, bool committed_ok = false);
   // The same, with t.mu held by the caller. Gives back its presence marks before it wakes
@@ -87,6 +93,7 @@ class Pipeline {
   bool end_locked(Transfer &t, kvt_status st, std::string message);
 
   BlockTiers &tiers_;
+  remote::Store *g4_;
   PolicyStage policy_;
   PreconditionStage precondition_;
   Batcher batcher_;

@@ -10,6 +10,9 @@ namespace {
 constexpr size_t kMaxOffered = size_t{1} << 20;
 // Blocks evaluated per hold of the in-flight lock, and between looks at the clock.
 constexpr size_t kChunk = 256;
+// G4 keeps no registry to ask, so its presence check covers what is in flight to it: two
+// transfers never write the same key at once.
+constexpr kvt_policy kG4Policy{KVT_POLICY_PRESENCE, 1};
 }  // namespace
 
 PolicyStage::PolicyStage(const kvt_manager_config &c, BlockTiers &tiers)
@@ -17,8 +20,9 @@ PolicyStage::PolicyStage(const kvt_manager_config &c, BlockTiers &tiers)
       timeout_(std::chrono::microseconds(c.policy_timeout_us)) {}
 
 std::vector<uint64_t> PolicyStage::evaluate(Transfer &t) {
-  const kvt_policy &p = policies_[index(*t.dir)];
-  auto &offered = offered_[index(*t.dir)];
+  const bool g4 = t.dst_tier == KVT_TIER_G4;
+  const kvt_policy &p = g4 ? kG4Policy : policies_[index(*t.dir)];
+  auto &offered = offered_[g4 ? 0 : index(*t.dir)];  // unused by kG4Policy
   const auto deadline = Clock::now() + timeout_;
   std::vector<SourceRef> kept;
   std::vector<uint64_t> reserved;
@@ -39,7 +43,7 @@ std::vector<uint64_t> PolicyStage::evaluate(Transfer &t) {
         if (++offered[r.hash] < p.min_frequency) continue;
       }
       if ((p.flags & KVT_POLICY_PRESENCE) &&
-          (inflight.contains(r.hash) || tiers_.holds(t.dst_tier, r.hash)))
+          (inflight.contains(r.hash) || (!g4 && tiers_.holds(t.dst_tier, r.hash))))
         continue;
       ++inflight[r.hash];
       reserved.push_back(r.hash);

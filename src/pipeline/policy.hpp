@@ -27,12 +27,12 @@ class PolicyStage {
 
  private:
   BlockTiers &tiers_;
-  const kvt_policy policies_[kOffloadDirections];
+  const kvt_policy policies_[kOffloadDirections];  // G4's directions: presence, in flight only
   const Clock::duration timeout_;
   // Offer counts of the frequency policy, per offload direction: the progress thread only.
   absl::flat_hash_map<uint64_t, uint32_t> offered_[kOffloadDirections];
   std::mutex mu_;  // guards inflight_; taken before a tier's lock
-  absl::flat_hash_map<uint64_t, uint32_t> inflight_[4];  // per destination tier
+  absl::flat_hash_map<uint64_t, uint32_t> inflight_[5];  // per destination tier
 };
 
 }  // namespace kvt

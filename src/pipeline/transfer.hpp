@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <condition_variable>
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -22,7 +23,7 @@ struct Transfer;
 using Clock = std::chrono::steady_clock;
 
 struct SourceRef {
-  kvt_block handle;  // weak until commit
+  kvt_block handle;  // weak until commit; 0 for a G4 source (a key, not a block)
   uint64_t hash, parent;
 };
 
@@ -45,7 +46,9 @@ struct Transfer {
   std::optional<Direction> dir;  // none for an empty container
   kvt_tier src_tier{}, dst_tier{};
   uint64_t user_data = 0;
-  std::vector<kvt_block> dst_g1;  // onboard: the caller's blocks, pairwise with src
+  // Onboard: the caller's Empty blocks, pairwise with src, all in dst_tier (G1; from G4,
+  // G1 or G2).
+  std::vector<kvt_block> dst;
   std::shared_ptr<Fence> fence;   // the precondition, or null
 
   // The container. Written only by the stage that holds the transfer (policy evaluation
@@ -67,9 +70,12 @@ struct Transfer {
   size_t pieces_left = 0;
   kvt_status piece_status = KVT_OK;  // the first failure among the pieces
   std::string piece_message;
+  // From G4: the first item (in chain order) that could not be had. Its failure is the
+  // transfer's, and the items before it are registered.
+  size_t fail_item = SIZE_MAX;
   struct Landed {
-    size_t item;    // index into src and dst_g1
-    kvt_block g1;   // dst_g1[item], pinned by the pipeline, holding the copied bytes
+    size_t item;    // index into src and dst
+    kvt_block g1;   // dst[item] (G1, or G2 from G4), pinned, holding the copied bytes
   };
   std::vector<Landed> landed;           // onboard: registered when the last piece ends
   std::vector<kvt_block> final_blocks;  // onboard: the G1 handles to use afterwards

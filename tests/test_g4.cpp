@@ -1,0 +1,652 @@
+// G4 through the C ABI against a real redis-server (tests/redis_server.hpp): offload from
+// G1, G2 and G3, onboard into G1 and G2 of another manager and of another process, Redis
+// killed in the middle of a batch and restarted, Redis full, a value overwritten with
+// garbage, cancellation, and bad inputs.
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "redis_server.hpp"
+#include "test_xfer_support.hpp"
+
+namespace {
+
+using namespace kvt_xfer_test;
+using kvt_test::RedisServer;
+
+// The bytes every block of hash h holds, wherever it lives.
+unsigned char pattern(uint64_t h, size_t j) {
+  return static_cast<unsigned char>((h * 0x9e3779b97f4a7c15ULL >> 56) ^ (j * 131 + (j >> 8)));
+}
+
+std::vector<uint64_t> chain(uint64_t base, size_t n) {
+  std::vector<uint64_t> h(n);
+  for (size_t i = 0; i < n; ++i) h[i] = base * 1000003 + i + 1;
+  return h;
+}
+
+// 4 KiB blocks, batches due at once, G4 at url (borrowed: it must outlive create).
+kvt_manager_config g4_config(const std::string &url, const TempDir &dir, uint64_t g1,
+                             uint64_t g2, uint64_t g3 = 0) {
+  kvt_manager_config c = xfer_config(dir, g1, g2, g3);
+  c.g4_url = url.c_str();
+  return c;
+}
+
+// New blocks of tier t filled with the pattern of their hashes, registered as one chain.
+std::vector<kvt_block> filled_in(kvt_manager *m, const std::vector<uint64_t> &h,
+                                 kvt_tier t = KVT_TIER_G1) {
+  std::vector<kvt_block> b = alloc(m, h.size(), t);
+  for (size_t i = 0; i < b.size(); ++i) {
+    void *p = nullptr;
+    size_t len = 0;
+    EXPECT_EQ(kvt_block_data(&p, &len, m, b[i]), KVT_OK) << kvt_last_error();
+    for (size_t j = 0; j < len; ++j) static_cast<unsigned char *>(p)[j] = pattern(h[i], j);
+  }
+  std::vector<kvt_block> out(b.size());
+  EXPECT_EQ(kvt_block_register_hashes(out.data(), m, b.data(), h.data(), b.size(), 0), KVT_OK)
+      << kvt_last_error();
+  return out;
+}
+
+// Blocks whose bytes differ from their hash's pattern.
+size_t mismatches(kvt_manager *m, const std::vector<kvt_block> &b,
+                  const std::vector<uint64_t> &h) {
+  size_t bad = 0;
+  for (size_t i = 0; i < b.size(); ++i) {
+    void *p = nullptr;
+    size_t len = 0;
+    EXPECT_EQ(kvt_block_data(&p, &len, m, b[i]), KVT_OK) << kvt_last_error();
+    const auto *c = static_cast<const unsigned char *>(p);
+    for (size_t j = 0; j < len; ++j)
+      if (c[j] != pattern(h[i], j)) {
+        ++bad;
+        break;
+      }
+  }
+  return bad;
+}
+
+// A transfer's end: its status, count and how many XFER_DONE events named it (events of
+// other transfers polled meanwhile are dropped).
+struct Ended {
+  kvt_status status;
+  uint64_t count = 0;
+  int events = 0;
+  uint32_t event_tier = 0;
+};
+Ended wait_end(kvt_manager *m, kvt_xfer *x) {
+  Ended e{finish(x)};
+  EXPECT_EQ(kvt_xfer_status(nullptr, nullptr, &e.count, x), KVT_OK);
+  for (const kvt_event &ev : drain(m)) {
+    EXPECT_FALSE(ev.type == KVT_EVENT_BLOCK_STORED && ev.tier == KVT_TIER_G4)
+        << "G4 emits no BLOCK_STORED";
+    if (ev.type != KVT_EVENT_XFER_DONE || ev.xfer != x) continue;
+    ++e.events;
+    e.event_tier = ev.tier;
+    EXPECT_EQ(ev.status, e.status);
+    EXPECT_EQ(ev.count, e.count);
+  }
+  return e;
+}
+
+Ended offload(kvt_manager *m, const std::vector<kvt_block> &src, kvt_tier dst) {
+  kvt_xfer *x = nullptr;
+  EXPECT_EQ(kvt_offload(&x, m, src.data(), src.size(), dst, nullptr, 7), KVT_OK)
+      << kvt_last_error();
+  if (x == nullptr) return {KVT_ERR_INTERNAL};
+  Ended e = wait_end(m, x);
+  kvt_xfer_release(x);
+  return e;
+}
+
+size_t g4_matched(kvt_manager *m, const std::vector<uint64_t> &h) {
+  size_t n = 99999;
+  EXPECT_EQ(kvt_g4_match(&n, m, h.data(), h.size()), KVT_OK) << kvt_last_error();
+  return n;
+}
+
+kvt_g4_stats g4_stats(kvt_manager *m) {
+  kvt_g4_stats s{};
+  s.struct_size = sizeof s;
+  EXPECT_EQ(kvt_g4_stats_get(&s, m), KVT_OK) << kvt_last_error();
+  return s;
+}
+
+// Onboards h (a chain from parent 0) from G4 into new blocks of tier t. On KVT_OK, *out
+// gets the final handles (the caller's); else the caller's own blocks, as the transfer
+// left them.
+Ended g4_onboard(kvt_manager *m, const std::vector<uint64_t> &h, kvt_tier t,
+                 std::vector<kvt_block> *out) {
+  std::vector<kvt_block> dst = alloc(m, h.size(), t);
+  kvt_xfer *x = nullptr;
+  EXPECT_EQ(kvt_g4_onboard(&x, m, h.data(), h.size(), 0, dst.data(), nullptr, 9), KVT_OK)
+      << kvt_last_error();
+  if (x == nullptr) return {KVT_ERR_INTERNAL};
+  Ended e = wait_end(m, x);
+  *out = dst;
+  if (e.status == KVT_OK) {
+    EXPECT_EQ(kvt_xfer_blocks(out->data(), out->size(), x), KVT_OK);
+  }
+  kvt_xfer_release(x);
+  return e;
+}
+
+void release(kvt_manager *m, const std::vector<kvt_block> &b) {
+  EXPECT_EQ(kvt_block_release(m, b.data(), b.size()), KVT_OK) << kvt_last_error();
+}
+
+TEST(G4, OffloadFromEveryTierThenOnboardIntoAnotherManager) {
+  RedisServer redis;
+  ASSERT_TRUE(redis.start());
+  const std::string url = redis.url();
+  TempDir dir_a, dir_b;
+  ManagerPtr a = make(g4_config(url, dir_a, 32, 16, 16));
+  ASSERT_TRUE(a);
+  const auto x = chain(1, 8), y = chain(2, 8), z = chain(3, 4);
+
+  // G2 -> G4 and G3 -> G4: the blocks first go down from G1.
+  std::vector<kvt_block> g1 = filled_in(a.get(), x);
+  ASSERT_EQ(offload(a.get(), g1, KVT_TIER_G2).status, KVT_OK);
+  release(a.get(), g1);
+  std::vector<kvt_block> in_g2;
+  ASSERT_EQ(matched(a.get(), KVT_TIER_G2, x, &in_g2), 8u);
+  Ended e = offload(a.get(), in_g2, KVT_TIER_G4);
+  EXPECT_EQ(e.status, KVT_OK) << kvt_last_error();
+  EXPECT_EQ(e.count, 8u);
+  EXPECT_EQ(e.events, 1);
+  EXPECT_EQ(e.event_tier, uint32_t(KVT_TIER_G4));
+  release(a.get(), in_g2);
+
+  g1 = filled_in(a.get(), y);
+  ASSERT_EQ(offload(a.get(), g1, KVT_TIER_G3).status, KVT_OK);
+  release(a.get(), g1);
+  std::vector<kvt_block> in_g3;
+  ASSERT_EQ(matched(a.get(), KVT_TIER_G3, y, &in_g3), 8u);
+  e = offload(a.get(), in_g3, KVT_TIER_G4);
+  EXPECT_EQ(e.status, KVT_OK) << kvt_last_error();
+  EXPECT_EQ(e.count, 8u);
+  release(a.get(), in_g3);
+
+  g1 = filled_in(a.get(), z);  // G1 -> G4
+  e = offload(a.get(), g1, KVT_TIER_G4);
+  EXPECT_EQ(e.status, KVT_OK) << kvt_last_error();
+  EXPECT_EQ(e.count, 4u);
+  release(a.get(), g1);
+
+  kvt_transfer_stats ts{};
+  ts.struct_size = sizeof ts;
+  ASSERT_KVT_OK(kvt_transfer_stats_get(&ts, a.get(), KVT_TIER_G2, KVT_TIER_G4));
+  EXPECT_EQ(ts.completed, 1u);
+  EXPECT_EQ(ts.blocks, 8u);
+  ASSERT_KVT_OK(kvt_transfer_stats_get(&ts, a.get(), KVT_TIER_G3, KVT_TIER_G4));
+  EXPECT_EQ(ts.blocks, 8u);
+  EXPECT_EQ(g4_stats(a.get()).stored_blocks, 20u);
+  EXPECT_EQ(redis.integer({"DBSIZE"}), 20);
+  EXPECT_KVT(kvt_manager_check(a.get()), KVT_OK);
+
+  // Another manager finds and onboards them, byte-exact, into G1 and into G2.
+  ManagerPtr b = make(g4_config(url, dir_b, 32, 16));
+  ASSERT_TRUE(b);
+  EXPECT_EQ(g4_matched(b.get(), x), 8u);
+  EXPECT_EQ(g4_matched(b.get(), y), 8u);
+  std::vector<uint64_t> longer = z;
+  longer.push_back(424242);
+  EXPECT_EQ(g4_matched(b.get(), longer), 4u);
+
+  std::vector<kvt_block> got;
+  e = g4_onboard(b.get(), x, KVT_TIER_G1, &got);
+  ASSERT_EQ(e.status, KVT_OK) << kvt_last_error();
+  EXPECT_EQ(e.count, 8u);
+  EXPECT_EQ(e.event_tier, uint32_t(KVT_TIER_G1));
+  EXPECT_EQ(mismatches(b.get(), got, x), 0u);
+  EXPECT_EQ(matched(b.get(), KVT_TIER_G1, x), 8u);
+  // Again into G1: G1 holds them now, so the final handles are those blocks.
+  std::vector<kvt_block> again;
+  e = g4_onboard(b.get(), x, KVT_TIER_G1, &again);
+  ASSERT_EQ(e.status, KVT_OK) << kvt_last_error();
+  EXPECT_EQ(again, got);
+  release(b.get(), again);
+  release(b.get(), got);
+
+  e = g4_onboard(b.get(), y, KVT_TIER_G2, &got);
+  ASSERT_EQ(e.status, KVT_OK) << kvt_last_error();
+  EXPECT_EQ(e.count, 8u);
+  EXPECT_EQ(mismatches(b.get(), got, y), 0u);
+  EXPECT_EQ(matched(b.get(), KVT_TIER_G2, y), 8u);
+  release(b.get(), got);
+
+  kvt_g4_stats s = g4_stats(b.get());
+  EXPECT_EQ(s.loaded_blocks, 24u);
+  EXPECT_EQ(s.shards, 1u);
+  ASSERT_KVT_OK(kvt_transfer_stats_get(&ts, b.get(), KVT_TIER_G4, KVT_TIER_G2));
+  EXPECT_EQ(ts.completed, 1u);
+  EXPECT_EQ(ts.bytes, 8u * 4096);
+  EXPECT_KVT(kvt_manager_check(b.get()), KVT_OK);
+}
+
+// The child process's part: offload the prefix to G4 and exit 0, or say what failed.
+int offload_in_child(const std::string &url, const std::vector<uint64_t> &h) {
+  TempDir dir;
+  kvt_manager_config c = g4_config(url, dir, 32, 0);
+  kvt_manager *m = nullptr;
+  if (kvt_manager_create(&m, &c) != KVT_OK) return 2;
+  std::vector<kvt_block> b(h.size()), reg(h.size());
+  int rc = 0;
+  if (kvt_block_alloc(b.data(), b.size(), m, KVT_TIER_G1) != KVT_OK) rc = 3;
+  for (size_t i = 0; rc == 0 && i < b.size(); ++i) {
+    void *p = nullptr;
+    size_t len = 0;
+    if (kvt_block_data(&p, &len, m, b[i]) != KVT_OK) rc = 4;
+    for (size_t j = 0; rc == 0 && j < len; ++j)
+      static_cast<unsigned char *>(p)[j] = pattern(h[i], j);
+  }
+  if (rc == 0 && kvt_block_register_hashes(reg.data(), m, b.data(), h.data(), h.size(), 0))
+    rc = 5;
+  kvt_xfer *x = nullptr;
+  if (rc == 0 && kvt_offload(&x, m, reg.data(), reg.size(), KVT_TIER_G4, nullptr, 0)) rc = 6;
+  uint64_t count = 0;
+  if (rc == 0 && kvt_xfer_wait(x, int64_t{30} * 1000 * 1000 * 1000) != KVT_OK) rc = 7;
+  if (rc == 0 && (kvt_xfer_status(nullptr, nullptr, &count, x) || count != h.size())) rc = 8;
+  kvt_xfer_release(x);
+  if (rc == 0 && kvt_manager_check(m) != KVT_OK) rc = 9;
+  kvt_manager_destroy(m);
+  return rc;
+}
+
+TEST(G4, TwoProcessesShareAPrefix) {
+  RedisServer redis;
+  ASSERT_TRUE(redis.start());
+  const std::string url = redis.url();
+  const auto h = chain(5, 12);
+  pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) _exit(offload_in_child(url, h));
+  int st = 0;
+  ASSERT_EQ(waitpid(pid, &st, 0), pid);
+  ASSERT_TRUE(WIFEXITED(st));
+  ASSERT_EQ(WEXITSTATUS(st), 0) << "the offloading process failed at step " << WEXITSTATUS(st);
+
+  TempDir dir;
+  ManagerPtr m = make(g4_config(url, dir, 32, 16));
+  ASSERT_TRUE(m);
+  EXPECT_EQ(g4_matched(m.get(), h), 12u);
+  std::vector<kvt_block> got;
+  Ended e = g4_onboard(m.get(), h, KVT_TIER_G1, &got);
+  ASSERT_EQ(e.status, KVT_OK) << kvt_last_error();
+  EXPECT_EQ(mismatches(m.get(), got, h), 0u);
+  release(m.get(), got);
+  EXPECT_KVT(kvt_manager_check(m.get()), KVT_OK);
+}
+
+TEST(G4, RedisKilledDuringABatchThenRestarted) {
+  RedisServer redis;
+  ASSERT_TRUE(redis.start());
+  const std::string url = redis.url();
+  TempDir dir;
+  kvt_manager_config c = g4_config(url, dir, 16, 640);
+  c.max_batch_size = 64;
+  c.g4_timeout_us = 500000;  // the kill comes well before a paused write times out
+  ManagerPtr m = make(c);
+  ASSERT_TRUE(m);
+  const auto big = chain(7, 512);
+  std::vector<kvt_block> src = filled_in(m.get(), big, KVT_TIER_G2);
+  ASSERT_EQ(g4_matched(m.get(), {big[0]}), 0u);  // connected
+
+  // Redis holds the batch's writes unanswered until it dies: the kill lands mid-batch.
+  auto paused = redis.command({"CLIENT", "PAUSE", "10000", "WRITE"});
+  ASSERT_TRUE(paused && paused->type == REDIS_REPLY_STATUS);
+  kvt_xfer *x = nullptr;
+  ASSERT_KVT_OK(kvt_offload(&x, m.get(), src.data(), src.size(), KVT_TIER_G4, nullptr, 0));
+  auto deadline = std::chrono::steady_clock::now() + 10s;
+  while (state_of_xfer(x) != KVT_XFER_INFLIGHT && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(1ms);
+  ASSERT_EQ(state_of_xfer(x), uint32_t(KVT_XFER_INFLIGHT));
+  std::this_thread::sleep_for(100ms);  // its first batch is in Redis's hands
+  redis.kill9();
+  Ended e = wait_end(m.get(), x);
+  EXPECT_EQ(e.status, KVT_ERR_IO) << kvt_last_error();
+  EXPECT_EQ(e.events, 1);
+  EXPECT_LT(e.count, big.size());
+  kvt_xfer_release(x);
+  EXPECT_GT(g4_stats(m.get()).failed_blocks, 0u);
+
+  // G4 is down; G1-G3 keep serving.
+  size_t n = 99;
+  EXPECT_KVT(kvt_g4_match(&n, m.get(), big.data(), 4), KVT_ERR_IO);
+  EXPECT_EQ(n, 0u);
+  EXPECT_STRNE(kvt_last_error(), "no error");
+  const std::vector<uint64_t> head(big.begin(), big.begin() + 8);
+  std::vector<kvt_block> in_g2;
+  ASSERT_EQ(matched(m.get(), KVT_TIER_G2, head, &in_g2), 8u);
+  std::vector<kvt_block> g1 = alloc(m.get(), 8);
+  ASSERT_KVT_OK(kvt_onboard(&x, m.get(), in_g2.data(), g1.data(), 8, nullptr, 0));
+  Ended on = wait_end(m.get(), x);
+  EXPECT_EQ(on.status, KVT_OK) << kvt_last_error();
+  EXPECT_EQ(mismatches(m.get(), g1, head), 0u);
+  kvt_xfer_release(x);
+  release(m.get(), g1);
+  release(m.get(), in_g2);
+  EXPECT_KVT(kvt_manager_check(m.get()), KVT_OK);
+
+  // Redis is back (empty): the next offload reconnects and writes.
+  ASSERT_TRUE(redis.restart());
+  const uint64_t reconnects = g4_stats(m.get()).reconnects;
+  std::vector<kvt_block> some(src.begin(), src.begin() + 16);
+  e = offload(m.get(), some, KVT_TIER_G4);
+  EXPECT_EQ(e.status, KVT_OK) << kvt_last_error();
+  EXPECT_EQ(e.count, 16u);
+  EXPECT_EQ(g4_matched(m.get(), big), 16u);
+  EXPECT_GE(g4_stats(m.get()).reconnects, reconnects);
+  EXPECT_GE(g4_stats(m.get()).reconnects, 1u);
+  release(m.get(), src);
+  EXPECT_KVT(kvt_manager_check(m.get()), KVT_OK);
+}
+
+TEST(G4, FullRedisEvictsOldValuesAndTheirOnboardIsNotFound) {
+  RedisServer redis;
+  kvt_test::RedisOptions full;
+  full.maxmemory = "8mb";
+  full.policy = "allkeys-lru";
+  ASSERT_TRUE(redis.start(full));
+  const std::string url = redis.url();
+  TempDir dir;
+  kvt_manager_config c = g4_config(url, dir, 160, 160);
+  c.chunk_bytes = 8192;  // 32 KiB blocks: four chains of 4 MiB overflow 8 MiB
+  ManagerPtr m = make(c);
+  ASSERT_TRUE(m);
+  const auto first = chain(11, 128);
+  for (uint64_t base : {11, 12, 13, 14}) {
+    const auto h = chain(base, 128);
+    std::vector<kvt_block> b = filled_in(m.get(), h, KVT_TIER_G2);
+    Ended e = offload(m.get(), b, KVT_TIER_G4);
+    EXPECT_EQ(e.status, KVT_OK) << kvt_last_error();
+    EXPECT_EQ(e.count, 128u);  // Redis makes room for every write
+    release(m.get(), b);  // inactive: the next chain's allocation evicts them
+  }
+  const size_t held = g4_matched(m.get(), first);
+  EXPECT_LT(held, first.size()) << "Redis evicted nothing of the oldest chain";
+  const long long keys = redis.integer({"DBSIZE"});
+  EXPECT_GT(keys, 0);
+  EXPECT_LT(keys, 4 * 128);
+
+  std::vector<kvt_block> dst;
+  Ended e = g4_onboard(m.get(), first, KVT_TIER_G1, &dst);
+  EXPECT_EQ(e.status, KVT_ERR_NOT_FOUND) << kvt_last_error();
+  EXPECT_LE(e.count, held);
+  // The prefix before the first miss is registered in place; the rest stays Empty.
+  EXPECT_EQ(matched(m.get(), KVT_TIER_G1, first), e.count);
+  for (size_t i = 0; i < dst.size(); ++i)
+    EXPECT_EQ(state_of(m.get(), dst[i]),
+              uint32_t(i < e.count ? KVT_BLOCK_REGISTERED : KVT_BLOCK_EMPTY))
+        << i;
+  const std::vector<uint64_t> prefix(first.begin(), first.begin() + e.count);
+  EXPECT_EQ(mismatches(m.get(), {dst.begin(), dst.begin() + e.count}, prefix), 0u);
+  EXPECT_GE(g4_stats(m.get()).missing_blocks, 1u);
+  release(m.get(), dst);
+  EXPECT_KVT(kvt_manager_check(m.get()), KVT_OK);
+}
+
+TEST(G4, GarbageValueIsCorruptDeletedAndThePrefixBeforeItRegistered) {
+  RedisServer redis;
+  ASSERT_TRUE(redis.start());
+  const std::string url = redis.url();
+  TempDir dir_a, dir_b;
+  ManagerPtr a = make(g4_config(url, dir_a, 16, 16));
+  ASSERT_TRUE(a);
+  const auto h = chain(21, 8);
+  std::vector<kvt_block> g1 = filled_in(a.get(), h);
+  // Block 3 alone first, to learn its key without knowing the key format.
+  ASSERT_EQ(offload(a.get(), {g1[3]}, KVT_TIER_G4).status, KVT_OK) << kvt_last_error();
+  auto keys = redis.command({"KEYS", "*"});
+  ASSERT_TRUE(keys && keys->type == REDIS_REPLY_ARRAY && keys->elements == 1);
+  const std::string key(keys->element[0]->str, keys->element[0]->len);
+  ASSERT_EQ(offload(a.get(), g1, KVT_TIER_G4).count, 8u);
+  release(a.get(), g1);
+  ASSERT_TRUE(redis.command({"SET", key, std::string(4096 + 64, 'x')}));
+
+  ManagerPtr b = make(g4_config(url, dir_b, 16, 16));
+  ASSERT_TRUE(b);
+  for (kvt_tier t : {KVT_TIER_G2, KVT_TIER_G1}) {  // the second time the key is gone
+    std::vector<kvt_block> dst;
+    Ended e = g4_onboard(b.get(), h, t, &dst);
+    EXPECT_EQ(e.status, t == KVT_TIER_G2 ? KVT_ERR_CORRUPT : KVT_ERR_NOT_FOUND)
+        << kvt_last_error();
+    EXPECT_EQ(e.events, 1);
+    EXPECT_EQ(e.count, 3u);
+    for (size_t i = 0; i < dst.size(); ++i)
+      EXPECT_EQ(state_of(b.get(), dst[i]),
+                uint32_t(i < 3 ? KVT_BLOCK_REGISTERED : KVT_BLOCK_EMPTY))
+          << i;
+    EXPECT_EQ(mismatches(b.get(), {dst.begin(), dst.begin() + 3}, {h.begin(), h.begin() + 3}),
+              0u);
+    EXPECT_EQ(matched(b.get(), t, h), 3u);
+    release(b.get(), dst);
+    EXPECT_EQ(redis.integer({"EXISTS", key}), 0) << "a corrupt value is deleted";
+  }
+  EXPECT_EQ(g4_stats(b.get()).corrupt_blocks, 1u);
+  EXPECT_EQ(g4_matched(b.get(), h), 3u);
+  EXPECT_KVT(kvt_manager_check(b.get()), KVT_OK);
+}
+
+TEST(G4, CancelBeforeCommitWritesAndRegistersNothing) {
+  RedisServer redis;
+  ASSERT_TRUE(redis.start());
+  const std::string url = redis.url();
+  TempDir dir;
+  ManagerPtr m = make(g4_config(url, dir, 16, 16));
+  ASSERT_TRUE(m);
+  const auto h = chain(31, 4);
+  std::vector<kvt_block> g1 = filled_in(m.get(), h);
+  ASSERT_EQ(offload(m.get(), {g1[0], g1[1]}, KVT_TIER_G4).count, 2u);
+
+  kvt_fence *f = nullptr;
+  ASSERT_KVT_OK(kvt_fence_create(&f, m.get()));
+  kvt_xfer *x = nullptr;
+  ASSERT_KVT_OK(kvt_offload(&x, m.get(), g1.data() + 2, 2, KVT_TIER_G4, f, 0));
+  ASSERT_KVT_OK(kvt_xfer_cancel(x));
+  Ended e = wait_end(m.get(), x);
+  EXPECT_EQ(e.status, KVT_ERR_CANCELLED);
+  EXPECT_EQ(e.events, 1);
+  kvt_xfer_release(x);
+
+  std::vector<kvt_block> g2 = alloc(m.get(), 2, KVT_TIER_G2);
+  ASSERT_KVT_OK(kvt_g4_onboard(&x, m.get(), h.data(), 2, 0, g2.data(), f, 0));
+  ASSERT_KVT_OK(kvt_xfer_cancel(x));
+  e = wait_end(m.get(), x);
+  EXPECT_EQ(e.status, KVT_ERR_CANCELLED);
+  EXPECT_EQ(e.events, 1);
+  kvt_xfer_release(x);
+  ASSERT_KVT_OK(kvt_fence_signal(f));
+  kvt_fence_destroy(f);
+  std::this_thread::sleep_for(20ms);
+  EXPECT_EQ(redis.integer({"DBSIZE"}), 2);
+  for (kvt_block b : g2) EXPECT_EQ(state_of(m.get(), b), uint32_t(KVT_BLOCK_EMPTY));
+  EXPECT_EQ(matched(m.get(), KVT_TIER_G2, h), 0u);
+  release(m.get(), g2);
+  release(m.get(), g1);
+  EXPECT_KVT(kvt_manager_check(m.get()), KVT_OK);
+}
+
+TEST(G4, BadInputsGetStatusesAndMessages) {
+  RedisServer redis;
+  ASSERT_TRUE(redis.start());
+  const std::string url = redis.url();
+  TempDir dir;
+  const auto h = chain(41, 2);
+  auto says = [](const char *what) {
+    return std::string(kvt_last_error()).find(what) != std::string::npos;
+  };
+
+  // Without G4.
+  ManagerPtr plain = make(xfer_config(dir, 8, 8, 0));
+  ASSERT_TRUE(plain);
+  std::vector<kvt_block> g1 = filled_in(plain.get(), h);
+  kvt_xfer *x = nullptr;
+  size_t n = 0;
+  EXPECT_KVT(kvt_offload(&x, plain.get(), g1.data(), 2, KVT_TIER_G4, nullptr, 0),
+             KVT_ERR_UNSUPPORTED);
+  EXPECT_TRUE(says("g4_url")) << kvt_last_error();
+  EXPECT_KVT(kvt_g4_match(&n, plain.get(), h.data(), 2), KVT_ERR_UNSUPPORTED);
+  std::vector<kvt_block> dst = alloc(plain.get(), 2);
+  EXPECT_KVT(kvt_g4_onboard(&x, plain.get(), h.data(), 2, 0, dst.data(), nullptr, 0),
+             KVT_ERR_UNSUPPORTED);
+  kvt_g4_stats gs{};
+  gs.struct_size = sizeof gs;
+  EXPECT_KVT(kvt_g4_stats_get(&gs, plain.get()), KVT_ERR_UNSUPPORTED);
+  release(plain.get(), dst);
+  release(plain.get(), g1);
+  EXPECT_KVT(kvt_manager_check(plain.get()), KVT_OK);
+
+  // Config.
+  kvt_manager_config c = g4_config(url, dir, 8, 8);
+  kvt_manager *bad = nullptr;
+  c.g4_timeout_us = 0;
+  EXPECT_KVT(kvt_manager_create(&bad, &c), KVT_ERR_INVALID_ARGUMENT);
+  EXPECT_TRUE(says("g4_timeout_us")) << kvt_last_error();
+  c = g4_config(url, dir, 8, 8);
+  c.g4_url = "http://nowhere";
+  EXPECT_KVT(kvt_manager_create(&bad, &c), KVT_ERR_INVALID_ARGUMENT);
+  EXPECT_TRUE(says("g4_url")) << kvt_last_error();
+  c = g4_config(url, dir, 8, 8);
+  c.chunk_bytes = 0;
+  EXPECT_KVT(kvt_manager_create(&bad, &c), KVT_ERR_INVALID_ARGUMENT);
+  EXPECT_TRUE(says("chunk_bytes")) << kvt_last_error();
+  EXPECT_EQ(bad, nullptr);
+  kvt_manager_config d;
+  kvt_manager_config_init(&d);
+  EXPECT_EQ(d.g4_timeout_us, 1000000u);
+  EXPECT_EQ(d.g4_url, nullptr);
+
+  // With G4.
+  ManagerPtr m = make(g4_config(url, dir, 8, 8, 8));
+  ASSERT_TRUE(m);
+  g1 = filled_in(m.get(), h);
+  for (kvt_tier t : {KVT_TIER_G4}) {
+    kvt_block b = 0;
+    EXPECT_KVT(kvt_block_alloc(&b, 1, m.get(), t), KVT_ERR_INVALID_ARGUMENT);
+    EXPECT_TRUE(says("G4")) << kvt_last_error();
+    kvt_block out[2];
+    EXPECT_KVT(kvt_match_prefix(&n, out, m.get(), t, h.data(), 2), KVT_ERR_INVALID_ARGUMENT);
+    EXPECT_TRUE(says("G4")) << kvt_last_error();
+    EXPECT_KVT(kvt_tier_evictable(&n, out, 2, m.get(), t), KVT_ERR_INVALID_ARGUMENT);
+    kvt_tier_stats ts{};
+    ts.struct_size = sizeof ts;
+    EXPECT_KVT(kvt_tier_stats_get(&ts, m.get(), t), KVT_ERR_INVALID_ARGUMENT);
+    EXPECT_TRUE(says("G4")) << kvt_last_error();
+    EXPECT_KVT(kvt_manager_reset(m.get(), int(t)), KVT_ERR_INVALID_ARGUMENT);
+    EXPECT_TRUE(says("G4")) << kvt_last_error();
+  }
+  kvt_transfer_stats xs{};
+  xs.struct_size = sizeof xs;
+  EXPECT_KVT(kvt_transfer_stats_get(&xs, m.get(), KVT_TIER_G4, KVT_TIER_G3),
+             KVT_ERR_INVALID_ARGUMENT);
+  EXPECT_KVT(kvt_transfer_stats_get(&xs, m.get(), KVT_TIER_G1, KVT_TIER_G4), KVT_OK);
+
+  // Arrays and counts.
+  EXPECT_KVT(kvt_g4_match(nullptr, m.get(), h.data(), 2), KVT_ERR_INVALID_ARGUMENT);
+  EXPECT_KVT(kvt_g4_match(&n, m.get(), nullptr, 2), KVT_ERR_INVALID_ARGUMENT);
+  EXPECT_TRUE(says("seq_hashes")) << kvt_last_error();
+  n = 7;
+  EXPECT_KVT(kvt_g4_match(&n, m.get(), nullptr, 0), KVT_OK);
+  EXPECT_EQ(n, 0u);
+  EXPECT_KVT(kvt_g4_match(&n, nullptr, h.data(), 2), KVT_ERR_INVALID_ARGUMENT);
+  EXPECT_KVT(kvt_offload(&x, m.get(), nullptr, 2, KVT_TIER_G4, nullptr, 0),
+             KVT_ERR_INVALID_ARGUMENT);
+  dst = alloc(m.get(), 2, KVT_TIER_G2);
+  std::vector<kvt_block> g1dst = alloc(m.get(), 1);
+  EXPECT_KVT(kvt_g4_onboard(&x, m.get(), nullptr, 2, 0, dst.data(), nullptr, 0),
+             KVT_ERR_INVALID_ARGUMENT);
+  EXPECT_KVT(kvt_g4_onboard(&x, m.get(), h.data(), 2, 0, nullptr, nullptr, 0),
+             KVT_ERR_INVALID_ARGUMENT);
+  EXPECT_KVT(kvt_g4_onboard(nullptr, m.get(), h.data(), 2, 0, dst.data(), nullptr, 0),
+             KVT_ERR_INVALID_ARGUMENT);
+  const kvt_block mixed[2] = {dst[0], g1dst[0]};
+  EXPECT_KVT(kvt_g4_onboard(&x, m.get(), h.data(), 2, 0, mixed, nullptr, 0),
+             KVT_ERR_INVALID_ARGUMENT);
+  EXPECT_TRUE(says("one tier")) << kvt_last_error();
+  const kvt_block twice[2] = {dst[0], dst[0]};
+  EXPECT_KVT(kvt_g4_onboard(&x, m.get(), h.data(), 2, 0, twice, nullptr, 0),
+             KVT_ERR_INVALID_ARGUMENT);
+  EXPECT_KVT(kvt_g4_onboard(&x, m.get(), h.data(), 2, 0, g1.data(), nullptr, 0),
+             KVT_ERR_STATE);  // registered, not Empty
+  std::vector<kvt_block> g3 = alloc(m.get(), 2, KVT_TIER_G3);
+  EXPECT_KVT(kvt_g4_onboard(&x, m.get(), h.data(), 2, 0, g3.data(), nullptr, 0),
+             KVT_ERR_INVALID_ARGUMENT);
+  EXPECT_TRUE(says("G1 or G2")) << kvt_last_error();
+  const kvt_block forged[2] = {0, 12345};
+  EXPECT_KVT(kvt_g4_onboard(&x, m.get(), h.data(), 2, 0, forged, nullptr, 0),
+             KVT_ERR_INVALID_HANDLE);
+  // n = 0: a transfer that ends at once, with nothing moved.
+  ASSERT_KVT_OK(kvt_g4_onboard(&x, m.get(), nullptr, 0, 0, nullptr, nullptr, 0));
+  Ended e = wait_end(m.get(), x);
+  EXPECT_EQ(e.status, KVT_OK);
+  EXPECT_EQ(e.count, 0u);
+  EXPECT_EQ(e.events, 1);
+  kvt_xfer_release(x);
+  ASSERT_KVT_OK(kvt_offload(&x, m.get(), nullptr, 0, KVT_TIER_G4, nullptr, 0));
+  EXPECT_EQ(wait_end(m.get(), x).status, KVT_OK);
+  kvt_xfer_release(x);
+
+  // Stats sizes: 0.4.0's size and none other below it.
+  gs.struct_size = 8;
+  EXPECT_KVT(kvt_g4_stats_get(&gs, m.get()), KVT_ERR_INVALID_ARGUMENT);
+  EXPECT_KVT(kvt_g4_stats_get(nullptr, m.get()), KVT_ERR_INVALID_ARGUMENT);
+  gs.struct_size = sizeof gs;
+  EXPECT_KVT(kvt_g4_stats_get(&gs, m.get()), KVT_OK);
+  EXPECT_EQ(gs.struct_size, sizeof gs);
+  EXPECT_EQ(sizeof(kvt_g4_stats), 96u);
+
+  for (auto *v : {&dst, &g1dst, &g3, &g1}) release(m.get(), *v);
+  EXPECT_EQ(redis.integer({"DBSIZE"}), 0);
+  EXPECT_KVT(kvt_manager_check(m.get()), KVT_OK);
+}
+
+// Several threads offload their chains to G4 from one manager and onboard them into
+// another, both managers shared by every thread.
+TEST(Threads, G4OffloadAndOnboardFromManyThreads) {
+  RedisServer redis;
+  ASSERT_TRUE(redis.start());
+  const std::string url = redis.url();
+  TempDir dir_a, dir_b;
+  kvt_manager_config c = g4_config(url, dir_a, 128, 16);
+  c.max_concurrent_transfers = 2;
+  ManagerPtr a = make(c);
+  c = g4_config(url, dir_b, 16, 128);
+  c.max_concurrent_transfers = 2;
+  ManagerPtr b = make(c);
+  ASSERT_TRUE(a && b);
+  constexpr int kThreads = 4, kRounds = 3;
+  std::atomic<int> bad{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t)
+    threads.emplace_back([&, t] {
+      for (int r = 0; r < kRounds; ++r) {
+        const auto h = chain(100 + t * kRounds + r, 8);
+        std::vector<kvt_block> g1 = filled_in(a.get(), h);
+        if (offload(a.get(), g1, KVT_TIER_G4).count != 8) ++bad;
+        release(a.get(), g1);
+        std::vector<kvt_block> got;
+        if (g4_onboard(b.get(), h, KVT_TIER_G2, &got).status != KVT_OK) {
+          ++bad;
+          release(b.get(), got);
+          continue;
+        }
+        if (mismatches(b.get(), got, h) != 0) ++bad;
+        release(b.get(), got);
+      }
+    });
+  for (auto &t : threads) t.join();
+  EXPECT_EQ(bad.load(), 0);
+  EXPECT_EQ(redis.integer({"DBSIZE"}), kThreads * kRounds * 8);
+  EXPECT_KVT(kvt_manager_check(a.get()), KVT_OK);
+  EXPECT_KVT(kvt_manager_check(b.get()), KVT_OK);
+}
+
+}  // namespace
