@@ -87,3 +87,36 @@ os.makedirs(d, exist_ok=True)
 for name, msg in kv_seeds.items():
     with open(os.path.join(d, name), "wb") as f:
         f.write(msgpack.packb(msg))
+
+# g4_value: G4 values (docs/G4.md) behind fuzz_g4_value's prefix (mode, expected ids,
+# expected payload length). Their checksums are left 0: mode 2 has the fuzzer write both,
+# mode 1 the header's; mode 0 sees them wrong.
+
+
+def g4_value(ids, payload, length=None):
+    length = len(payload) if length is None else length
+    return b"KVG4" + struct.pack("<HH", 1, 64) + struct.pack("<7Q", *ids, length, 0, 0) + payload
+
+
+def g4_input(mode, ids, length, value):
+    return bytes([mode]) + struct.pack("<4QH", *ids, length) + value
+
+
+ids = (0x1234, 0x99, 7, 0x1A7047)
+payload = bytes(rng.randrange(256) for _ in range(300))
+g4_seeds = {
+    "valid": g4_input(2, ids, 300, g4_value(ids, payload)),
+    "valid-empty": g4_input(2, ids, 0, g4_value(ids, b"")),
+    "other-parent": g4_input(2, ids, 300, g4_value((0x1234, 0x98, 7, 0x1A7047), payload)),
+    "other-layout": g4_input(2, ids, 300, g4_value((0x1234, 0x99, 7, 0x1A7048), payload)),
+    "short": g4_input(2, ids, 300, g4_value(ids, payload)[:-1]),
+    "bad-payload-sum": g4_input(1, ids, 300, g4_value(ids, payload)),
+    "unchecked": g4_input(0, ids, 300, g4_value(ids, payload)),
+    "garbage": g4_input(0, ids, 7, b"garbage"),
+    "round-trip": g4_input(3, ids, 1000, payload),
+}
+d = os.path.join(HERE, "corpus", "g4_value")
+os.makedirs(d, exist_ok=True)
+for name, data in g4_seeds.items():
+    with open(os.path.join(d, name), "wb") as f:
+        f.write(data)
