@@ -57,8 +57,8 @@ def small_trace(tmp_path_factory):
 
 
 def check_invariants(r):
-    assert r["g1_hit_blocks"] + r["g2_hit_blocks"] + r["g3_hit_blocks"] + r["miss_blocks"] \
-        == r["blocks"]
+    assert r["g1_hit_blocks"] + r["g2_hit_blocks"] + r["g3_hit_blocks"] + r["g4_hit_blocks"] \
+        + r["miss_blocks"] == r["blocks"]
     assert r["mismatched_blocks"] == 0
     assert r["verified_blocks"] == r["onboarded_blocks"]
     assert r["failed_transfers"] == 0
@@ -151,6 +151,8 @@ def test_timeline_and_plot(small_trace, tmp_path):
     (["--mode", "engine", "--token-budget", "0"], "--token-budget must be in 1.."),
     (["--mode", "engine", "--max-running", "0"], "--max-running must be in 1.."),
     (["--mode", "engine", "--g1-blocks", "200"], "G1 is smaller than one request"),
+    (["--mode", "engine", "--g4", "redis://127.0.0.1:1"], "--g4 apply to --mode blocks only"),
+    (["--g4", "http://127.0.0.1:1"], "g4_url"),
 ])
 def test_bad_arguments_fail_cleanly(args, message):
     if "--trace" not in args:
@@ -186,7 +188,8 @@ def test_empty_trace(tmp_path):
 # --- --mode engine: the trace through the connector, G1 owned by a simulated engine ---
 
 BLOCKS_KEYS = ["trace", "requests", "blocks", "g1_hit_blocks", "g2_hit_blocks", "g3_hit_blocks",
-               "g3_recovered_blocks", "miss_blocks", "hit_rate", "offloaded_blocks", "onboarded_blocks",
+               "g3_recovered_blocks", "g4_hit_blocks", "g4_stored_blocks", "g4_failed_blocks",
+               "miss_blocks", "hit_rate", "offloaded_blocks", "onboarded_blocks",
                "verified_blocks", "mismatched_blocks", "cancelled_transfers",
                "failed_transfers", "transfers", "alloc_waits", "seconds", "prefault_seconds",
                "config"]
@@ -289,3 +292,63 @@ def test_g3_keep_needs_a_path():
     p = replay("--trace", TRACE, "--g3-keep", "--no-progress", check=False)
     assert p.returncode > 0
     assert "--g3-keep needs --g3-path" in p.stderr, p.stderr
+
+
+# --- --g4: a G4 on Redis shared by two replays ---
+
+@pytest.fixture
+def redis_url(tmp_path):
+    """A real redis-server on 127.0.0.1 and a free port, in tmp_path; the test fails (never
+    skips) without one: it is a dependency (tools/install-deps.sh)."""
+    import shutil
+    import socket
+    import time
+    binary = shutil.which("redis-server") or "/usr/bin/redis-server"
+    assert os.access(binary, os.X_OK), "redis-server not found: install redis-server"
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen([binary, "--port", str(port), "--bind", "127.0.0.1", "--dir",
+                             str(tmp_path), "--save", "", "--appendonly", "no", "--logfile",
+                             str(tmp_path / "redis.log")])
+    try:
+        deadline = time.time() + 5
+        while True:
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=1) as c:
+                    c.sendall(b"PING\r\n")
+                    if c.recv(16).startswith(b"+PONG"):
+                        break
+            except OSError:
+                pass
+            assert proc.poll() is None and time.time() < deadline, "redis-server did not start"
+            time.sleep(0.02)
+        yield f"redis://127.0.0.1:{port}"
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_g4_is_off_by_default(small_trace):
+    r = replay_json("--trace", small_trace, *TINY)
+    assert r["g4_hit_blocks"] == r["g4_stored_blocks"] == r["g4_failed_blocks"] == 0
+
+
+@pytest.mark.parametrize("offload", ["eager", "lazy"])
+def test_a_second_replay_hits_what_the_first_stored_in_g4(small_trace, redis_url, offload):
+    """Two replays with G1 and G2 only, one after the other, share G4: the second finds in
+    G4 what the first computed and verifies every byte it onboards from there."""
+    args = ["--trace", small_trace, "--g1-blocks", 40, "--g2-blocks", 40, "--g3-blocks", 0,
+            "--layers", 2, "--chunk-bytes", 1024, "--offload", offload, "--g4", redis_url,
+            "--no-progress"]
+    first = replay_json(*args)
+    check_invariants(first)
+    assert first["g4_stored_blocks"] > 0 and first["g4_failed_blocks"] == 0
+    second = replay_json(*args)
+    check_invariants(second)
+    assert second["g4_hit_blocks"] > 0, second
+    assert second["g4_hit_blocks"] > first["g4_hit_blocks"]
+    assert second["miss_blocks"] < first["miss_blocks"]
+    assert second["verified_blocks"] >= second["g4_hit_blocks"]
+    assert second["mismatched_blocks"] == 0
+

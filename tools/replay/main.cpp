@@ -92,6 +92,9 @@ int main(int argc, char **argv) {
   app.add_option("--g3-path", o.g3_path, "directory for G3's file (a temporary directory)");
   app.add_flag("--g3-keep", o.g3_keep, "keep G3's file in --g3-path after the run, and start "
                "from the blocks a kept file holds");
+  app.add_option("--g4", o.g4_url, "G4 on Redis (redis://host:port[/db] or unix:///path): "
+                                   "blocks offloaded to G2/G3 also go there, and misses in "
+                                   "G1-G3 are looked up there (blocks mode)");
   app.add_flag("--json", o.json, "print one JSON object on stdout instead of the summary");
   std::string shard;
   app.add_option("--shard", shard, "I/N: replay only conversation shard I of N (a request's "
@@ -130,8 +133,9 @@ int main(int argc, char **argv) {
   o.max_running = uint32_t(running);
   if (o.mode == Mode::Engine) {
     // What only the block calls do; the connector has its own.
-    if (conc != 1 || policy != "presence" || !o.timeline_csv.empty() || !o.plot_svg.empty())
-      return usage_error("--concurrency, --policy, --timeline and --plot apply to --mode "
+    if (conc != 1 || policy != "presence" || !o.timeline_csv.empty() || !o.plot_svg.empty() ||
+        !o.g4_url.empty())
+      return usage_error("--concurrency, --policy, --timeline, --plot and --g4 apply to --mode "
                          "blocks only");
     if (chunk == 0) return usage_error("--mode engine needs --chunk-bytes > 0");
     if (g2 == 0 && g3 == 0) return usage_error("--mode engine needs G2 or G3");

@@ -24,6 +24,7 @@ struct Options {
   int eviction[3] = {-1, -1, -1};  // kvt_eviction of G1, G2, G3; -1: the library's default
   std::string g3_path;         // empty: a temporary directory
   bool g3_keep = false;        // G3's file persists in g3_path and is reused (g3_persist)
+  std::string g4_url;          // --g4: G4 on Redis (blocks mode); empty: no G4
   bool json = false;
   std::string dump_registry;   // --dump-registry: each tier's hashes at the end, as JSON
   double kv_events_hold_s = 0; // the manager (and its KV-event sockets) stay up this long

@@ -115,6 +115,7 @@ bool Replayer::create(std::string *error) {
   c.g3_blocks = o_.g3_blocks;
   c.g3_path = o_.g3_path.empty() ? nullptr : o_.g3_path.c_str();
   c.g3_persist = o_.g3_keep;
+  c.g4_url = o_.g4_url.empty() ? nullptr : o_.g4_url.c_str();
   c.g1_memory = KVT_MEMORY_HOST;  // the embedded stand-in for GPU memory
   // One batch at a time, 256 blocks each: on a small machine the copies would otherwise
   // compete with each other and with the requests for cores, for no gain in wall time.
@@ -188,12 +189,22 @@ bool Replayer::write_back(kvt_tier tier, size_t n) {
       return lib_failed("kvt_tier_evictable", st);
     if (k == 0) return true;
     if (dst == KVT_TIER_G2 && !write_back(KVT_TIER_G2, k)) return false;
-    kvt_xfer *x = nullptr;
+    kvt_xfer *x = nullptr, *x4 = nullptr;
     kvt_status st = kvt_offload(&x, m_, victims.data(), k, dst, nullptr, 0);
     if (st == KVT_ERR_INVALID_HANDLE && o_.concurrency > 1) continue;
     if (st != KVT_OK) return lib_failed("kvt_offload (write-back)", st);
-    kvt_xfer_wait(x, -1);
-    kvt_xfer_release(x);  // the manager's counters record what it moved
+    // What leaves G1 goes to G4 too (a G2 victim went there when it left G1).
+    if (!o_.g4_url.empty() && tier == KVT_TIER_G1 &&
+        (st = kvt_offload(&x4, m_, victims.data(), k, KVT_TIER_G4, nullptr, 0)) != KVT_OK &&
+        st != KVT_ERR_INVALID_HANDLE) {
+      kvt_xfer_release(x);
+      return lib_failed("kvt_offload to G4 (write-back)", st);
+    }
+    for (kvt_xfer *w : {x, x4}) {
+      if (w == nullptr) continue;
+      kvt_xfer_wait(w, -1);
+      kvt_xfer_release(w);  // the manager's counters record what it moved
+    }
     return true;
   }
   return true;  // the victims keep being taken by other requests: nothing left to save
@@ -308,25 +319,47 @@ bool Replayer::serve(size_t i, Scratch &s) {
         st != KVT_OK)
       return lib_failed("kvt_match_prefix in G3", st);
 
-  // G1 blocks for everything not in G1; onboard the G2 and G3 parts into the first of them.
+  // Then in G4, which Redis may evict from at any time: a lookup that fails is a miss.
+  size_t h4 = 0;
+  const size_t before4 = h1 + h2 + h3;
+  if (!o_.g4_url.empty() && kvt_g4_match(&h4, m_, h + before4, n - before4) != KVT_OK) h4 = 0;
+
+  // G1 blocks for everything not in G1; onboard the G2, G3 and G4 parts into the first.
   if (!alloc_g1(s.table.data() + h1, n - h1)) return false;
-  kvt_xfer *x2 = nullptr, *x3 = nullptr;
+  kvt_xfer *x2 = nullptr, *x3 = nullptr, *x4 = nullptr;
   if (!onboard(&x2, s.src2.data(), s.table.data() + h1, h2) ||
       !onboard(&x3, s.src3.data(), s.table.data() + h1 + h2, h3))
     return false;
-  uint64_t onboard_bytes = 0, verified = 0, mismatched = 0;
-  for (auto [x, first, count] : {std::tuple{x2, h1, h2}, std::tuple{x3, h1 + h2, h3}}) {
+  if (h4 > 0)
+    if (kvt_status st = kvt_g4_onboard(&x4, m_, h + before4, h4, before4 ? h[before4 - 1] : 0,
+                                       s.table.data() + before4, nullptr, 0);
+        st != KVT_OK)
+      return lib_failed("kvt_g4_onboard", st);
+  uint64_t onboard_bytes = 0, verified = 0, mismatched = 0, got4 = 0;
+  for (auto [x, first, count] : {std::tuple{x2, h1, h2}, std::tuple{x3, h1 + h2, h3},
+                                 std::tuple{x4, before4, h4}}) {
     if (x == nullptr) continue;
     kvt_status st = kvt_xfer_wait(x, -1);
     s.onboarded.assign(count, 0);
-    if (st == KVT_OK) st = kvt_xfer_blocks(s.onboarded.data(), count, x);
+    if (st == KVT_OK) {
+      st = kvt_xfer_blocks(s.onboarded.data(), count, x);
+    } else if (x == x4) {  // the prefix before the first value missing is registered
+      for (size_t k = 0; k < count; ++k) {
+        kvt_block_info bi{};
+        bi.struct_size = sizeof bi;
+        if (kvt_block_info_get(&bi, m_, s.table[first + k]) == KVT_OK &&
+            bi.state == KVT_BLOCK_REGISTERED)
+          s.onboarded[k] = s.table[first + k];
+      }
+    }
     kvt_xfer_release(x);
     for (size_t k = 0; k < count; ++k) {
-      kvt_block b = st == KVT_OK ? s.onboarded[k] : 0;
+      kvt_block b = st == KVT_OK || x == x4 ? s.onboarded[k] : 0;
       if (b == 0) {  // not onboarded: the block stays the caller's, Empty: compute it
         s.computed[first + k] = 1;
         continue;
       }
+      if (x == x4) ++got4;
       s.table[first + k] = b;
       onboard_bytes += block_bytes_;
       void *p = nullptr;
@@ -342,7 +375,7 @@ bool Replayer::serve(size_t i, Scratch &s) {
       return lib_failed("kvt_block_release of onboard sources", st);
 
   // "Compute" the rest: fill each block from its hash, and register runs as chains.
-  for (size_t k = h1 + h2 + h3; k < n; ++k) s.computed[k] = 1;
+  for (size_t k = before4 + h4; k < n; ++k) s.computed[k] = 1;
   for (size_t k = h1; k < n;) {
     if (!s.computed[k]) {
       ++k;
@@ -361,8 +394,10 @@ bool Replayer::serve(size_t i, Scratch &s) {
         st != KVT_OK)
       return lib_failed("kvt_block_register_hashes", st);
     if (o_.offload == Offload::Eager) {
-      for (kvt_tier dst : {KVT_TIER_G2, KVT_TIER_G3}) {
-        if ((dst == KVT_TIER_G2 ? o_.g2_blocks : o_.g3_blocks) == 0) continue;
+      for (kvt_tier dst : {KVT_TIER_G2, KVT_TIER_G3, KVT_TIER_G4}) {
+        if (dst == KVT_TIER_G4 ? o_.g4_url.empty()
+                               : (dst == KVT_TIER_G2 ? o_.g2_blocks : o_.g3_blocks) == 0)
+          continue;
         if (!offload_async(s.table.data() + k, end - k, dst, interval_of(rq))) return false;
       }
     }
@@ -376,11 +411,11 @@ bool Replayer::serve(size_t i, Scratch &s) {
   const double end = now();
   std::lock_guard lock(mu_);
   Interval &iv = r_.timeline[interval_of(rq)];
-  iv.add_request(n, h1, h2, h3);
+  iv.add_request(n, h1, h2, h3, got4);
   iv.onboard_bytes += onboard_bytes;
   if (iv.requests == 1 || begin < iv.wall_begin) iv.wall_begin = begin;
   iv.wall_end = std::max(iv.wall_end, end);
-  r_.add_request(n, h1, h2, h3);
+  r_.add_request(n, h1, h2, h3, got4);
   r_.verified += verified;
   r_.mismatched += mismatched;
   return true;
@@ -467,6 +502,16 @@ bool Replayer::run(Result *out, std::string *error) {
     }
     r_.dir[direction(src[d], dst[d])] = {ts.completed, ts.cancelled, ts.failed,
                                          ts.blocks,    ts.bytes,     ts.busy_ns};
+  }
+  if (!o_.g4_url.empty()) {
+    kvt_g4_stats gs{};
+    gs.struct_size = sizeof gs;
+    if (kvt_status st = kvt_g4_stats_get(&gs, m_); st != KVT_OK) {
+      *error = std::string("kvt_g4_stats_get: ") + kvt_last_error();
+      return false;
+    }
+    r_.g4_stored = gs.stored_blocks;
+    r_.g4_failed = gs.failed_blocks;
   }
   if (kvt_status st = kvt_manager_check(m_); st != KVT_OK) {
     *error = std::string("kvt_manager_check after the replay: ") + kvt_last_error();

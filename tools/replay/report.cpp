@@ -60,6 +60,11 @@ void print_summary(std::FILE *f, const Options &o, const Trace &t, const Result 
                (unsigned long long)r.hits[2], pct(r.hits[2], r.blocks),
                (unsigned long long)r.hits[3], pct(r.hits[3], r.blocks),
                (unsigned long long)r.hit_blocks(), pct(r.hit_blocks(), r.blocks));
+  if (!o.g4_url.empty())
+    std::fprintf(f, "G4          hits %llu (%.1f%%), stored %llu, failed %llu, at %s\n",
+                 (unsigned long long)r.hits[4], pct(r.hits[4], r.blocks),
+                 (unsigned long long)r.g4_stored, (unsigned long long)r.g4_failed,
+                 o.g4_url.c_str());
   std::fprintf(f, "misses      %llu (%.1f%%), computed and registered\n",
                (unsigned long long)r.misses, pct(r.misses, r.blocks));
   std::fprintf(f, "transfers   direction  blocks      bytes       engine bandwidth  "
@@ -90,6 +95,9 @@ void print_json(std::FILE *f, const Options &o, const Trace &t, const Result &r)
   j["g2_hit_blocks"] = r.hits[2];
   j["g3_hit_blocks"] = r.hits[3];
   j["g3_recovered_blocks"] = r.g3_recovered;
+  j["g4_hit_blocks"] = r.hits[4];
+  j["g4_stored_blocks"] = r.g4_stored;
+  j["g4_failed_blocks"] = r.g4_failed;
   j["miss_blocks"] = r.misses;
   j["hit_rate"] = r.blocks ? double(r.hit_blocks()) / double(r.blocks) : 0.0;
   j["offloaded_blocks"] = r.offloaded_blocks();
