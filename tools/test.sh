@@ -39,7 +39,8 @@ for cmd in "build/tests/kvtier_tests --gtest_filter=-Cuda.*" \
            "build/fuzz/replay_api fuzz/corpus/api" "build/fuzz/replay_config fuzz/corpus/config" \
            "build/fuzz/replay_hash fuzz/corpus/hash" \
            "build/fuzz/replay_connector_meta fuzz/corpus/connector_meta" \
-           "build/fuzz/replay_g4_value fuzz/corpus/g4_value"; do
+           "build/fuzz/replay_g4_value fuzz/corpus/g4_value" \
+           "build/fuzz/replay_kv_events fuzz/corpus/kv_events"; do
   KVTIER_TEST_G3_IO=threads valgrind -q --max-threads=1100 --leak-check=full \
     --errors-for-leak-kinds=definite,indirect \
     --error-exitcode=9 $cmd > valgrind.log 2>&1 || { tail -60 valgrind.log; exit 1; }

@@ -177,6 +177,17 @@ MEDIUM_OF_TIER = {"G1": "GPU", "G2": "CPU", "G3": "DISK"}
 TIERS = ("--g1-blocks", 300, "--g2-blocks", 600, "--g3-blocks", 900)
 
 
+def follow(run, *consumers):
+    """Polls until the replay process has exited (it holds its sockets open a while after
+    its last event), then until the stream is idle."""
+    deadline = time.monotonic() + 120
+    while run.proc.poll() is None and time.monotonic() < deadline:
+        for c in consumers:
+            c.poll(20)
+    for c in consumers:
+        c.run(until_idle=0.3, deadline=10)
+
+
 def index_by_tier(inst):
     return {t: inst.index.get(m, set()) for t, m in MEDIUM_OF_TIER.items()}
 
@@ -186,9 +197,8 @@ def test_index_equals_the_registry(tmp_path):
     run = ReplayRun(tmp_path)
     c = consumer.Consumer([("kvtier", run.sub, run.replay)])
     run.start(*TIERS, hold=1)
-    c.run(until_idle=1.0, deadline=120)
+    follow(run, c)
     report = run.finish()
-    c.run(until_idle=0.3, deadline=10)
     inst = c.instances[0]
     want = run.registry()
     assert all(want[t] for t in want), "every tier should hold blocks at the end"
@@ -207,7 +217,7 @@ def test_a_late_consumer_with_a_tiny_queue_recovers_through_replay(tmp_path):
     it must end with the same index through the replay socket."""
     run = ReplayRun(tmp_path)
     first = consumer.Consumer([("kvtier", run.sub, run.replay)])
-    run.start(*TIERS, hold=3)
+    run.start(*TIERS, hold=5)
     while first.instances[0].last_seq is None or first.instances[0].last_seq < 20:
         first.poll(100)
         assert run.proc.poll() is None, "the replay ended before the second consumer joined"
@@ -218,8 +228,7 @@ def test_a_late_consumer_with_a_tiny_queue_recovers_through_replay(tmp_path):
         late.poll(0)
         time.sleep(0.05)  # a slow reader
     # The replay is over and holds its sockets open: both catch up.
-    first.run(until_idle=0.5, deadline=20)
-    late.run(until_idle=0.5, deadline=20)
+    follow(run, first, late)
     run.finish()
     want = run.registry()
     a, b = first.instances[0], late.instances[0]
