@@ -177,6 +177,7 @@ bool Engine::create(std::string *error) {
   c.g2_blocks = o_.g2_blocks;
   c.g3_blocks = o_.g3_blocks;
   c.g3_path = o_.g3_path.empty() ? nullptr : o_.g3_path.c_str();
+  set_kv_events(&c, o_);
   c.g1_memory = KVT_MEMORY_HOST;
   c.max_concurrent_transfers = 1;  // as in --mode blocks: the copies share 2 cores
   c.max_batch_size = 256;

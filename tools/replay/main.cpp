@@ -101,6 +101,12 @@ int main(int argc, char **argv) {
                                    "conversation: its second block id), as one of N instances");
   app.add_option("--dump-registry", o.dump_registry, "at the end, write the hashes each tier "
                  "holds as JSON {\"G1\": [...], ...} to this file (blocks mode)");
+  app.add_option("--kv-events", o.kv_events, "publish KV events in vLLM's ZMQ format on this "
+                 "endpoint: bound with a wildcard (tcp://*:5557), else connected");
+  app.add_option("--kv-events-replay", o.kv_events_replay, "answer replay requests on a "
+                 "ROUTER socket bound here (needs --kv-events)");
+  app.add_option("--kv-events-topic", o.kv_events_topic, "the topic frame of every KV-event "
+                 "message (\"\")");
   app.add_option("--kv-events-hold", o.kv_events_hold_s, "seconds the manager, and so its KV "
                  "event sockets, stay up after the replay, for late subscribers (0)");
   app.add_option("--timeline", o.timeline_csv, "write per-interval hit rates and bandwidths "
@@ -184,6 +190,8 @@ int main(int argc, char **argv) {
     o.shard_index = i;
     o.shard_count = n;
   }
+  if (!o.kv_events_replay.empty() && o.kv_events.empty())
+    return usage_error("--kv-events-replay needs --kv-events");
   if (!(o.kv_events_hold_s >= 0) || o.kv_events_hold_s > 3600)
     return usage_error("--kv-events-hold must be in 0..3600 seconds");
   if (o.mode == Mode::Engine && (!o.dump_registry.empty() || o.kv_events_hold_s > 0))

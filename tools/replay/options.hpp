@@ -4,6 +4,8 @@
 #include <cstdint>
 #include <string>
 
+#include "kvtier.h"
+
 namespace kvt::replay {
 
 enum class Offload { Eager, Lazy };
@@ -28,6 +30,7 @@ struct Options {
   bool json = false;
   std::string dump_registry;   // --dump-registry: each tier's hashes at the end, as JSON
   double kv_events_hold_s = 0; // the manager (and its KV-event sockets) stay up this long
+  std::string kv_events, kv_events_replay, kv_events_topic;  // empty: no KV events
   uint32_t shard_index = 0, shard_count = 1;  // --shard I/N: conversations I mod N
   std::string timeline_csv, plot_svg;
   double interval_s = 60;      // timeline bucket width in trace time
@@ -38,5 +41,13 @@ struct Options {
 
   uint64_t block_bytes() const { return uint64_t(layers) * outer * chunk_bytes; }
 };
+
+// The manager's KV-event fields from --kv-events*; the strings stay o's.
+inline void set_kv_events(kvt_manager_config *c, const Options &o) {
+  if (o.kv_events.empty()) return;
+  c->kv_events_endpoint = o.kv_events.c_str();
+  if (!o.kv_events_replay.empty()) c->kv_events_replay_endpoint = o.kv_events_replay.c_str();
+  c->kv_events_topic = o.kv_events_topic.c_str();
+}
 
 }  // namespace kvt::replay

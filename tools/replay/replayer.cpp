@@ -115,6 +115,7 @@ bool Replayer::create(std::string *error) {
   c.g3_blocks = o_.g3_blocks;
   c.g3_path = o_.g3_path.empty() ? nullptr : o_.g3_path.c_str();
   c.g3_persist = o_.g3_keep;
+  set_kv_events(&c, o_);
   c.g4_url = o_.g4_url.empty() ? nullptr : o_.g4_url.c_str();
   c.g1_memory = KVT_MEMORY_HOST;  // the embedded stand-in for GPU memory
   // One batch at a time, 256 blocks each: on a small machine the copies would otherwise
@@ -298,6 +299,11 @@ bool Replayer::serve(size_t i, Scratch &s) {
                                         s.tokens.size(), o_.page_size);
       st != KVT_OK)
     return lib_failed("kvt_hash_sequence", st);
+  // The blocks are registered by hash: their BlockStored events take these tokens.
+  if (!o_.kv_events.empty())
+    if (kvt_status st = kvt_manager_note_tokens(m_, s.hashes.data(), n, s.tokens.data());
+        st != KVT_OK)
+      return lib_failed("kvt_manager_note_tokens", st);
   s.table.assign(n, 0);
   s.src2.resize(n);
   s.src3.resize(n);
