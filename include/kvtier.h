@@ -253,8 +253,9 @@ typedef struct kvt_manager_config {
   /* 0.4.0: KV events in vLLM's ZMQ wire format, for routers (see KV events). Strings are
    * borrowed during kvt_manager_create. */
   const char *kv_events_endpoint; /* NULL (default): no publisher. A ZMQ endpoint for the PUB
-                                   socket: bound when it has a wildcard ("tcp://\*:5557"),
-                                   connected otherwise, as vLLM does */
+                                   socket: bound when it has a wildcard ("tcp://\*:5557",
+                                   "::") or is ipc:// or inproc://, connected otherwise, as
+                                   vLLM does */
   const char *kv_events_replay_endpoint; /* NULL: no replay socket. Else a ROUTER socket
                                    bound there answers replay requests */
   const char *kv_events_topic;  /* the first frame of every message; NULL: "" */
@@ -716,6 +717,10 @@ KVT_API int kvt_event_fd(kvt_manager *m);
  * has them; for blocks registered by hash (kvt_block_register_hash, offload, onboard, the
  * connector), the tokens come from kvt_manager_note_tokens, which the connector calls
  * itself. A hash whose tokens were never noted is published with an empty token_ids.
+ * Note them before the blocks are registered: the publisher's thread reads them when it
+ * sends. TIER_CLEARED is published as AllBlocksCleared only once every published tier has
+ * been cleared with nothing stored in between (kvt_manager_reset of every tier): one
+ * tier's clearing is told by its BlockRemoved events.
  * ------------------------------------------------------------------------------------ */
 
 /* Tells the publisher the tokens of n full blocks: tokens[i * page_size ..] are those of
