@@ -1,0 +1,219 @@
+// G2 <-> G4 through kvtier beside redis-benchmark's SET/GET, in the same run, on the same
+// redis-server: blocks of 32 KiB and 2 MiB, one connection, the pipeline depth equal to
+// kvtier's batch (max_batch_size blocks per round trip). Starts its own redis-server on
+// 127.0.0.1 (a free port, no persistence) and prints one line per measure:
+//
+//   bench_g4_tier [repetitions=3] [MiB per measure=128]
+//
+// kvtier's figures are whole transfers (enqueue to end, as the host sees them): an offload
+// of G2 blocks to G4, then an onboard of the same hashes from G4 into fresh G2 blocks, byte
+// counts of the blocks' data (each value also carries kvtier's small header). Best of the
+// repetitions, as for redis-benchmark.
+#include <netinet/in.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cctype>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "kvtier.h"
+
+extern char **environ;
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+[[noreturn]] void die(const std::string &what) {
+  std::fprintf(stderr, "bench_g4_tier: %s: %s\n", what.c_str(), kvt_last_error());
+  std::exit(1);
+}
+
+int free_port() {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof a;
+  int port = 0;
+  if (bind(fd, reinterpret_cast<sockaddr *>(&a), sizeof a) == 0 &&
+      getsockname(fd, reinterpret_cast<sockaddr *>(&a), &len) == 0)
+    port = ntohs(a.sin_port);
+  close(fd);
+  return port;
+}
+
+pid_t spawn(std::vector<std::string> args, int out_fd = -1) {
+  std::vector<char *> argv;
+  for (auto &s : args) argv.push_back(s.data());
+  argv.push_back(nullptr);
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  if (out_fd >= 0) posix_spawn_file_actions_adddup2(&fa, out_fd, STDOUT_FILENO);
+  pid_t pid = -1;
+  if (posix_spawnp(&pid, argv[0], &fa, nullptr, argv.data(), environ) != 0) pid = -1;
+  posix_spawn_file_actions_destroy(&fa);
+  return pid;
+}
+
+// Runs redis-benchmark and returns its requests per second for one test ("SET" or "GET").
+double redis_benchmark(int port, const char *test, size_t bytes, unsigned depth,
+                       unsigned requests) {
+  int fds[2];
+  if (pipe(fds) != 0) die("pipe");
+  std::string t = test;
+  for (char &c : t) c = char(std::tolower(c));
+  pid_t pid = spawn({"redis-benchmark", "-h", "127.0.0.1", "-p", std::to_string(port), "-c",
+                     "1", "-P", std::to_string(depth), "-d", std::to_string(bytes), "-n",
+                     std::to_string(requests), "-t", t, "--csv"},
+                    fds[1]);
+  close(fds[1]);
+  if (pid < 0) die("cannot run redis-benchmark (redis-tools)");
+  std::string out;
+  char buf[4096];
+  for (ssize_t n; (n = read(fds[0], buf, sizeof buf)) > 0;) out.append(buf, size_t(n));
+  close(fds[0]);
+  waitpid(pid, nullptr, 0);
+  // "test","rps",...  then  "SET","12345.67",...
+  size_t at = out.find("\"" + std::string(test) + "\",\"");
+  if (at == std::string::npos) die("redis-benchmark printed no " + t + " line: " + out);
+  return std::atof(out.c_str() + at + std::strlen(test) + 4);
+}
+
+struct Rate {
+  double blocks_per_s = 0, gb_per_s = 0;
+};
+Rate rate(size_t blocks, size_t bytes, double seconds) {
+  return {double(blocks) / seconds, double(blocks) * double(bytes) / seconds / 1e9};
+}
+
+void fill(void *p, size_t len, uint64_t h) {
+  auto *c = static_cast<unsigned char *>(p);
+  for (size_t j = 0; j < len; j += 64) c[j] = static_cast<unsigned char>(h + j / 64);
+}
+
+double run_xfer(kvt_manager *m, kvt_xfer *x, size_t want) {
+  auto t0 = Clock::now();
+  if (kvt_xfer_wait(x, -1) != KVT_OK) die("transfer");
+  double s = std::chrono::duration<double>(Clock::now() - t0).count();
+  uint64_t count = 0;
+  kvt_xfer_status(nullptr, nullptr, &count, x);
+  if (count != want) die("a transfer moved " + std::to_string(count) + " blocks, not " +
+                         std::to_string(want));
+  kvt_xfer_release(x);
+  kvt_event ev[64];  // XFER_DONE and G2's BLOCK_* events: nobody reads them here
+  while (kvt_poll(m, ev, 64) > 0) {
+  }
+  return s;
+}
+
+// kvtier: n blocks of `bytes` offloaded from G2 to G4, then onboarded back into G2.
+void kvtier_g2_g4(const std::string &url, size_t bytes, size_t n, unsigned depth, int reps,
+                  Rate *put, Rate *get) {
+  kvt_manager_config c;
+  kvt_manager_config_init(&c);
+  c.page_size = 16;
+  c.num_layers = 1;
+  c.num_outer = 2;
+  c.chunk_bytes = bytes / 2;
+  c.g1_blocks = 1;
+  c.g2_blocks = 2 * n;
+  c.g1_memory = KVT_MEMORY_HOST;
+  c.max_batch_size = depth;
+  c.min_batch_size = depth;
+  c.flush_interval_us = 100;
+  c.g4_url = url.c_str();
+  kvt_manager *m = nullptr;
+  if (kvt_manager_create(&m, &c) != KVT_OK) die("kvt_manager_create");
+  std::vector<kvt_block> src(n), reg(n), dst(n);
+  std::vector<uint64_t> h(n);
+  for (int r = 0; r < reps; ++r) {
+    for (size_t i = 0; i < n; ++i) h[i] = (uint64_t(r) << 40) + i + 1;
+    if (kvt_block_alloc(src.data(), n, m, KVT_TIER_G2) != KVT_OK) die("alloc");
+    for (size_t i = 0; i < n; ++i) {
+      void *p = nullptr;
+      size_t len = 0;
+      kvt_block_data(&p, &len, m, src[i]);
+      fill(p, len, h[i]);
+    }
+    if (kvt_block_register_hashes(reg.data(), m, src.data(), h.data(), n, 0) != KVT_OK)
+      die("register");
+    kvt_xfer *x = nullptr;
+    if (kvt_offload(&x, m, reg.data(), n, KVT_TIER_G4, nullptr, 0) != KVT_OK) die("offload");
+    Rate p = rate(n, bytes, run_xfer(m, x, n));
+    if (p.gb_per_s > put->gb_per_s) *put = p;
+    kvt_block_release(m, reg.data(), n);
+    kvt_manager_reset(m, KVT_TIER_G2);  // the onboard must not find them in G2
+    if (kvt_block_alloc(dst.data(), n, m, KVT_TIER_G2) != KVT_OK) die("alloc");
+    if (kvt_g4_onboard(&x, m, h.data(), n, 0, dst.data(), nullptr, 0) != KVT_OK)
+      die("g4 onboard");
+    Rate g = rate(n, bytes, run_xfer(m, x, n));
+    if (g.gb_per_s > get->gb_per_s) *get = g;
+    kvt_block_release(m, dst.data(), n);  // registered in place: G2 held none of them
+    kvt_manager_reset(m, KVT_TIER_G2);
+  }
+  kvt_manager_destroy(m);
+}
+
+}  // namespace
+
+int main(int argc, char **argv) {
+  const int reps = argc > 1 ? std::max(1, std::atoi(argv[1])) : 3;
+  const size_t mib = argc > 2 ? size_t(std::max(1, std::atoi(argv[2]))) : 128;
+  char dir[] = "/tmp/kvtier-bench-g4-XXXXXX";
+  if (mkdtemp(dir) == nullptr) die("mkdtemp");
+  const int port = free_port();
+  pid_t redis = spawn({"redis-server", "--port", std::to_string(port), "--bind", "127.0.0.1",
+                       "--dir", dir, "--save", "", "--appendonly", "no", "--logfile",
+                       std::string(dir) + "/redis.log"});
+  if (redis < 0) die("cannot run redis-server");
+  const std::string url = "redis://127.0.0.1:" + std::to_string(port);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+
+  std::printf("%-10s %-6s %-28s %12s %9s\n", "block", "depth", "measure", "blocks/s", "GB/s");
+  struct Case {
+    size_t bytes;
+    unsigned depth;
+  };
+  for (Case k : {Case{32768, 64}, Case{2u << 20, 4}}) {
+    const size_t n = std::max<size_t>(mib * (1u << 20) / k.bytes, k.depth);
+    Rate put, get;
+    kvtier_g2_g4(url, k.bytes, n, k.depth, reps, &put, &get);
+    const unsigned requests = unsigned(std::max<size_t>(n, 4 * k.depth));
+    double set_rps = 0, get_rps = 0;
+    for (int r = 0; r < reps; ++r) {
+      set_rps = std::max(set_rps, redis_benchmark(port, "SET", k.bytes, k.depth, requests));
+      get_rps = std::max(get_rps, redis_benchmark(port, "GET", k.bytes, k.depth, requests));
+    }
+    const Rate set = rate(1, k.bytes, 1 / set_rps), getr = rate(1, k.bytes, 1 / get_rps);
+    const std::string block = k.bytes >= (1u << 20) ? std::to_string(k.bytes >> 20) + " MiB"
+                                                    : std::to_string(k.bytes >> 10) + " KiB";
+    auto line = [&](const char *what, Rate r) {
+      std::printf("%-10s %-6u %-28s %12.0f %9.3f\n", block.c_str(), k.depth, what,
+                  r.blocks_per_s, r.gb_per_s);
+    };
+    line("kvtier G2 -> G4 (offload)", put);
+    line("redis-benchmark SET", set);
+    line("kvtier G4 -> G2 (onboard)", get);
+    line("redis-benchmark GET", getr);
+    std::printf("%-10s %-6u ratio offload/SET %.2f, onboard/GET %.2f\n", block.c_str(),
+                k.depth, put.gb_per_s / set.gb_per_s, get.gb_per_s / getr.gb_per_s);
+    std::fflush(stdout);
+  }
+  kill(redis, SIGKILL);
+  waitpid(redis, nullptr, 0);
+  std::error_code ec;
+  std::filesystem::remove_all(dir, ec);
+  return 0;
+}
