@@ -6,7 +6,8 @@ from kvtier's encoder. Needs only Debian's python3-zmq and python3-msgpack.
 It keeps, per instance (one publisher), the index of stored blocks per medium that a
 KV-aware router keeps: BlockStored adds, BlockRemoved removes, AllBlocksCleared clears. It
 checks that sequence numbers have no gaps and recovers a gap (or the messages before it
-joined) through the publisher's replay socket. Bad messages are counted, never fatal.
+joined, and at start whatever the publisher still buffers) through the publisher's replay
+socket. Bad messages are counted, never fatal.
 
     consumer.py --sub tcp://127.0.0.1:5557 --replay tcp://127.0.0.1:5558 --until-idle 2 --json
     consumer.py --instance a=tcp://h1:5557,tcp://h1:5558 --instance b=tcp://h2:5557 ...
@@ -146,6 +147,7 @@ class Instance:
         self.name, self.sub_endpoint, self.replay_endpoint = name, sub, replay
         self.index = {}
         self.last_seq = None
+        self.caught_up = None  # the last seq the catch-up at start applied
         self.stats = dict(messages=0, replayed=0, duplicates=0, bad=0, lost=0, restarts=0,
                           gaps=0, events=0)
         self.errors = []  # the first few reasons for bad messages
@@ -181,14 +183,18 @@ class Instance:
 
 class Consumer:
     """Subscribes to instances and keeps their indexes. poll() handles what has arrived;
-    run() until the stream has been idle or a deadline passed."""
+    run() until the stream has been idle or a deadline passed. With catch_up, the first
+    poll asks every replay socket for what it buffers; without, an instance that ran before
+    is only noticed at its next message, whose seq shows the gap (as vLLM's example does)."""
 
-    def __init__(self, instances, topic="", rcvhwm=None, replay_timeout=1.0, ctx=None):
+    def __init__(self, instances, topic="", rcvhwm=None, replay_timeout=1.0, catch_up=True,
+                 ctx=None):
         self.ctx = ctx or zmq.Context.instance()
         self.instances = [Instance(*i) for i in instances]
         self.replay_timeout = replay_timeout
         self.poller = zmq.Poller()
         self.last_arrival = time.monotonic()
+        self.started = not catch_up
         for inst in self.instances:
             inst.sub = self.ctx.socket(zmq.SUB)
             inst.sub.setsockopt(zmq.LINGER, 0)
@@ -207,6 +213,7 @@ class Consumer:
         if inst.replay_endpoint:
             inst.dealer = self.ctx.socket(zmq.DEALER)
             inst.dealer.setsockopt(zmq.LINGER, 0)
+            inst.dealer.setsockopt(zmq.RCVHWM, 0)  # a replay's replies all come at once
             inst.dealer.connect(inst.replay_endpoint)
 
     def close(self):
@@ -215,8 +222,20 @@ class Consumer:
             if inst.dealer is not None:
                 inst.dealer.close(linger=0)
 
+    def catch_up(self):
+        """Asks each instance's replay socket for everything it still buffers, so that an
+        instance that ran before we joined is known before its next event. Done by the
+        first poll; the live messages the catch-up already applied count as duplicates."""
+        self.started = True
+        for inst in self.instances:
+            if inst.last_seq is None:
+                self._replay(inst, 0, float("inf"))
+                inst.caught_up = inst.last_seq
+
     def poll(self, timeout_ms=100):
         """Handles the messages that arrive within timeout_ms; returns how many."""
+        if not self.started:
+            self.catch_up()
         n = 0
         for sock, _ in self.poller.poll(timeout_ms):
             inst = next(i for i in self.instances if i.sub is sock)
@@ -249,6 +268,11 @@ class Consumer:
             inst.bad(f"a sequence frame of {len(seq_bytes)} bytes, not 8")
             return
         seq = int.from_bytes(seq_bytes, "big")
+        if inst.caught_up is not None:
+            if seq <= inst.caught_up:
+                inst.stats["duplicates"] += 1  # sent live while the catch-up replayed it
+                return
+            inst.caught_up = None
         if inst.last_seq is not None and seq <= inst.last_seq:
             # Live numbers only grow: the publisher started over, and its cache with it.
             inst.stats["restarts"] += 1

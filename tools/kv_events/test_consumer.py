@@ -79,8 +79,10 @@ def endpoints(p):
 
 def connected(c):
     """Gives the consumer's SUB time to connect (ZMQ's slow joiner), so that the counts
-    below are exact; a message missed meanwhile would come by replay anyway."""
+    below are exact (a message missed meanwhile would come by replay anyway), and lets it
+    catch up with what the publisher buffers."""
     time.sleep(0.2)
+    c.poll(0)
     return c
 
 
@@ -212,16 +214,18 @@ def test_index_equals_the_registry(tmp_path):
 
 @needs_replay
 def test_a_late_consumer_with_a_tiny_queue_recovers_through_replay(tmp_path):
-    """One consumer follows from the start; a second joins after a while with a receive
-    queue of one message and reads slowly, so that ZMQ drops most of what is sent to it:
-    it must end with the same index through the replay socket."""
+    """One consumer follows from the start; a second joins after a while, with a receive
+    queue of one message, and reads slowly: its first message shows a gap, which it
+    recovers through the replay socket, and it must end with the same index."""
     run = ReplayRun(tmp_path)
     first = consumer.Consumer([("kvtier", run.sub, run.replay)])
-    run.start(*TIERS, hold=5)
+    run.start(*TIERS, hold=3)
     while first.instances[0].last_seq is None or first.instances[0].last_seq < 20:
         first.poll(100)
         assert run.proc.poll() is None, "the replay ended before the second consumer joined"
-    late = consumer.Consumer([("kvtier", run.sub, run.replay)], rcvhwm=1)
+    # Without the catch-up at start: its first message shows it joined late, as in vLLM's
+    # example subscriber.
+    late = consumer.Consumer([("kvtier", run.sub, run.replay)], rcvhwm=1, catch_up=False)
     deadline = time.monotonic() + 120
     while not run.dump.exists() and time.monotonic() < deadline:
         first.poll(20)

@@ -3,7 +3,9 @@ messages), then against the shipped trace split by conversation across two kvtie
 processes, where it must name, for every request, the instance holding the longest prefix
 and each instance's overlap exactly as their registries say. Run by ctest
 (kv_events_pytest) with KVTIER_ROUTER, KVTIER_REPLAY and KVTIER_LIB set."""
+import array
 import ctypes
+import itertools
 import json
 import subprocess
 import time
@@ -30,7 +32,7 @@ class Hasher:
         n = len(tokens) // self.page
         out = (ctypes.c_uint64 * max(n, 1))()
         got = ctypes.c_size_t()
-        arr = (ctypes.c_uint32 * len(tokens))(*tokens)
+        arr = (ctypes.c_uint32 * len(tokens)).from_buffer(array.array("I", tokens))
         assert self.lib.kvt_hash_sequence(out, ctypes.byref(got), ctypes.c_size_t(n), self.salt,
                                           arr, ctypes.c_size_t(len(tokens)),
                                           ctypes.c_uint32(self.page)) == 0
@@ -38,7 +40,7 @@ class Hasher:
 
 
 def router(*instances, extra=()):
-    args = [ROUTER, "--page-size", "4", "--wait-idle-ms", "300", *extra]
+    args = [ROUTER, "--page-size", "4", *extra]
     for name, sub, replay in instances:
         args += ["--instance", f"{name}={sub}" + (f",{replay}" if replay else "")]
     return subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
@@ -53,6 +55,17 @@ def ask(proc, *requests):
         proc.stdin.flush()
         answers.append(json.loads(proc.stdout.readline()))
     return answers
+
+
+def settle(proc, last_seqs, timeout=10):
+    """Asks for stats until every instance has applied up to its given seq."""
+    deadline = time.monotonic() + timeout
+    while True:
+        (stats,) = ask(proc, {"stats": True})
+        if all(stats["stats"][n]["last_seq"] == s for n, s in last_seqs.items()):
+            return stats["stats"]
+        assert time.monotonic() < deadline, stats
+        time.sleep(0.05)
 
 
 def endpoints(p):
@@ -73,15 +86,17 @@ def test_router_follows_vllm_publishers_through_gaps_and_bad_messages():
         b.publish(vp.batch([vp.stored([1, 2, 3, 4, 5], medium="DISK")]))
         b.publish(b"\xc1")                                          # not msgpack
         b.publish(vp.batch([vp.removed([3], medium="DISK")]))
-        best, stats = ask(proc, {"hashes": [1, 2, 3, 4, 5], "id": 7}, {"stats": True})
+        stats = settle(proc, {"a": 2, "b": 2})
+        (best,) = ask(proc, {"hashes": [1, 2, 3, 4, 5], "id": 7})
         assert best["id"] == 7 and best["blocks"] == 5
         assert best["overlap"] == {"a": 4, "b": 2} and best["best"] == "a"
         assert best["overlap_by_medium"]["a"] == {"GPU": 2, "CPU": 0, "DISK": 0}
-        sa, sb = stats["stats"]["a"], stats["stats"]["b"]
-        assert sa["replayed"] == 2 and sa["lost"] == 0 and sa["last_seq"] == 2
+        sa, sb = stats["a"], stats["b"]
+        assert sa["replayed"] in (2, 3) and sa["lost"] == 0  # 3: a slow start caught up later
         assert sb["bad"] == 1 and "seq 1" in sb["last_error"] and sb["blocks"] == 4
         # A publisher that clears its cache.
         a.publish(vp.batch([vp.cleared()]))
+        settle(proc, {"a": 3})
         (after,) = ask(proc, {"hashes": [1, 2, 3, 4, 5]})
         assert after["overlap"] == {"a": 0, "b": 2} and after["best"] == "b"
         (bad,) = ask(proc, {"tokens": [1, -2]})
@@ -107,21 +122,22 @@ def trace_requests(n):
 
 
 def tokens_of(ids):
-    return [h * TOKENS_PER_ID + j for h in ids for j in range(TOKENS_PER_ID)]
+    return list(itertools.chain.from_iterable(
+        range(h * TOKENS_PER_ID, (h + 1) * TOKENS_PER_ID) for h in ids))
 
 
 @pytest.mark.skipif(not Path(REPLAY).exists(), reason="kvtier-replay not built")
 def test_router_on_a_trace_split_across_two_replays(tmp_path):
     """The shipped trace's first requests, conversations split in two: instance 'even'
     replays shard 0/2 and 'odd' shard 1/2, with G1 and G2 small enough to evict."""
-    n_requests, page = 800, 128
+    n_requests, page = 300, 256
     trace = tmp_path / "head.jsonl"
     with open(TRACE) as f, open(trace, "w") as out:
         out.writelines(line for _, line in zip(range(n_requests), f))
-    tiers = ["--page-size", page, "--g1-blocks", 3000, "--g2-blocks", 3000, "--g3-blocks", 0]
+    tiers = ["--page-size", page, "--g1-blocks", 1500, "--g2-blocks", 1500, "--g3-blocks", 0]
     even, odd = ReplayRun(tmp_path, "even"), ReplayRun(tmp_path, "odd")
     proc = subprocess.Popen([ROUTER, "--page-size", str(page), "--salt", SALT.decode(),
-                             "--wait-idle-ms", "1000",
+                             "--wait-idle-ms", "500",
                              "--instance", f"even={even.sub},{even.replay}",
                              "--instance", f"odd={odd.sub},{odd.replay}"],
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE,
@@ -134,9 +150,9 @@ def test_router_on_a_trace_split_across_two_replays(tmp_path):
         reg = run.registry()
         held[name] = reg["G1"] | reg["G2"]
 
-    requests = trace_requests(n_requests)
-    lines = "".join(json.dumps({"tokens": tokens_of(ids), "id": i}) + "\n"
-                    for i, ids in enumerate(requests)) + json.dumps({"stats": True}) + "\n"
+    tokens = [tokens_of(ids) for ids in trace_requests(n_requests)]
+    lines = "".join(json.dumps({"tokens": t, "id": i}) + "\n"
+                    for i, t in enumerate(tokens)) + json.dumps({"stats": True}) + "\n"
     out, err = proc.communicate(lines, timeout=120)
     assert proc.returncode == 0, err
     answers = [json.loads(line) for line in out.splitlines()]
@@ -148,9 +164,9 @@ def test_router_on_a_trace_split_across_two_replays(tmp_path):
 
     hasher = Hasher(SALT, page)
     only = {"even": 0, "odd": 0}
-    for i, (ids, got) in enumerate(zip(requests, answers)):
+    for i, (t, got) in enumerate(zip(tokens, answers)):
         assert got["id"] == i
-        h = hasher.hashes(tokens_of(ids))
+        h = hasher.hashes(t)
         want = {}
         for name in ("even", "odd"):
             k = 0

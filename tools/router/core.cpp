@@ -17,6 +17,7 @@ size_t Core::add_instance(std::string name) {
   stats_.emplace_back();
   skip_gap_.push_back(false);
   gap_end_.push_back(0);
+  caught_up_.emplace_back();
   return index_.add_instance();
 }
 
@@ -50,6 +51,11 @@ std::optional<uint64_t> Core::deliver(size_t inst, const std::vector<std::string
     s.last_error = "a sequence frame of " + std::to_string(frames[1].size()) + " bytes, not 8";
     return std::nullopt;
   }
+  if (caught_up_[inst] && *seq <= *caught_up_[inst]) {
+    ++s.duplicates;  // sent live while the catch-up replayed it
+    return std::nullopt;
+  }
+  caught_up_[inst].reset();
   if (s.last_seq && *seq <= *s.last_seq) {
     // Live numbers only grow: the publisher started over, and its cache with it.
     ++s.restarts;
@@ -85,6 +91,18 @@ void Core::deliver_replayed(size_t inst, uint64_t seq, std::string_view payload)
   s.lost += seq - expected;  // the replay buffer no longer held them
   ++s.replayed;
   apply(inst, seq, payload);
+}
+
+std::optional<uint64_t> Core::catch_up(size_t inst) {
+  std::lock_guard lock(mu_);
+  if (stats_[inst].last_seq) return std::nullopt;
+  gap_end_[inst] = UINT64_MAX;
+  return 0;
+}
+
+void Core::caught_up(size_t inst) {
+  std::lock_guard lock(mu_);
+  caught_up_[inst] = stats_[inst].last_seq;
 }
 
 void Core::bad_reply(size_t inst, std::string why) {

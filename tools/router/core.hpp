@@ -53,6 +53,12 @@ class Core {
   // deliver reported are applied: ones already seen, and ones from the live message on
   // (they also arrive live), are skipped.
   void deliver_replayed(size_t inst, uint64_t seq, std::string_view payload);
+  // Before the first live message: asks the caller to replay everything the publisher
+  // still buffers (returns 0), unless something was delivered already. Live messages that
+  // the catch-up already applied then count as duplicates, not as a restart.
+  std::optional<uint64_t> catch_up(size_t inst);
+  // The catch-up's replay is over.
+  void caught_up(size_t inst);
   // A bad reply from the replay socket: counted, with why.
   void bad_reply(size_t inst, std::string why);
   // Called by the caller when it gives up on a gap (no replay socket, or none answered):
@@ -67,7 +73,8 @@ class Core {
   StreamStats stats(size_t inst) const;
   std::vector<std::string> media() const;
   std::vector<uint64_t> hashes(size_t inst, const std::optional<std::string> &medium) const;
-  // When the last message of any instance arrived (steady clock).
+  // When the last message of any instance arrived (steady clock); at first, the Core's
+  // construction.
   std::chrono::steady_clock::time_point last_arrival() const;
 
  private:
@@ -82,8 +89,9 @@ class Core {
   std::vector<StreamStats> stats_;
   std::vector<bool> skip_gap_;      // give_up_gap was called
   std::vector<uint64_t> gap_end_;   // the live message after the last gap reported
+  std::vector<std::optional<uint64_t>> caught_up_;  // the last seq the catch-up applied
   Index index_;
-  std::chrono::steady_clock::time_point last_arrival_{};
+  std::chrono::steady_clock::time_point last_arrival_ = std::chrono::steady_clock::now();
 };
 
 // The 8-byte big-endian sequence number frame; nothing if it is not 8 bytes.

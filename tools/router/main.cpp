@@ -100,7 +100,8 @@ json handle(const Core &core, const std::string &line) {
   return out;
 }
 
-// Waits until no message has arrived for `idle`, at most a minute.
+// Waits until no message has arrived for `idle` (the start counts as an arrival), at most a
+// minute.
 void wait_idle(const Core &core, std::chrono::milliseconds idle) {
   using Clock = std::chrono::steady_clock;
   const auto give_up = Clock::now() + std::chrono::minutes(1);

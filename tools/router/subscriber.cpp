@@ -66,6 +66,12 @@ void Subscriber::stop() {
 }
 
 void Subscriber::run() {
+  // Joining a running instance: what it holds already comes from its replay buffer.
+  for (Conn &c : conns_) {
+    if (stop_) return;
+    if (std::optional<uint64_t> from = core_.catch_up(c.inst); from && replay(c, *from))
+      core_.caught_up(c.inst);
+  }
   std::vector<zmq::pollitem_t> items;
   for (Conn &c : conns_) items.push_back({c.sub.handle(), 0, ZMQ_POLLIN, 0});
   while (!stop_) {

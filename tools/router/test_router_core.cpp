@@ -304,3 +304,31 @@ TEST(RouterCore, RoutesTokensToTheLongestPrefix) {
   EXPECT_EQ(ans.by_medium[a], (std::vector<size_t>{1, 0}));
   EXPECT_FALSE(core.route({1, 2, 3}).best) << "no instance holds anything of it";
 }
+
+TEST(RouterCore, CatchUpAtStartThenLiveDuplicatesAreNotARestart) {
+  Core core(0, 4);
+  size_t a = core.add_instance("a");
+  const std::string s1 = batch(1, [](Packer &p) { stored(p, {1}, "GPU"); });
+  const std::string s2 = batch(1, [](Packer &p) { stored(p, {2}, "GPU"); });
+  ASSERT_EQ(core.catch_up(a), 0u);
+  core.deliver_replayed(a, 0, s1);
+  core.deliver_replayed(a, 1, s2);
+  core.caught_up(a);
+  // Sent live while the catch-up replayed them: already applied.
+  for (uint64_t seq : {0, 1}) {
+    std::vector<std::string> m{"", seq_frame(seq), seq ? s2 : s1};
+    EXPECT_EQ(core.deliver(a, {m.begin(), m.end()}), std::nullopt);
+  }
+  std::vector<std::string> m{"", seq_frame(2), s1};
+  EXPECT_EQ(core.deliver(a, {m.begin(), m.end()}), std::nullopt);
+  StreamStats st = core.stats(a);
+  EXPECT_EQ(st.replayed, 2u);
+  EXPECT_EQ(st.duplicates, 2u);
+  EXPECT_EQ(st.restarts, 0u);
+  EXPECT_EQ(st.last_seq, 2u);
+  EXPECT_EQ(core.catch_up(a), std::nullopt) << "only before anything was delivered";
+  // A publisher that really restarts afterwards is still told apart.
+  std::vector<std::string> r{"", seq_frame(0), s1};
+  EXPECT_EQ(core.deliver(a, {r.begin(), r.end()}), std::nullopt);
+  EXPECT_EQ(core.stats(a).restarts, 1u);
+}
