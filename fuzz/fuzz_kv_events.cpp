@@ -33,14 +33,17 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     Batch one;
     one.events.push_back(e);
     ix.apply(inst, one);
+    // The event's medium by name: a medium of None is the one named "" (nullopt would ask
+    // for any medium).
+    const std::optional<std::string> m = e.medium ? *e.medium : std::string();
     switch (e.kind) {
       case EventKind::Stored:
-        for (uint64_t h : e.hashes) check(ix.prefix(inst, &h, 1, e.medium) == 1, "stored, not held");
+        for (uint64_t h : e.hashes) check(ix.prefix(inst, &h, 1, m) == 1, "stored, not held");
         break;
       case EventKind::Removed:
         // A 33rd medium shares a bit with the 32nd: only known media are checked.
         if (ix.media().size() < Index::kMaxMedia)
-          for (uint64_t h : e.hashes) check(ix.prefix(inst, &h, 1, e.medium) == 0, "removed, held");
+          for (uint64_t h : e.hashes) check(ix.prefix(inst, &h, 1, m) == 0, "removed, held");
         break;
       case EventKind::Cleared:
         check(ix.blocks(inst) == 0, "cleared, blocks remain");
