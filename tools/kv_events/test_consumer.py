@@ -128,6 +128,20 @@ def test_joining_late_replays_from_the_start(publisher):
     c.close()
 
 
+def test_joining_late_without_catch_up_the_first_message_shows_the_gap(publisher):
+    for h in range(3):
+        publisher.publish(vp.batch([vp.stored([h])]))
+    sub, replay = endpoints(publisher)
+    c = connected(consumer.Consumer([("a", sub, replay)], catch_up=False))
+    publisher.publish(vp.batch([vp.stored([3])]))
+    c.run(until_idle=0.3, deadline=5)
+    inst = c.instances[0]
+    assert inst.index == {"GPU": {0, 1, 2, 3}}
+    assert inst.stats["gaps"] == 1 and inst.stats["replayed"] == 3
+    assert inst.stats["messages"] == 1 and inst.stats["lost"] == 0
+    c.close()
+
+
 def test_without_replay_a_gap_is_counted_lost(publisher):
     sub, _ = endpoints(publisher)
     c = connected(consumer.Consumer([("a", sub, None)]))
@@ -214,18 +228,18 @@ def test_index_equals_the_registry(tmp_path):
 
 @needs_replay
 def test_a_late_consumer_with_a_tiny_queue_recovers_through_replay(tmp_path):
-    """One consumer follows from the start; a second joins after a while, with a receive
-    queue of one message, and reads slowly: its first message shows a gap, which it
-    recovers through the replay socket, and it must end with the same index."""
+    """One consumer follows from the start; a second joins after a while (the replay may be
+    over by then: it publishes faster than Python reads), with a receive queue of one
+    message, and reads slowly. What it missed comes through the replay socket, and it must
+    end with the same index. (A gap seen in the live stream is recovered the same way: the
+    tests with vllm_publisher.py make one on purpose.)"""
     run = ReplayRun(tmp_path)
     first = consumer.Consumer([("kvtier", run.sub, run.replay)])
     run.start(*TIERS, hold=3)
     while first.instances[0].last_seq is None or first.instances[0].last_seq < 20:
         first.poll(100)
         assert run.proc.poll() is None, "the replay ended before the second consumer joined"
-    # Without the catch-up at start: its first message shows it joined late, as in vLLM's
-    # example subscriber.
-    late = consumer.Consumer([("kvtier", run.sub, run.replay)], rcvhwm=1, catch_up=False)
+    late = consumer.Consumer([("kvtier", run.sub, run.replay)], rcvhwm=1)
     deadline = time.monotonic() + 120
     while not run.dump.exists() and time.monotonic() < deadline:
         first.poll(20)
@@ -237,7 +251,7 @@ def test_a_late_consumer_with_a_tiny_queue_recovers_through_replay(tmp_path):
     want = run.registry()
     a, b = first.instances[0], late.instances[0]
     assert index_by_tier(a) == want
-    assert b.stats["replayed"] > 0 and b.stats["gaps"] > 0
+    assert b.stats["replayed"] > 20
     assert b.stats["lost"] == 0 and b.stats["bad"] == 0, b.errors
     assert index_by_tier(b) == want
     first.close()
