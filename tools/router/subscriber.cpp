@@ -14,6 +14,7 @@ constexpr uint64_t kEndSeq = ~uint64_t(0);
 std::unique_ptr<zmq::socket_t> open_dealer(zmq::context_t &ctx, const std::string &endpoint) {
   auto d = std::make_unique<zmq::socket_t>(ctx, zmq::socket_type::dealer);
   d->set(zmq::sockopt::linger, 0);
+  d->set(zmq::sockopt::rcvhwm, 0);  // a replay's replies all come at once
   d->connect(endpoint);
   return d;
 }
