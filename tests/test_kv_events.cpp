@@ -3,6 +3,9 @@
 #include <gtest/gtest.h>
 #include <msgpack.hpp>
 #include <stdlib.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <unistd.h>
 #include <zmq.h>
 
@@ -18,6 +21,18 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 constexpr uint32_t kPage = 4;
+
+// A TCP port free on every interface now: bound by the kernel, then closed at once.
+int free_port() {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  socklen_t len = sizeof a;
+  EXPECT_EQ(bind(fd, reinterpret_cast<sockaddr *>(&a), sizeof a), 0);
+  EXPECT_EQ(getsockname(fd, reinterpret_cast<sockaddr *>(&a), &len), 0);
+  close(fd);
+  return ntohs(a.sin_port);
+}
 
 std::string temp_dir() {
   char tmpl[] = "/tmp/kvt-kv-events-XXXXXX";
@@ -96,14 +111,17 @@ Batch decode(const std::string &payload, uint64_t seq) {
     std::string tag = e.via.array.ptr[0].as<std::string>();
     if (tag == "AllBlocksCleared") {
       EXPECT_EQ(e.via.array.size, 1u);
-      b.blocks.push_back(Block{tag});
+      Block cleared;
+      cleared.kind = tag;
+      b.blocks.push_back(cleared);
       continue;
     }
     auto hashes = e.via.array.ptr[1].as<std::vector<uint64_t>>();
     if (tag == "BlockRemoved") {
       EXPECT_EQ(e.via.array.size, 3u) << "[tag, block_hashes, medium]";
       for (uint64_t h : hashes)
-        b.blocks.push_back(Block{tag, h, false, 0, {}, e.via.array.ptr[2].as<std::string>()});
+        b.blocks.push_back(Block{tag, h, false, 0, {}, e.via.array.ptr[2].as<std::string>(),
+                                 hashes.size()});
       continue;
     }
     EXPECT_EQ(tag, "BlockStored");
@@ -167,6 +185,10 @@ class KvEvents : public ::testing::Test {
   // Waits until the subscription works: kvt_manager_reset of every tier, empty, publishes
   // one AllBlocksCleared each; then drains those. Returns the next seq to expect.
   uint64_t sync() {
+    if (m_ == nullptr) {
+      ADD_FAILURE() << "no manager";
+      return 0;
+    }
     Frames f;
     uint64_t last = 0;
     bool got = false;
@@ -195,6 +217,7 @@ class KvEvents : public ::testing::Test {
       EXPECT_EQ(seq, *next_seq) << "sequence numbers are consecutive";
       *next_seq = seq + 1;
       out.push_back(decode(f[2], seq));
+      seen_.push_back(out.back());
       have += out.back().blocks.size();
     }
     EXPECT_EQ(have, blocks);
@@ -251,6 +274,7 @@ class KvEvents : public ::testing::Test {
   }
 
   std::string dir_, endpoint_, replay_;
+  std::vector<Batch> seen_;  // what receive() got
   void *ctx_ = nullptr, *sub_ = nullptr;
   kvt_manager *m_ = nullptr;
 };
@@ -349,6 +373,10 @@ TEST_F(KvEvents, EveryFieldOfStoredRemovedAndCleared) {
   std::vector<Batch> all = replay_from(0);
   ASSERT_GE(all.size(), 4u);
   for (size_t i = 0; i < all.size(); ++i) EXPECT_EQ(all[i].seq, i);
+  for (const Batch &b : seen_) {
+    ASSERT_LT(b.seq, all.size());
+    EXPECT_EQ(all[b.seq].payload, b.payload) << "replay gives the bytes published";
+  }
   std::vector<Batch> tail = replay_from(all.size() - 2);
   ASSERT_EQ(tail.size(), 2u);
   EXPECT_EQ(tail[0].payload, all[all.size() - 2].payload);
@@ -414,12 +442,7 @@ TEST_F(KvEvents, ConnectsWithoutWildcardAndBindsWithOne) {
   sub_ = nullptr;
 
   // With a wildcard it binds: a SUB connects to it.
-  void *probe = zmq_socket(ctx_, ZMQ_PUB);  // a free port, picked by the kernel
-  ASSERT_EQ(zmq_bind(probe, "tcp://127.0.0.1:*"), 0);
-  len = sizeof ep;
-  ASSERT_EQ(zmq_getsockopt(probe, ZMQ_LAST_ENDPOINT, ep, &len), 0);
-  zmq_close(probe);
-  port = std::string(ep).substr(std::string(ep).rfind(':') + 1);
+  port = std::to_string(free_port());
   std::string wild = "tcp://*:" + port;
   c.kv_events_endpoint = wild.c_str();
   create(c);
@@ -521,7 +544,9 @@ TEST(Threads, KvEventsSlowOrAbsentSubscriberNeverBlocks) {
     c.kv_events_endpoint = endpoint.c_str();  // "absent": connects to the discard port
     kvt_manager *m = nullptr;
     ASSERT_EQ(kvt_manager_create(&m, &c), KVT_OK);
-    if (std::string(target) == "slow") ASSERT_EQ(zmq_connect(sub, ep.c_str()), 0);
+    if (std::string(target) == "slow") {
+      ASSERT_EQ(zmq_connect(sub, ep.c_str()), 0);
+    }
     auto t0 = Clock::now();
     std::thread other([&] { churn(m, 1u << 30, 2000); });
     churn(m, 1, 2000);

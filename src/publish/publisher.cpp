@@ -113,13 +113,16 @@ void Publisher::publish(const kvt_event *events, size_t n) noexcept {
   for (size_t i = 0; i < n; ++i) {
     const kvt_event &e = events[i];
     if (!(cfg_.tiers & (1u << e.tier))) continue;
-    try {
-      if (pending_.size() >= kMaxPending) throw std::bad_alloc();
-      pending_.push_back(QueuedEvent{e.hash, e.parent_hash, uint8_t(e.type), uint8_t(e.tier)});
-    } catch (...) {  // the thread is far behind, or memory is short: lose a batch, visibly
+    // The thread is far behind, or memory is short: a batch is lost, visibly (a skipped seq).
+    if (pending_.size() >= kMaxPending) {
       pending_.clear();
       ++dropped_;
+    }
+    try {
       pending_.push_back(QueuedEvent{e.hash, e.parent_hash, uint8_t(e.type), uint8_t(e.tier)});
+    } catch (...) {
+      pending_.clear();
+      ++dropped_;
     }
   }
   if (was_idle && armed_ && (!pending_.empty() || dropped_)) {
