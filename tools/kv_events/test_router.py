@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
+import zmq
 
 import vllm_publisher as vp
 from support import LIB, REPLAY, ROUTER, SALT, TOKENS_PER_ID, TRACE, ReplayRun
@@ -69,7 +70,6 @@ def settle(proc, last_seqs, timeout=10):
 
 
 def endpoints(p):
-    import zmq
     return (p.pub.getsockopt(zmq.LAST_ENDPOINT).decode(),
             p.replay.getsockopt(zmq.LAST_ENDPOINT).decode())
 

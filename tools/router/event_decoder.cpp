@@ -1,6 +1,5 @@
 #include "event_decoder.hpp"
 
-#include <cstring>
 #include <new>
 #include <string_view>
 
