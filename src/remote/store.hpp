@@ -1,6 +1,9 @@
 // G4's client: blocks as Redis values on one or more shards, by sequence hash. Values carry
 // a header that is checked on every read; commands are pipelined, one round trip per batch
-// per shard. The manager owns one Store; any thread may call it.
+// per shard. The manager owns one Store; any thread may call it (each call borrows a pooled
+// connection per shard). Formats, shards, timeouts: docs/G4.md.
+// A failing call leaves its message in the calling thread's kvt_last_error(); a Redis error
+// reply (OOM under noeviction, NOAUTH, MOVED...) counts as KVT_ERR_IO with Redis's words.
 #pragma once
 
 #include <cstddef>
@@ -22,8 +25,10 @@ struct Config {
   uint64_t timeout_us = 1000000;
 };
 
-// Reads the g4_* fields of c (g4_url set) into *out; layout is the caller's. A bad URL, an
-// unset password variable, a timeout of 0: KVT_ERR_INVALID_ARGUMENT naming the field.
+// Reads the g4_* fields of c (g4_url set) into *out; layout is the caller's. A bad URL or
+// a shard listed twice, an unset or empty password variable, a key prefix that is empty,
+// longer than 128 bytes or not printable ASCII without spaces, a timeout of 0 or over an
+// hour: KVT_ERR_INVALID_ARGUMENT naming the field.
 kvt_status parse_config(Config *out, const kvt_manager_config &c, uint64_t layout);
 
 // One block to write: its bytes (block_bytes of them, contiguous) and its chain.
@@ -33,9 +38,10 @@ struct Put {
   size_t len;
 };
 
-// One block to read into data (len bytes); status is set: KVT_OK, KVT_ERR_NOT_FOUND,
-// KVT_ERR_CORRUPT (the header, the length or the checksum is wrong, or the parent is not
-// the expected one; the key is deleted) or KVT_ERR_IO (its shard is unreachable).
+// One block to read into data (len bytes, written only when status is KVT_OK); status is
+// set: KVT_OK, KVT_ERR_NOT_FOUND, KVT_ERR_CORRUPT (the header, the length or the checksum
+// is wrong, or the parent, namespace or layout is not the expected one; the key is deleted)
+// or KVT_ERR_IO (its shard is unreachable, timed out or answered with an error).
 struct Get {
   uint64_t hash, parent;  // parent: the expected one
   void *data;
