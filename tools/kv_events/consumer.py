@@ -148,6 +148,7 @@ class Instance:
         self.index = {}
         self.last_seq = None
         self.caught_up = None  # the last seq the catch-up at start applied
+        self.active = time.monotonic()  # its last message or resync
         self.stats = dict(messages=0, replayed=0, duplicates=0, bad=0, lost=0, restarts=0,
                           gaps=0, events=0)
         self.errors = []  # the first few reasons for bad messages
@@ -183,15 +184,17 @@ class Instance:
 
 class Consumer:
     """Subscribes to instances and keeps their indexes. poll() handles what has arrived;
-    run() until the stream has been idle or a deadline passed. With catch_up, the first
+    run() until the stream has been idle or a deadline passed. An instance quiet for resync
+    seconds (None: never) is asked for what follows its last message. With catch_up, the first
     poll asks every replay socket for what it buffers; without, an instance that ran before
     is only noticed at its next message, whose seq shows the gap (as vLLM's example does)."""
 
     def __init__(self, instances, topic="", rcvhwm=None, replay_timeout=1.0, catch_up=True,
-                 ctx=None):
+                 resync=1.0, ctx=None):
         self.ctx = ctx or zmq.Context.instance()
         self.instances = [Instance(*i) for i in instances]
         self.replay_timeout = replay_timeout
+        self.resync = resync
         self.poller = zmq.Poller()
         self.last_arrival = time.monotonic()
         self.started = not catch_up
@@ -237,8 +240,19 @@ class Consumer:
         if not self.started:
             self.catch_up()
         n = 0
-        for sock, _ in self.poller.poll(timeout_ms):
+        ready = dict(self.poller.poll(timeout_ms))
+        now = time.monotonic()
+        for inst in self.instances:
+            if inst.sub not in ready and self.resync and now - inst.active >= self.resync:
+                # Quiet a while: ask for what follows the last message. Messages lost at the
+                # end of a burst are otherwise never noticed, as no later one shows them
+                # missing (a SUB that connected after the burst, say).
+                inst.active = now
+                self._replay(inst, 0 if inst.last_seq is None else inst.last_seq + 1,
+                             float("inf"))
+        for sock in ready:
             inst = next(i for i in self.instances if i.sub is sock)
+            inst.active = now
             while True:
                 try:
                     frames = sock.recv_multipart(zmq.NOBLOCK)
@@ -306,6 +320,7 @@ class Consumer:
             if seq < expected:
                 inst.stats["duplicates"] += 1
             elif seq < end:  # later ones come live too
+                self.last_arrival = time.monotonic()
                 inst.stats["lost"] += seq - expected  # the buffer no longer held those
                 inst.stats["replayed"] += 1
                 inst.apply(seq, payload)
@@ -335,6 +350,9 @@ def main(argv=None):
                     help="stop once no message has come for this many seconds (2)")
     ap.add_argument("--timeout", type=float, default=None, help="stop after this many seconds")
     ap.add_argument("--rcvhwm", type=int, default=None, help="SUB receive high-water mark")
+    ap.add_argument("--resync", type=float, default=1.0,
+                    help="ask a quiet instance for what follows its last message after this "
+                         "many seconds; 0: never (1)")
     ap.add_argument("--json", action="store_true", help="print the indexes as JSON at the end")
     a = ap.parse_args(argv)
     instances = list(a.instance)
@@ -342,7 +360,7 @@ def main(argv=None):
         instances.append(("default", a.sub, a.replay))
     if not instances:
         ap.error("give --sub or --instance")
-    c = Consumer(instances, topic=a.topic, rcvhwm=a.rcvhwm)
+    c = Consumer(instances, topic=a.topic, rcvhwm=a.rcvhwm, resync=a.resync)
     try:
         c.run(until_idle=a.until_idle, deadline=a.timeout)
     except KeyboardInterrupt:

@@ -211,7 +211,7 @@ def index_by_tier(inst):
 @needs_replay
 def test_index_equals_the_registry(tmp_path):
     run = ReplayRun(tmp_path)
-    c = consumer.Consumer([("kvtier", run.sub, run.replay)])
+    c = consumer.Consumer([("kvtier", run.sub, run.replay)], resync=0.3)
     run.start(*TIERS, hold=1)
     follow(run, c)
     report = run.finish()
@@ -234,12 +234,12 @@ def test_a_late_consumer_with_a_tiny_queue_recovers_through_replay(tmp_path):
     end with the same index. (A gap seen in the live stream is recovered the same way: the
     tests with vllm_publisher.py make one on purpose.)"""
     run = ReplayRun(tmp_path)
-    first = consumer.Consumer([("kvtier", run.sub, run.replay)])
+    first = consumer.Consumer([("kvtier", run.sub, run.replay)], resync=0.3)
     run.start(*TIERS, hold=3)
     while first.instances[0].last_seq is None or first.instances[0].last_seq < 20:
         first.poll(100)
         assert run.proc.poll() is None, "the replay ended before the second consumer joined"
-    late = consumer.Consumer([("kvtier", run.sub, run.replay)], rcvhwm=1)
+    late = consumer.Consumer([("kvtier", run.sub, run.replay)], rcvhwm=1, resync=0.3)
     deadline = time.monotonic() + 120
     while not run.dump.exists() and time.monotonic() < deadline:
         first.poll(20)

@@ -137,30 +137,36 @@ def test_router_on_a_trace_split_across_two_replays(tmp_path):
     tiers = ["--page-size", page, "--g1-blocks", 1500, "--g2-blocks", 1500, "--g3-blocks", 0]
     even, odd = ReplayRun(tmp_path, "even"), ReplayRun(tmp_path, "odd")
     proc = subprocess.Popen([ROUTER, "--page-size", str(page), "--salt", SALT.decode(),
-                             "--wait-idle-ms", "500",
+                             "--wait-idle-ms", "500", "--resync-ms", "300",
                              "--instance", f"even={even.sub},{even.replay}",
                              "--instance", f"odd={odd.sub},{odd.replay}"],
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     even.start("--shard", "0/2", *tiers, trace=trace, hold=1)
     odd.start("--shard", "1/2", *tiers, trace=trace, hold=1)
-    held = {}
+    held, registry = {}, {}
     for name, run in (("even", even), ("odd", odd)):
         run.finish()
-        reg = run.registry()
-        held[name] = reg["G1"] | reg["G2"]
+        registry[name] = run.registry()
+        held[name] = registry[name]["G1"] | registry[name]["G2"]
 
     tokens = [tokens_of(ids) for ids in trace_requests(n_requests)]
     lines = "".join(json.dumps({"tokens": t, "id": i}) + "\n"
-                    for i, t in enumerate(tokens)) + json.dumps({"stats": True}) + "\n"
+                    for i, t in enumerate(tokens))
+    lines += json.dumps({"stats": True}) + "\n" + json.dumps({"index": True}) + "\n"
     out, err = proc.communicate(lines, timeout=120)
     assert proc.returncode == 0, err
     answers = [json.loads(line) for line in out.splitlines()]
+    index = answers.pop()["index"]
     stats = answers.pop()["stats"]
     for name in ("even", "odd"):
         s = stats[name]
         assert s["bad"] == 0 and s["lost"] == 0, s
-        assert s["blocks"] == len(held[name])
+        for tier, medium in (("G1", "GPU"), ("G2", "CPU")):
+            got = set(index[name].get(medium, []))
+            want = registry[name][tier]
+            assert got == want, (name, tier, len(got), len(want), len(got - want),
+                                 len(want - got), s)
 
     hasher = Hasher(SALT, page)
     only = {"even": 0, "odd": 0}

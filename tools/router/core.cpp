@@ -100,6 +100,12 @@ std::optional<uint64_t> Core::catch_up(size_t inst) {
   return 0;
 }
 
+uint64_t Core::resync(size_t inst) {
+  std::lock_guard lock(mu_);
+  gap_end_[inst] = UINT64_MAX;
+  return stats_[inst].last_seq ? *stats_[inst].last_seq + 1 : 0;
+}
+
 void Core::caught_up(size_t inst) {
   std::lock_guard lock(mu_);
   caught_up_[inst] = stats_[inst].last_seq;

@@ -59,6 +59,10 @@ class Core {
   std::optional<uint64_t> catch_up(size_t inst);
   // The catch-up's replay is over.
   void caught_up(size_t inst);
+  // For an instance quiet a while: the seq to replay from (the next expected), every reply
+  // applied. Messages lost at the end of a burst are otherwise never noticed, as no later
+  // message shows them missing (a subscriber that connected after the burst, say).
+  uint64_t resync(size_t inst);
   // A bad reply from the replay socket: counted, with why.
   void bad_reply(size_t inst, std::string why);
   // Called by the caller when it gives up on a gap (no replay socket, or none answered):

@@ -130,12 +130,15 @@ int main(int argc, char **argv) {
   app.add_option("--rcvhwm", so.rcvhwm, "messages queued per instance before ZMQ drops (100000)");
   app.add_option("--replay-timeout-ms", so.replay_timeout_ms,
                  "longest wait for one replay reply (1000)");
+  app.add_option("--resync-ms", so.resync_ms, "ask a quiet instance's replay socket for what "
+                 "follows its last message after this long; 0: never (1000)");
   app.add_option("--wait-idle-ms", idle_ms, "answer each line only once no event has arrived "
                                             "for this long (0)");
   CLI11_PARSE(app, argc, argv);
-  if (page < 1 || page > 65536 || idle_ms < 0 || so.rcvhwm < 0 || so.replay_timeout_ms < 1) {
+  if (page < 1 || page > 65536 || idle_ms < 0 || so.rcvhwm < 0 || so.replay_timeout_ms < 1 ||
+      so.resync_ms < 0) {
     std::fprintf(stderr, "kvtier-router: --page-size must be in 1..65536, --wait-idle-ms, "
-                         "--rcvhwm >= 0, --replay-timeout-ms >= 1\n");
+                         "--rcvhwm, --resync-ms >= 0, --replay-timeout-ms >= 1\n");
     return 2;
   }
 

@@ -51,7 +51,8 @@ bool Subscriber::add(const InstanceSpec &spec, std::string *error) {
     std::unique_ptr<zmq::socket_t> dealer;
     if (!spec.replay.empty()) dealer = open_dealer(ctx_, spec.replay);
     size_t inst = core_.add_instance(spec.name);
-    conns_.push_back(Conn{inst, spec.replay, std::move(sub), std::move(dealer)});
+    conns_.push_back(Conn{inst, spec.replay, std::move(sub), std::move(dealer),
+                          std::chrono::steady_clock::now()});
     return true;
   } catch (const zmq::error_t &e) {
     *error = "instance " + spec.name + ": " + e.what();
@@ -77,8 +78,18 @@ void Subscriber::run() {
   for (Conn &c : conns_) items.push_back({c.sub.handle(), 0, ZMQ_POLLIN, 0});
   while (!stop_) {
     zmq::poll(items, std::chrono::milliseconds(50));
-    for (size_t i = 0; i < conns_.size(); ++i)
-      if (items[i].revents & ZMQ_POLLIN) receive(conns_[i]);
+    const auto now = std::chrono::steady_clock::now();
+    for (size_t i = 0; i < conns_.size(); ++i) {
+      Conn &c = conns_[i];
+      if (items[i].revents & ZMQ_POLLIN) {
+        c.active = now;
+        receive(c);
+      } else if (c.dealer && o_.resync_ms > 0 &&
+                 now - c.active >= std::chrono::milliseconds(o_.resync_ms)) {
+        c.active = now;
+        replay(c, core_.resync(c.inst));
+      }
+    }
   }
 }
 

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <memory>
 #include <string>
 #include <thread>
@@ -28,6 +29,7 @@ struct SubscriberOptions {
   std::string topic;          // SUB prefix filter ("" takes every message)
   int rcvhwm = 100000;        // messages queued per SUB before ZMQ drops, vLLM's PUB hwm
   int replay_timeout_ms = 1000;  // the longest wait for one replay reply
+  int resync_ms = 1000;       // an instance quiet this long is asked for what follows; 0: never
 };
 
 class Subscriber {
@@ -47,6 +49,7 @@ class Subscriber {
     std::string replay_endpoint;
     zmq::socket_t sub;
     std::unique_ptr<zmq::socket_t> dealer;
+    std::chrono::steady_clock::time_point active;  // last message or resync
   };
   void run();
   void receive(Conn &c);

@@ -332,3 +332,21 @@ TEST(RouterCore, CatchUpAtStartThenLiveDuplicatesAreNotARestart) {
   EXPECT_EQ(core.deliver(a, {r.begin(), r.end()}), std::nullopt);
   EXPECT_EQ(core.stats(a).restarts, 1u);
 }
+
+TEST(RouterCore, ResyncOfAQuietInstanceAppliesWhatFollows) {
+  Core core(0, 4);
+  size_t a = core.add_instance("a");
+  const std::string s1 = batch(1, [](Packer &p) { stored(p, {1}, "GPU"); });
+  const std::string s2 = batch(1, [](Packer &p) { removed(p, {1}, "GPU"); });
+  std::vector<std::string> m{"", seq_frame(0), s1};
+  ASSERT_EQ(core.deliver(a, {m.begin(), m.end()}), std::nullopt);
+  // Message 1 never came live, and nothing after it shows it missing.
+  EXPECT_EQ(core.resync(a), 1u);
+  core.deliver_replayed(a, 0, s1);
+  core.deliver_replayed(a, 1, s2);
+  StreamStats st = core.stats(a);
+  EXPECT_EQ(st.last_seq, 1u);
+  EXPECT_EQ(st.replayed, 1u);
+  EXPECT_EQ(st.duplicates, 1u);
+  EXPECT_EQ(core.route_hashes({1}).overlap[0], 0u) << "the removal was applied";
+}
