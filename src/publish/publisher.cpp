@@ -179,8 +179,10 @@ void Publisher::send_batch(const std::vector<QueuedEvent> &events) {
   zmq_send(pub_, cfg_.topic.data(), cfg_.topic.size(), ZMQ_SNDMORE | ZMQ_DONTWAIT);
   zmq_send(pub_, seq, sizeof seq, ZMQ_SNDMORE | ZMQ_DONTWAIT);
   zmq_send(pub_, payload_.data(), payload_.size(), ZMQ_DONTWAIT);
-  if (replay_.size() == cfg_.buffer) replay_.pop_front();
-  replay_.emplace_back(seq_, payload_);
+  if (router_) {  // kept only where a replay can ask for it
+    if (replay_.size() == cfg_.buffer) replay_.pop_front();
+    replay_.emplace_back(seq_, payload_);
+  }
   ++seq_;
 }
 
