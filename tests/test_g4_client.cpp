@@ -83,7 +83,7 @@ struct Blocks {
     for (size_t i = 0; i < n; ++i) {
       hashes.push_back(rng() | 1);
       std::vector<uint8_t> d(len);
-      for (size_t k = 0; k < len; k += 8) {  // 8 bytes a draw: 128 MiB stays quick
+      for (size_t k = 0; k < len; k += 8) {  // 8 bytes a draw: big batches stay quick
         uint64_t r = rng();
         std::memcpy(d.data() + k, &r, std::min<size_t>(8, len - k));
       }
