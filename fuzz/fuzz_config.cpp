@@ -52,6 +52,22 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
 
   const char *paths[] = {nullptr, "/nonexistent/kvtier-fuzz", "/tmp", ""};
   c.g3_path = paths[in.below(4)];
+  // The strings of 0.4.0 are pointers too: chosen, never raw bytes. No endpoint a run could
+  // reach: a publisher binds only inproc, G4 points at nothing listening, or at bad URLs.
+  const char *endpoints[] = {nullptr, "inproc://kvtier-fuzz", "tcp://127.0.0.1:1", "", "bogus"};
+  c.kv_events_endpoint = endpoints[in.below(5)];
+  c.kv_events_replay_endpoint = in.flag() ? nullptr : endpoints[in.below(5)];
+  const char *topics[] = {nullptr, "", "kv"};
+  c.kv_events_topic = topics[in.below(3)];
+  const char *urls[] = {nullptr, "redis://127.0.0.1:1", "unix:///nonexistent/redis.sock",
+                        "redis://", "redis://a:b:c/x", "redis://127.0.0.1:1,redis://127.0.0.1:2",
+                        ""};
+  c.g4_url = urls[in.below(7)];
+  const char *envs[] = {nullptr, "KVTIER_FUZZ_UNSET_VARIABLE", ""};
+  c.g4_password_env = envs[in.below(3)];
+  const char *prefixes[] = {nullptr, "kvtier", "", "has space"};
+  c.g4_key_prefix = prefixes[in.below(4)];
+  if (c.g4_timeout_us > 100000) c.g4_timeout_us %= 100000;  // a connect refused is quick anyway
   // A layout over real memory, shaped by the input.
   std::vector<char> mem;
   std::vector<const void *> bases;

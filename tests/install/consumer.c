@@ -11,5 +11,5 @@ int main(void) {
   if (kvt_manager_create(&m, &cfg) != KVT_OK) return 1;
   kvt_manager_destroy(m);
   printf("consumer linked kvtier %s\n", kvt_version());
-  return strcmp(kvt_version(), "0.3.0") != 0;
+  return strcmp(kvt_version(), "0.4.0") != 0;
 }

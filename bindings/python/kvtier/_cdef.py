@@ -4,7 +4,7 @@ CDEF = """\
 typedef int32_t kvt_status;
 typedef uint64_t kvt_block;
 typedef enum kvt_tier {
-  KVT_TIER_G1 = 1, KVT_TIER_G2 = 2, KVT_TIER_G3 = 3
+  KVT_TIER_G1 = 1, KVT_TIER_G2 = 2, KVT_TIER_G3 = 3, KVT_TIER_G4 = 4
 } kvt_tier;
 typedef struct kvt_manager kvt_manager;
 typedef struct kvt_xfer kvt_xfer;
@@ -77,6 +77,17 @@ typedef struct kvt_manager_config {
   uint64_t g3_namespace;
   uint32_t eviction[3];
   uint32_t max_pinned_percent;
+  const char *kv_events_endpoint;
+  const char *kv_events_replay_endpoint;
+  const char *kv_events_topic;
+  uint64_t kv_events_buffer;
+  int32_t kv_events_dp_rank;
+  uint32_t kv_events_tiers;
+  const char *g4_url;
+  const char *g4_password_env;
+  const char *g4_key_prefix;
+  uint64_t g4_namespace;
+  uint64_t g4_timeout_us;
 } kvt_manager_config;
 typedef enum kvt_g3_mismatch {
   KVT_G3_REFUSE = 0, KVT_G3_RESET = 1
@@ -190,6 +201,25 @@ typedef struct kvt_event {
 } kvt_event;
 size_t kvt_poll(kvt_manager *m, kvt_event *out, size_t max);
 int kvt_event_fd(kvt_manager *m);
+kvt_status kvt_manager_note_tokens(kvt_manager *m, const uint64_t *seq_hashes, size_t n, const uint32_t *tokens);
+kvt_status kvt_g4_match(size_t *out_n, kvt_manager *m, const uint64_t *seq_hashes, size_t n);
+kvt_status kvt_g4_onboard(kvt_xfer **out, kvt_manager *m, const uint64_t *seq_hashes, size_t n, uint64_t parent_seq_hash, const kvt_block *dst, kvt_fence *precondition, uint64_t user_data);
+typedef struct kvt_g4_stats {
+  uint32_t struct_size;
+  uint32_t shards;
+  uint64_t lookups;
+  uint64_t hits;
+  uint64_t stored_blocks;
+  uint64_t loaded_blocks;
+  uint64_t missing_blocks;
+  uint64_t corrupt_blocks;
+  uint64_t failed_blocks;
+  uint64_t bytes_written;
+  uint64_t bytes_read;
+  uint64_t round_trips;
+  uint64_t reconnects;
+} kvt_g4_stats;
+kvt_status kvt_g4_stats_get(kvt_g4_stats *out, kvt_manager *m);
 typedef struct kvt_connector kvt_connector;
 typedef enum kvt_connector_role {
   KVT_ROLE_SCHEDULER = 1, KVT_ROLE_WORKER = 2, KVT_ROLE_BOTH = 3
@@ -289,6 +319,6 @@ CONST = {
     'KVT_REQ_ID_MAX': 255,
     'KVT_TIMEOUT': 2,
     'KVT_VERSION_MAJOR': 0,
-    'KVT_VERSION_MINOR': 3,
+    'KVT_VERSION_MINOR': 4,
     'KVT_VERSION_PATCH': 0,
 }
