@@ -14,6 +14,14 @@ using Clock = std::chrono::steady_clock;
 double ms_since(Clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
 }
+// What "at once" means: well below the seconds the big offload takes to evaluate and copy.
+// ThreadSanitizer slows every lock and, on a loaded 2-core machine, scheduling alone took
+// over 20 ms once, so it gets a wider bound (the offload is slower under it too).
+#if defined(__SANITIZE_THREAD__)
+constexpr double kAtOnceMs = 100.0;
+#else
+constexpr double kAtOnceMs = 20.0;
+#endif
 }  // namespace
 
 TEST(XferPolling, PollingNeverWaitsBehindAMillionBlockOffload) {
@@ -68,9 +76,9 @@ TEST(XferPolling, PollingNeverWaitsBehindAMillionBlockOffload) {
   ASSERT_KVT_OK(kvt_xfer_status(nullptr, nullptr, &count, big));
   EXPECT_EQ(count, n);
   EXPECT_GT(polls, 10u) << "the offload ended before it could be measured";
-  EXPECT_LT(worst[0], 20.0) << "kvt_xfer_wait(x, 0) waited behind the big offload";
-  EXPECT_LT(worst[1], 20.0) << "kvt_xfer_status waited behind the big offload";
-  EXPECT_LT(worst[2], 20.0) << "kvt_xfer_cancel waited behind the big offload";
+  EXPECT_LT(worst[0], kAtOnceMs) << "kvt_xfer_wait(x, 0) waited behind the big offload";
+  EXPECT_LT(worst[1], kAtOnceMs) << "kvt_xfer_status waited behind the big offload";
+  EXPECT_LT(worst[2], kAtOnceMs) << "kvt_xfer_cancel waited behind the big offload";
   RecordProperty("polls", int(polls));
   RecordProperty("worst_wait0_us", int(worst[0] * 1000));
   RecordProperty("worst_status_us", int(worst[1] * 1000));
