@@ -142,8 +142,9 @@ def test_router_on_a_trace_split_across_two_replays(tmp_path):
                              "--instance", f"odd={odd.sub},{odd.replay}"],
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
-    even.start("--shard", "0/2", *tiers, trace=trace, hold=1)
-    odd.start("--shard", "1/2", *tiers, trace=trace, hold=1)
+    # hold: the replay sockets outlive the run long enough for a resync on a loaded machine
+    even.start("--shard", "0/2", *tiers, trace=trace, hold=3)
+    odd.start("--shard", "1/2", *tiers, trace=trace, hold=3)
     held, registry = {}, {}
     for name, run in (("even", even), ("odd", odd)):
         run.finish()
