@@ -177,7 +177,12 @@ typedef enum kvt_io_engine {
 /* How the CUDA engine copies the chunks of a batch between device and host. */
 typedef enum kvt_cuda_copy {
   KVT_CUDA_COPY_BATCHED = 0,    /* one cudaMemcpyBatchAsync per batch and direction */
-  KVT_CUDA_COPY_PER_CHUNK = 1   /* one cudaMemcpyAsync per chunk: the baseline */
+  KVT_CUDA_COPY_PER_CHUNK = 1,  /* one cudaMemcpyAsync per chunk: the baseline */
+  KVT_CUDA_COPY_KERNEL = 2,     /* 0.4.0: a gather/scatter kernel reading or writing the
+                                   pinned, mapped G2 directly; copies that touch other host
+                                   memory go through BATCHED. Faster for chunks under about
+                                   1 MiB (docs/BENCHMARKS.md, issue 16) */
+  KVT_CUDA_COPY_AUTO = 3        /* 0.4.0: KERNEL for chunks under 1 MiB, else BATCHED */
 } kvt_cuda_copy;
 
 /* Which G3 operations the config's fault injector fails (for tests). */
@@ -223,7 +228,8 @@ typedef struct kvt_manager_config {
   kvt_policy  policy_g1_g3;
   kvt_policy  policy_g2_g3;
   uint32_t    g3_io;            /* kvt_io_engine (default AUTO) */
-  uint32_t    cuda_copy;        /* kvt_cuda_copy: how scattered chunks cross PCIe (default BATCHED) */
+  uint32_t    cuda_copy;        /* kvt_cuda_copy: how scattered chunks cross PCIe (default AUTO
+                                   since 0.4.0, BATCHED before) */
 
   /* Fault injection, for tests (off by default): of the G3 operations of kind g3_fault_op,
    * the first g3_fault_skip go through, the next g3_fault_count fail with errno

@@ -71,7 +71,7 @@ TEST(BadInput, ManagerCreate) {
          c.policy_g2_g3 = {KVT_POLICY_FREQUENCY, 0};
        }},
       {"g3_io", [](kvt_manager_config &c) { c.g3_io = 3; }},
-      {"cuda_copy", [](kvt_manager_config &c) { c.cuda_copy = 2; }},
+      {"cuda_copy", [](kvt_manager_config &c) { c.cuda_copy = 4; }},
   };
   for (const Bad &b : bads) {
     kvt_manager_config bc = small_config();
@@ -106,9 +106,15 @@ TEST(BadInput, EngineLayout) {
   l.struct_size = sizeof l;
   l.memory = 7;
   EXPECT_KVT(kvt_manager_create(&m, &c), KVT_ERR_INVALID_ARGUMENT);
-  l.memory = KVT_MEMORY_CUDA;
+  l.memory = KVT_MEMORY_CUDA;  // host memory, claimed to be the device's
   l.cuda_device = 0;
-  EXPECT_KVT(kvt_manager_create(&m, &c), KVT_ERR_UNSUPPORTED);  // no GPU here, or none built
+  if (kvt_status s = kvt_manager_create(&m, &c); s == KVT_ERR_UNSUPPORTED) {  // no GPU
+    EXPECT_NE(std::string(kvt_last_error()).find("CUDA"), std::string::npos) << kvt_last_error();
+  } else {
+    EXPECT_EQ(s, KVT_ERR_INVALID_ARGUMENT) << kvt_last_error();
+    EXPECT_NE(std::string(kvt_last_error()).find("not all memory of CUDA device 0"),
+              std::string::npos) << kvt_last_error();
+  }
   l.memory = KVT_MEMORY_HOST;
   ASSERT_KVT_OK(kvt_manager_create(&m, &c));
   kvt_manager_destroy(m);

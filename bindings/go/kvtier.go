@@ -172,6 +172,8 @@ type CUDACopy uint32
 const (
 	CUDACopyBatched  CUDACopy = C.KVT_CUDA_COPY_BATCHED
 	CUDACopyPerChunk CUDACopy = C.KVT_CUDA_COPY_PER_CHUNK
+	CUDACopyKernel   CUDACopy = C.KVT_CUDA_COPY_KERNEL
+	CUDACopyAuto     CUDACopy = C.KVT_CUDA_COPY_AUTO
 )
 
 // G3Fault names the G3 operations that the fault injector fails (kvt_g3_fault), for tests.

@@ -60,10 +60,14 @@ kvt_status Worker::register_kv_caches(const kvt_g1_layout &l, uint64_t num_block
     if (!cuda::device_present(l.cuda_device))
       return fail(KVT_ERR_UNSUPPORTED, "%s: the layout is CUDA memory on device %d, which kvtier "
                   "cannot use", fn, l.cuda_device);
+    if (kvt_status s = TierMemory::check_on_device(g, l, num_blocks, "layout"); s != KVT_OK)
+      return s;
     if (kvt_status s = CudaEngine::create(&cuda_, l.cuda_device,
-                                          kvt_cuda_copy(m_.config().cuda_copy));
+                                          kvt_cuda_copy(m_.config().cuda_copy), g.chunk_bytes);
         s != KVT_OK)
       return s;
+    if (Tier *g2 = m_.tier_if_present(KVT_TIER_G2))
+      cuda_->map_host(g2->memory().pinned_base(), g2->memory().bytes());
   }
   g1_.init_engine(g, l);
   g1_blocks_ = num_blocks;

@@ -70,8 +70,9 @@ kvt_status validate_pipeline(const kvt_manager_config &c) {
   if (c.g3_io > KVT_IO_THREADS)
     return fail(KVT_ERR_INVALID_ARGUMENT, "g3_io is %u: AUTO (0), URING (1) or THREADS (2)",
                 c.g3_io);
-  if (c.cuda_copy > KVT_CUDA_COPY_PER_CHUNK)
-    return fail(KVT_ERR_INVALID_ARGUMENT, "cuda_copy is %u: BATCHED (0) or PER_CHUNK (1)",
+  if (c.cuda_copy > KVT_CUDA_COPY_AUTO)
+    return fail(KVT_ERR_INVALID_ARGUMENT,
+                "cuda_copy is %u: BATCHED (0), PER_CHUNK (1), KERNEL (2) or AUTO (3)",
                 c.cuda_copy);
   return KVT_OK;
 }
@@ -184,6 +185,7 @@ void config_defaults(kvt_manager_config *cfg) noexcept {
   cfg->copy_threads = 4;
   cfg->policy_g1_g2 = cfg->policy_g1_g3 = cfg->policy_g2_g3 = {KVT_POLICY_PRESENCE, 1};
   cfg->g3_io = KVT_IO_AUTO;
+  cfg->cuda_copy = KVT_CUDA_COPY_AUTO;
   cfg->max_pinned_percent = 50;
   cfg->kv_events_buffer = 10000;
   cfg->kv_events_tiers = (1u << KVT_TIER_G1) | (1u << KVT_TIER_G2) | (1u << KVT_TIER_G3);

@@ -15,6 +15,9 @@ kvt_status init_g1(TierMemory &mem, const kvt_manager_config &c, const Geometry 
       return fail(KVT_ERR_UNSUPPORTED,
                   "g1_layout is CUDA memory on device %d, but this kvtier %s", l->cuda_device,
                   cuda::device_present(0) ? "sees no such device" : "has no CUDA device");
+    if (l->memory == KVT_MEMORY_CUDA)
+      if (kvt_status s = TierMemory::check_on_device(g, *l, c.g1_blocks, "g1_layout"); s != KVT_OK)
+        return s;
     mem.init_engine(g, *l);
     return KVT_OK;
   }
@@ -67,9 +70,14 @@ kvt_status Manager::create(std::unique_ptr<Manager> *out, const kvt_manager_conf
   }
   if (m->tiers_[KVT_TIER_G1]->memory().kind() == KVT_MEMORY_CUDA) {
     int device = c.g1_layout ? c.g1_layout->cuda_device : c.cuda_device;
-    if (kvt_status s = CudaEngine::create(&m->cuda_, device, kvt_cuda_copy(c.cuda_copy));
+    if (kvt_status s = CudaEngine::create(&m->cuda_, device, kvt_cuda_copy(c.cuda_copy),
+                                          c.chunk_bytes);
         s != KVT_OK)
       return s;
+    if (m->tiers_[KVT_TIER_G2]) {
+      const TierMemory &g2 = m->tiers_[KVT_TIER_G2]->memory();
+      m->cuda_->map_host(g2.pinned_base(), g2.bytes());
+    }
   }
   if (c.g4_url != nullptr) {  // connects at its first use, so Redis may come later
     remote::Config rc;

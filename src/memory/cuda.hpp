@@ -18,9 +18,13 @@ bool device_present(int device) noexcept;
 kvt_status alloc(void **out, size_t bytes, int device) noexcept;
 void free(void *p, int device) noexcept;
 
-// Pins host memory for fast DMA; failure leaves it pageable and is not an error.
+// Pins host memory for fast DMA and maps it for kernels (KVT_CUDA_COPY_KERNEL); failure
+// leaves it pageable and is not an error.
 bool host_register(void *p, size_t bytes) noexcept;
 void host_unregister(void *p) noexcept;
+
+// True when p is device (or managed) memory that CUDA places on `device`.
+bool on_device(const void *p, int device) noexcept;
 
 // True once a recorded cudaEvent_t has completed (or failed: the wait is over either way).
 bool event_done(void *event) noexcept;

@@ -14,6 +14,7 @@ kvt_status alloc(void **, size_t, int) noexcept {
 void free(void *, int) noexcept {}
 bool host_register(void *, size_t) noexcept { return false; }
 void host_unregister(void *) noexcept {}
+bool on_device(const void *, int) noexcept { return false; }
 bool event_done(void *) noexcept { return true; }
 
 }  // namespace kvt::cuda

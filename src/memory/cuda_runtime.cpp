@@ -40,12 +40,23 @@ void free(void *p, int device) noexcept {
 }
 
 bool host_register(void *p, size_t bytes) noexcept {
-  if (cudaHostRegister(p, bytes, cudaHostRegisterPortable) == cudaSuccess) return true;
+  if (cudaHostRegister(p, bytes, cudaHostRegisterPortable | cudaHostRegisterMapped) == cudaSuccess)
+    return true;
   cudaGetLastError();
   return false;
 }
 
 void host_unregister(void *p) noexcept { cudaHostUnregister(p); }
+
+bool on_device(const void *p, int device) noexcept {
+  cudaPointerAttributes a{};
+  if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
+    cudaGetLastError();
+    return false;
+  }
+  return (a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged) &&
+         a.device == device;
+}
 
 bool event_done(void *event) noexcept {
   cudaError_t e = cudaEventQuery(static_cast<cudaEvent_t>(event));

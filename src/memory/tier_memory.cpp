@@ -49,6 +49,21 @@ kvt_status TierMemory::init_cuda(uint64_t blocks, const Geometry &g, int device)
   return KVT_OK;
 }
 
+kvt_status TierMemory::check_on_device(const Geometry &g, const kvt_g1_layout &layout,
+                                      uint64_t blocks, const char *what) {
+  const size_t pairs = size_t{g.num_layers} * g.num_outer;
+  for (size_t i = 0; i < pairs && blocks > 0 && g.chunk_bytes > 0; ++i) {
+    const char *first = static_cast<const char *>(layout.bases[i]);
+    const char *last = first + (blocks - 1) * layout.strides[i] + g.chunk_bytes - 1;
+    if (!cuda::on_device(first, layout.cuda_device) || !cuda::on_device(last, layout.cuda_device))
+      return fail(KVT_ERR_INVALID_ARGUMENT,
+                  "%s->bases[%zu]: %p..%p (%llu blocks) is not all memory of CUDA device %d",
+                  what, i, static_cast<const void *>(first), static_cast<const void *>(last),
+                  static_cast<unsigned long long>(blocks), layout.cuda_device);
+  }
+  return KVT_OK;
+}
+
 void TierMemory::init_engine(const Geometry &g, const kvt_g1_layout &layout) {
   geo_ = g;
   kind_ = static_cast<kvt_memory_kind>(layout.memory);

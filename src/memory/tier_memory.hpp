@@ -26,12 +26,21 @@ class TierMemory {
   // Page-aligned host memory, pinned when `pin` and CUDA can. Zero-filled.
   kvt_status init_host(uint64_t blocks, const Geometry &g, bool pin);
   kvt_status init_cuda(uint64_t blocks, const Geometry &g, int device);
-  // Engine-owned memory; the layout has been validated by the caller.
+  // Engine-owned memory; the layout has been validated by the caller (and, for CUDA memory,
+  // by check_on_device).
   void init_engine(const Geometry &g, const kvt_g1_layout &layout);
+  // For a CUDA layout of `blocks` blocks: KVT_ERR_INVALID_ARGUMENT naming the first region
+  // whose first or last byte is not memory of the layout's device (host memory passed as
+  // device memory would fail every copy, or worse).
+  static kvt_status check_on_device(const Geometry &g, const kvt_g1_layout &layout,
+                                    uint64_t blocks, const char *what);
 
   kvt_memory_kind kind() const noexcept { return kind_; }
   bool has_bytes() const noexcept { return kind_ != KVT_MEMORY_AUTO; }
   bool host_visible() const noexcept { return kind_ == KVT_MEMORY_HOST; }
+  // The whole allocation when it is host memory pinned (and mapped) for the GPU, else null.
+  void *pinned_base() const noexcept { return pinned_ ? base_ : nullptr; }
+  size_t bytes() const noexcept { return bytes_; }
   // Base of a contiguous block, or nullptr when the layout scatters its chunks.
   void *block(uint32_t slot) const noexcept;
   void *chunk(uint32_t slot, uint32_t layer, uint32_t outer) const noexcept;

@@ -5,7 +5,7 @@ namespace kvt {
 
 struct CudaEngine::Streams {};
 
-kvt_status CudaEngine::create(std::unique_ptr<CudaEngine> *, int, kvt_cuda_copy) {
+kvt_status CudaEngine::create(std::unique_ptr<CudaEngine> *, int, kvt_cuda_copy, uint64_t) {
   return fail(KVT_ERR_UNSUPPORTED, "this kvtier was built without CUDA");
 }
 
@@ -14,5 +14,7 @@ CudaEngine::~CudaEngine() = default;
 kvt_status CudaEngine::copy(const std::vector<Segment> &, bool) {
   return fail(KVT_ERR_UNSUPPORTED, "this kvtier was built without CUDA");
 }
+
+void CudaEngine::map_host(void *, size_t) {}
 
 }  // namespace kvt

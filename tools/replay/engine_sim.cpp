@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "kvtier.h"
-#include "pattern.hpp"
+#include "g1_bytes.hpp"
 
 namespace kvt::replay {
 
@@ -114,7 +114,7 @@ class Engine {
     for (Req &r : reqs_) kvt_seq_destroy(r.seq);
     kvt_connector_destroy(c_);
     kvt_manager_destroy(m_);
-    std::free(g1_);
+    g1_free(o_.g1_cuda, g1_);
   }
 
   bool run(EngineResult *out, std::string *error);
@@ -130,6 +130,11 @@ class Engine {
   bool finish(Req &r);
   void release(std::vector<uint32_t> &blocks);
   bool failed(const char *what, kvt_status st);
+  bool failed(const std::string &why);
+  bool fill_block(uint32_t g1, uint64_t hash) {
+    std::string e;
+    return g1_fill(o_.g1_cuda, block(g1), bb_, hash, &e) || failed(e);
+  }
   size_t blocks_for(uint64_t tokens) const { return size_t((tokens + ps_ - 1) / ps_); }
   char *block(uint32_t g1) const { return g1_ + size_t(g1) * bb_; }
 
@@ -161,8 +166,11 @@ class Engine {
 };
 
 bool Engine::failed(const char *what, kvt_status st) {
-  if (error_.empty())
-    error_ = std::string(what) + " failed: " + kvt_status_str(st) + ": " + kvt_last_error();
+  return failed(std::string(what) + " failed: " + kvt_status_str(st) + ": " + kvt_last_error());
+}
+
+bool Engine::failed(const std::string &why) {
+  if (error_.empty()) error_ = why;
   return false;
 }
 
@@ -178,7 +186,7 @@ bool Engine::create(std::string *error) {
   c.g3_blocks = o_.g3_blocks;
   c.g3_path = o_.g3_path.empty() ? nullptr : o_.g3_path.c_str();
   set_kv_events(&c, o_);
-  c.g1_memory = KVT_MEMORY_HOST;
+  c.g1_memory = KVT_MEMORY_HOST;  // unused: G1 is the engine's, below
   c.max_concurrent_transfers = 1;  // as in --mode blocks: the copies share 2 cores
   c.max_batch_size = 256;
   c.copy_threads = 2;
@@ -189,15 +197,16 @@ bool Engine::create(std::string *error) {
   kvt_hash_salt(&salt_, "kvtier-replay", 13);
 
   const size_t bytes = size_t(o_.g1_blocks) * bb_;
-  g1_ = static_cast<char *>(std::aligned_alloc(4096, (bytes + 4095) / 4096 * 4096));
+  g1_ = static_cast<char *>(g1_alloc(o_.g1_cuda, bytes));
   if (g1_ == nullptr) {
-    *error = "cannot allocate the engine's G1";
+    *error = "cannot allocate the engine's G1: " + std::to_string(bytes) + " bytes of " +
+             (o_.g1_cuda ? "CUDA device" : "host") + " memory";
     return false;
   }
   // As --mode blocks does: fault in G1 and G2 before the run, as pinning them would.
   const auto t0 = Clock::now();
   if (o_.prefault) {
-    std::memset(g1_, 0, bytes);
+    if (!o_.g1_cuda) std::memset(g1_, 0, bytes);  // cudaMalloc'd memory needs no faulting
     if (o_.g2_blocks) {
       std::vector<kvt_block> b(o_.g2_blocks);
       if (kvt_block_alloc(b.data(), b.size(), m_, KVT_TIER_G2) != KVT_OK) {
@@ -234,7 +243,7 @@ bool Engine::create(std::string *error) {
   for (size_t k = 0; k < chunks; ++k) bases[k] = g1_ + k * o_.chunk_bytes;
   kvt_g1_layout l{};
   l.struct_size = sizeof l;
-  l.memory = KVT_MEMORY_HOST;
+  l.memory = o_.g1_cuda ? KVT_MEMORY_CUDA : KVT_MEMORY_HOST;
   l.bases = bases.data();
   l.strides = strides.data();
   if (kvt_connector_register_kv_caches(c_, &l, o_.g1_blocks) != KVT_OK) {
@@ -422,7 +431,7 @@ bool Engine::step() {
   // The forward: every block that this step's tokens complete gets its hash's bytes.
   for (auto [r, n] : sched_) {
     for (size_t b = r->num_computed / ps_; b < (r->num_computed + n) / ps_; ++b)
-      fill(block(r->blocks[b]), bb_, r->hashes[b]);
+      if (!fill_block(r->blocks[b], r->hashes[b])) return false;
     res_.computed_tokens += n;
   }
   for (uint32_t l = 0; l < o_.layers; ++l)
@@ -454,11 +463,14 @@ bool Engine::step() {
     // Check what this step loaded; a failed load is recomputed (its bytes written now).
     for (size_t b = r->load_first; b < r->load_first + r->load_count; ++b) {
       if (load_errors_.count(r->blocks[b])) {
-        fill(block(r->blocks[b]), bb_, r->hashes[b]);
+        if (!fill_block(r->blocks[b], r->hashes[b])) return false;
         ++res_.load_error_blocks;
         continue;
       }
-      ++(holds(block(r->blocks[b]), bb_, r->hashes[b]) ? res_.verified : res_.mismatched);
+      std::string e;
+      ++(g1_holds(o_.g1_cuda, block(r->blocks[b]), bb_, r->hashes[b], &e) ? res_.verified
+                                                                           : res_.mismatched);
+      if (!e.empty()) return failed(e);
       res_.prefill_tokens_saved += ps_;
     }
     r->load_count = 0;
@@ -528,6 +540,7 @@ bool Engine::run(EngineResult *out, std::string *error) {
     return false;
   }
   std::memcpy(res_.transitions, cs.transitions, sizeof res_.transitions);
+  if (!read_transfer_stats(m_, res_.dir, error)) return false;
   res_.stored_blocks = cs.stored_blocks;
   res_.store_failures = cs.store_failures;
   if (kvt_status st = kvt_manager_check(m_); st != KVT_OK) {

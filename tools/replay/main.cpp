@@ -9,6 +9,7 @@
 #include <CLI/CLI.hpp>
 
 #include "engine_sim.hpp"
+#include "g1_bytes.hpp"
 #include "kvtier.h"
 #include "options.hpp"
 #include "registry_dump.hpp"
@@ -63,6 +64,7 @@ int main(int argc, char **argv) {
   long long layers = o.layers, outer = o.outer, chunk = o.chunk_bytes, conc = o.concurrency;
   long long budget = o.token_budget, running = o.max_running;
   std::string offload = "eager", policy = "presence", mode = "blocks", eviction;
+  std::string g1_memory = "host";
   bool no_progress = false;
   bool no_prefault = false;
 
@@ -114,6 +116,8 @@ int main(int argc, char **argv) {
   app.add_option("--plot", o.plot_svg, "write an SVG of hit rate per tier over trace time");
   app.add_option("--interval", o.interval_s, "timeline interval in trace seconds (60)");
   app.add_flag("--no-progress", no_progress, "no progress bar on stderr");
+  app.add_option("--g1-memory", g1_memory, "host: G1 in host memory, the stand-in for a GPU; "
+                 "cuda: G1 in CUDA device memory on device 0, G2 pinned (host)");
   app.add_flag("--no-prefault", no_prefault,
                "leave G1 and G2 pages to be faulted in by the copies (a GPU host pins, and so "
                "faults in, G2 when the manager starts)");
@@ -131,6 +135,13 @@ int main(int argc, char **argv) {
       !in_range("--token-budget", budget, 1, 1 << 24, &err) ||
       !in_range("--max-running", running, 1, 1 << 16, &err))
     return usage_error(err);
+  if (g1_memory == "cuda") {
+    if (!g1_cuda_built())
+      return usage_error("--g1-memory cuda: this kvtier-replay was built without CUDA");
+    o.g1_cuda = true;
+  } else if (g1_memory != "host") {
+    return usage_error("--g1-memory must be host or cuda, not \"" + g1_memory + "\"");
+  }
   if (mode == "engine") o.mode = Mode::Engine;
   else if (mode != "blocks") return usage_error("--mode must be blocks or engine, not \"" + mode + "\"");
   if (o.g3_keep && (o.g3_path.empty() || g3 == 0 || o.mode == Mode::Engine))
@@ -173,7 +184,8 @@ int main(int argc, char **argv) {
                        "separated by commas, not \"" + eviction + "\"");
   if (!(o.interval_s > 0) || o.interval_s > 1e9)
     return usage_error("--interval must be a positive number of seconds");
-  const double host_bytes = double(o.g1_blocks + o.g2_blocks) * double(o.block_bytes());
+  const double host_bytes =
+      double((o.g1_cuda ? 0 : o.g1_blocks) + o.g2_blocks) * double(o.block_bytes());
   const double ram = double(sysconf(_SC_PHYS_PAGES)) * double(sysconf(_SC_PAGE_SIZE));
   if (host_bytes > 0.8 * ram) {
     char b[200];

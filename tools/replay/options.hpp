@@ -36,6 +36,7 @@ struct Options {
   double interval_s = 60;      // timeline bucket width in trace time
   bool progress = true;        // a progress bar, when stderr is a terminal
   bool prefault = true;        // touch every page of G1 and G2 before the replay
+  bool g1_cuda = false;        // --g1-memory cuda: G1 in CUDA device memory
   uint32_t token_budget = 2048;  // engine: tokens computed per step, over all requests
   uint32_t max_running = 64;     // engine: requests running at once
 

@@ -13,7 +13,7 @@
 #include <unordered_map>
 
 #include "kvtier.h"
-#include "pattern.hpp"
+#include "g1_bytes.hpp"
 #include "registry_dump.hpp"
 
 namespace kvt::replay {
@@ -61,6 +61,7 @@ class Replayer {
   bool offload_async(const kvt_block *src, size_t n, kvt_tier dst, size_t interval);
   void poller();
   bool lib_failed(const char *what, kvt_status st);
+  bool failed(const std::string &why);
   size_t interval_of(const Request &r) const {
     return size_t(double(r.timestamp_ms) / (o_.interval_s * 1000.0));
   }
@@ -96,9 +97,12 @@ class Replayer {
 };
 
 bool Replayer::lib_failed(const char *what, kvt_status st) {
+  return failed(std::string(what) + " failed: " + kvt_status_str(st) + ": " + kvt_last_error());
+}
+
+bool Replayer::failed(const std::string &why) {
   std::lock_guard lock(mu_);
-  if (error_.empty())
-    error_ = std::string(what) + " failed: " + kvt_status_str(st) + ": " + kvt_last_error();
+  if (error_.empty()) error_ = why;
   abort_ = true;
   return false;
 }
@@ -117,7 +121,8 @@ bool Replayer::create(std::string *error) {
   c.g3_persist = o_.g3_keep;
   set_kv_events(&c, o_);
   c.g4_url = o_.g4_url.empty() ? nullptr : o_.g4_url.c_str();
-  c.g1_memory = KVT_MEMORY_HOST;  // the embedded stand-in for GPU memory
+  // Host memory is the embedded stand-in for GPU memory.
+  c.g1_memory = o_.g1_cuda ? KVT_MEMORY_CUDA : KVT_MEMORY_HOST;
   // One batch at a time, 256 blocks each: on a small machine the copies would otherwise
   // compete with each other and with the requests for cores, for no gain in wall time.
   c.max_concurrent_transfers = 1;
@@ -151,7 +156,7 @@ bool Replayer::create(std::string *error) {
 bool Replayer::prefault(std::string *error) {
   const double t0 = now();
   for (auto [tier, n] : {std::pair{KVT_TIER_G1, o_.g1_blocks}, std::pair{KVT_TIER_G2, o_.g2_blocks}}) {
-    if (n == 0 || block_bytes_ == 0) continue;
+    if (n == 0 || block_bytes_ == 0 || (tier == KVT_TIER_G1 && o_.g1_cuda)) continue;
     std::vector<kvt_block> b(n);
     if (kvt_block_alloc(b.data(), n, m_, tier) != KVT_OK) {
       *error = std::string("prefault: kvt_block_alloc: ") + kvt_last_error();
@@ -370,9 +375,11 @@ bool Replayer::serve(size_t i, Scratch &s) {
       onboard_bytes += block_bytes_;
       void *p = nullptr;
       size_t len = 0;
-      if (kvt_status ds = kvt_block_data(&p, &len, m_, b); ds != KVT_OK)
+      if (kvt_status ds = g1_block_ptr(&p, &len, m_, b, o_.g1_cuda); ds != KVT_OK)
         return lib_failed("kvt_block_data", ds);
-      ++(holds(p, len, h[first + k]) ? verified : mismatched);
+      std::string cuda_error;
+      ++(g1_holds(o_.g1_cuda, p, len, h[first + k], &cuda_error) ? verified : mismatched);
+      if (!cuda_error.empty()) return failed(cuda_error);
     }
   }
   // The onboards are over: unpin their sources.
@@ -391,9 +398,10 @@ bool Replayer::serve(size_t i, Scratch &s) {
     for (; end < n && s.computed[end]; ++end) {
       void *p = nullptr;
       size_t len = 0;
-      if (kvt_status st = kvt_block_data(&p, &len, m_, s.table[end]); st != KVT_OK)
+      if (kvt_status st = g1_block_ptr(&p, &len, m_, s.table[end], o_.g1_cuda); st != KVT_OK)
         return lib_failed("kvt_block_data", st);
-      fill(p, len, h[end]);
+      if (std::string cuda_error; !g1_fill(o_.g1_cuda, p, len, h[end], &cuda_error))
+        return failed(cuda_error);
     }
     if (kvt_status st = kvt_block_register_hashes(s.table.data() + k, m_, s.table.data() + k,
                                                   h + k, end - k, k ? h[k - 1] : 0);
@@ -495,20 +503,7 @@ bool Replayer::run(Result *out, std::string *error) {
     *error = error_;
     return false;
   }
-  for (int d = 0; d < kDirections; ++d) {
-    static constexpr kvt_tier src[] = {KVT_TIER_G1, KVT_TIER_G1, KVT_TIER_G2, KVT_TIER_G2,
-                                       KVT_TIER_G3};
-    static constexpr kvt_tier dst[] = {KVT_TIER_G2, KVT_TIER_G3, KVT_TIER_G3, KVT_TIER_G1,
-                                       KVT_TIER_G1};
-    kvt_transfer_stats ts{};
-    ts.struct_size = sizeof ts;
-    if (kvt_status st = kvt_transfer_stats_get(&ts, m_, src[d], dst[d]); st != KVT_OK) {
-      *error = std::string("kvt_transfer_stats_get: ") + kvt_last_error();
-      return false;
-    }
-    r_.dir[direction(src[d], dst[d])] = {ts.completed, ts.cancelled, ts.failed,
-                                         ts.blocks,    ts.bytes,     ts.busy_ns};
-  }
+  if (!read_transfer_stats(m_, r_.dir, error)) return false;
   if (!o_.g4_url.empty()) {
     kvt_g4_stats gs{};
     gs.struct_size = sizeof gs;
@@ -536,6 +531,24 @@ bool Replayer::run(Result *out, std::string *error) {
 bool run_replay(const Options &o, const Trace &t, Result *out, std::string *error) {
   Replayer r(o, t);
   return r.run(out, error);
+}
+
+bool read_transfer_stats(kvt_manager *m, DirectionTotals *dir, std::string *error) {
+  for (int d = 0; d < kDirections; ++d) {
+    static constexpr kvt_tier src[] = {KVT_TIER_G1, KVT_TIER_G1, KVT_TIER_G2, KVT_TIER_G2,
+                                       KVT_TIER_G3};
+    static constexpr kvt_tier dst[] = {KVT_TIER_G2, KVT_TIER_G3, KVT_TIER_G3, KVT_TIER_G1,
+                                       KVT_TIER_G1};
+    kvt_transfer_stats ts{};
+    ts.struct_size = sizeof ts;
+    if (kvt_status st = kvt_transfer_stats_get(&ts, m, src[d], dst[d]); st != KVT_OK) {
+      *error = std::string("kvt_transfer_stats_get: ") + kvt_last_error();
+      return false;
+    }
+    dir[direction(src[d], dst[d])] = {ts.completed, ts.cancelled, ts.failed,
+                                      ts.blocks,    ts.bytes,     ts.busy_ns};
+  }
+  return true;
 }
 
 }  // namespace kvt::replay

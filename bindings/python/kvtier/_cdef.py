@@ -37,7 +37,7 @@ typedef enum kvt_io_engine {
   KVT_IO_AUTO = 0, KVT_IO_URING = 1, KVT_IO_THREADS = 2
 } kvt_io_engine;
 typedef enum kvt_cuda_copy {
-  KVT_CUDA_COPY_BATCHED = 0, KVT_CUDA_COPY_PER_CHUNK = 1
+  KVT_CUDA_COPY_BATCHED = 0, KVT_CUDA_COPY_PER_CHUNK = 1, KVT_CUDA_COPY_KERNEL = 2, KVT_CUDA_COPY_AUTO = 3
 } kvt_cuda_copy;
 typedef enum kvt_g3_fault {
   KVT_G3_FAULT_OFF = 0, KVT_G3_FAULT_WRITE = 1, KVT_G3_FAULT_READ = 2

@@ -38,7 +38,12 @@ c_enum!(
 );
 c_enum!(
     /// How the CUDA engine copies the scattered chunks of a batch.
-    CudaCopy { Batched = sys::KVT_CUDA_COPY_BATCHED, PerChunk = sys::KVT_CUDA_COPY_PER_CHUNK }
+    CudaCopy {
+        Batched = sys::KVT_CUDA_COPY_BATCHED,
+        PerChunk = sys::KVT_CUDA_COPY_PER_CHUNK,
+        Kernel = sys::KVT_CUDA_COPY_KERNEL,
+        Auto = sys::KVT_CUDA_COPY_AUTO
+    }
 );
 c_enum!(
     /// Which G3 operations the fault injector fails (for tests).
@@ -52,7 +57,7 @@ impl Default for IoEngine {
     fn default() -> Self { IoEngine::Auto }
 }
 impl Default for CudaCopy {
-    fn default() -> Self { CudaCopy::Batched }
+    fn default() -> Self { CudaCopy::Auto }
 }
 impl Default for G3Fault {
     fn default() -> Self { G3Fault::Off }

@@ -130,5 +130,5 @@ fn default_is_the_librarys_config() {
     assert_eq!((c.page_size, c.g1_blocks, c.max_batch_size, c.copy_threads), (16, 1024, 64, 4));
     assert_eq!(c.policy_g1_g2, Policy { flags: Policy::PRESENCE, min_frequency: c.policy_g1_g2.min_frequency });
     assert_eq!((c.g1_memory, c.g3_io, c.cuda_copy, c.g3_fault_op),
-               (MemoryKind::Host, IoEngine::Auto, CudaCopy::Batched, G3Fault::Off));
+               (MemoryKind::Host, IoEngine::Auto, CudaCopy::Auto, G3Fault::Off));
 }

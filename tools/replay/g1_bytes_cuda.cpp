@@ -1,0 +1,72 @@
+#include <cuda_runtime_api.h>
+
+#include <cstdlib>
+#include <vector>
+
+#include "g1_bytes.hpp"
+#include "pattern.hpp"
+
+namespace kvt::replay {
+
+namespace {
+// One staging buffer per thread: --concurrency runs requests on several threads.
+std::vector<char> &staging(size_t len) {
+  thread_local std::vector<char> buf;
+  if (buf.size() < len) buf.resize(len);
+  return buf;
+}
+
+bool cuda_ok(cudaError_t e, const char *what, std::string *error) {
+  if (e == cudaSuccess) return true;
+  cudaGetLastError();
+  if (error) *error = std::string(what) + ": " + cudaGetErrorString(e);
+  return false;
+}
+}  // namespace
+
+bool g1_cuda_built() { return true; }
+
+void *g1_alloc(bool cuda, size_t bytes) {
+  if (!cuda) return std::aligned_alloc(4096, (bytes + 4095) / 4096 * 4096);
+  void *p = nullptr;
+  if (cudaMalloc(&p, bytes) != cudaSuccess || cudaMemset(p, 0, bytes) != cudaSuccess) {
+    cudaGetLastError();
+    cudaFree(p);
+    return nullptr;
+  }
+  return p;
+}
+
+void g1_free(bool cuda, void *p) {
+  if (cuda) cudaFree(p);
+  else std::free(p);
+}
+
+bool g1_fill(bool cuda, void *p, size_t len, uint64_t hash, std::string *error) {
+  if (!cuda) {
+    fill(p, len, hash);
+    return true;
+  }
+  std::vector<char> &b = staging(len);
+  fill(b.data(), len, hash);
+  return cuda_ok(cudaMemcpy(p, b.data(), len, cudaMemcpyHostToDevice), "cudaMemcpy to G1", error);
+}
+
+bool g1_holds(bool cuda, const void *p, size_t len, uint64_t hash, std::string *error) {
+  if (!cuda) return holds(p, len, hash);
+  std::vector<char> &b = staging(len);
+  if (!cuda_ok(cudaMemcpy(b.data(), p, len, cudaMemcpyDeviceToHost), "cudaMemcpy from G1", error))
+    return false;
+  return holds(b.data(), len, hash);
+}
+
+kvt_status g1_block_ptr(void **out, size_t *len, kvt_manager *m, kvt_block b, bool cuda) {
+  if (!cuda) return kvt_block_data(out, len, m, b);
+  kvt_tier_stats st{};
+  st.struct_size = sizeof st;
+  if (kvt_status s = kvt_tier_stats_get(&st, m, KVT_TIER_G1); s != KVT_OK) return s;
+  *len = st.block_bytes;
+  return kvt_block_chunk(out, m, b, 0, 0);
+}
+
+}  // namespace kvt::replay
