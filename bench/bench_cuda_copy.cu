@@ -390,8 +390,8 @@ int main(int argc, char **argv) {
   if (quick) {
     cases = {{8 << 10, 16}, {2 << 20, 4}};
   } else {
-    for (uint32_t n : {16u, 64u, 256u, 1024u}) cases.push_back({8 << 10, n});
-    for (uint32_t n : {16u, 64u, 256u}) cases.push_back({64 << 10, n});
+    for (uint32_t n : {1u, 4u, 16u, 64u, 256u, 1024u}) cases.push_back({8 << 10, n});
+    for (uint32_t n : {1u, 4u, 16u, 64u, 256u}) cases.push_back({64 << 10, n});
     for (uint32_t n : {4u, 16u, 64u}) cases.push_back({2 << 20, n});
   }
   std::vector<Row> rows;

@@ -365,8 +365,11 @@ TEST(G4Client, MaxmemoryEvictsOldKeys) {
       EXPECT_EQ(got[i], b.data[i]);
     }
   }
-  EXPECT_EQ(st.front(), KVT_ERR_NOT_FOUND);  // the oldest went
-  EXPECT_EQ(st.back(), KVT_OK);              // the newest stayed
+  // Which keys stay is Redis's business: its LRU is approximate (the oldest of a few sampled
+  // keys), and the reads above evict too, since their replies count against maxmemory
+  // (the newest keys, read last, may go then: seen once on a 16-core machine). What holds:
+  // the older half mostly went while it was written over.
+  EXPECT_LT(size_t(std::count(st.begin(), st.begin() + 48, KVT_OK)), 8u);
   EXPECT_GT(ok, 0u);
   EXPECT_LT(ok, 40u);  // 4 MiB holds fewer than 32 of these
   auto info = redis.command({"INFO", "stats"});

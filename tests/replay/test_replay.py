@@ -153,6 +153,8 @@ def test_timeline_and_plot(small_trace, tmp_path):
     (["--mode", "engine", "--g1-blocks", "200"], "G1 is smaller than one request"),
     (["--mode", "engine", "--g4", "redis://127.0.0.1:1"], "--g4 apply to --mode blocks only"),
     (["--g4", "http://127.0.0.1:1"], "g4_url"),
+    (["--g1-memory", "gpu"], "--g1-memory must be host or cuda"),
+    (["--cuda-copy", "dma"], "--cuda-copy must be batched, per-chunk, kernel or auto"),
 ])
 def test_bad_arguments_fail_cleanly(args, message):
     if "--trace" not in args:
@@ -352,3 +354,32 @@ def test_a_second_replay_hits_what_the_first_stored_in_g4(small_trace, redis_url
     assert second["verified_blocks"] >= second["g4_hit_blocks"]
     assert second["mismatched_blocks"] == 0
 
+
+
+# --- --g1-memory cuda: G1 in device memory (a GPU run; skipped loudly without one) ---
+
+def cuda_replay_json(*args):
+    p = replay(*args, "--g1-memory", "cuda", "--json", check=False)
+    no_gpu = ["built without CUDA", "no CUDA device"]
+    if p.returncode != 0 and any(m in p.stderr for m in no_gpu):
+        pytest.skip(f"SKIPPED: --g1-memory cuda needs a CUDA device: {p.stderr.strip()}")
+    assert p.returncode == 0, p.stderr
+    return json.loads(p.stdout)
+
+
+def test_blocks_mode_with_g1_in_cuda_memory(small_trace, tmp_path):
+    r = cuda_replay_json("--trace", small_trace, "--g1-blocks", 200, "--g2-blocks", 300,
+                         "--g3-blocks", 4000, "--g3-path", tmp_path, "--chunk-bytes", 4096,
+                         "--no-progress")
+    check_invariants(r)
+    assert r["config"]["g1_memory"] == "cuda"
+    assert r["g2_hit_blocks"] > 0 and r["g3_hit_blocks"] > 0
+    assert r["transfers"]["G1->G2"]["gb_per_s"] > 0
+
+
+def test_engine_mode_with_g1_in_cuda_memory(shipped_prefix, tmp_path):
+    r = cuda_replay_json("--trace", shipped_prefix, "--mode", "engine", "--g1-blocks", 400,
+                         "--g2-blocks", 3000, "--g3-blocks", 6000, "--max-running", 32,
+                         "--g3-path", tmp_path, "--chunk-bytes", 4096, "--no-progress")
+    check_engine(r, 2000)
+    assert r["config"]["g1_memory"] == "cuda"

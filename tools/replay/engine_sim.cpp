@@ -187,6 +187,7 @@ bool Engine::create(std::string *error) {
   c.g3_path = o_.g3_path.empty() ? nullptr : o_.g3_path.c_str();
   set_kv_events(&c, o_);
   c.g1_memory = KVT_MEMORY_HOST;  // unused: G1 is the engine's, below
+  if (o_.cuda_copy >= 0) c.cuda_copy = uint32_t(o_.cuda_copy);
   c.max_concurrent_transfers = 1;  // as in --mode blocks: the copies share 2 cores
   c.max_batch_size = 256;
   c.copy_threads = 2;
@@ -197,10 +198,10 @@ bool Engine::create(std::string *error) {
   kvt_hash_salt(&salt_, "kvtier-replay", 13);
 
   const size_t bytes = size_t(o_.g1_blocks) * bb_;
-  g1_ = static_cast<char *>(g1_alloc(o_.g1_cuda, bytes));
+  std::string why;
+  g1_ = static_cast<char *>(g1_alloc(o_.g1_cuda, bytes, &why));
   if (g1_ == nullptr) {
-    *error = "cannot allocate the engine's G1: " + std::to_string(bytes) + " bytes of " +
-             (o_.g1_cuda ? "CUDA device" : "host") + " memory";
+    *error = "cannot allocate the engine's G1: " + why;
     return false;
   }
   // As --mode blocks does: fault in G1 and G2 before the run, as pinning them would.
@@ -540,7 +541,6 @@ bool Engine::run(EngineResult *out, std::string *error) {
     return false;
   }
   std::memcpy(res_.transitions, cs.transitions, sizeof res_.transitions);
-  if (!read_transfer_stats(m_, res_.dir, error)) return false;
   res_.stored_blocks = cs.stored_blocks;
   res_.store_failures = cs.store_failures;
   if (kvt_status st = kvt_manager_check(m_); st != KVT_OK) {

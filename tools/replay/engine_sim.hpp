@@ -6,7 +6,6 @@
 #include <string>
 
 #include "options.hpp"
-#include "replayer.hpp"
 #include "trace.hpp"
 
 namespace kvt::replay {
@@ -22,7 +21,6 @@ struct EngineResult {
   uint64_t stored_blocks = 0, store_failures = 0;  // kvt_connector_stats
   uint64_t verified = 0, mismatched = 0;  // loaded G1 blocks checked against their hash
   uint64_t transitions[11][11] = {};      // kvt_connector_stats.transitions
-  DirectionTotals dir[kDirections];       // the copies the connector's worker ran
   double seconds = 0, prefault_seconds = 0;
 };
 

@@ -11,11 +11,13 @@
 
 namespace kvt::replay {
 
-// True when this kvtier-replay was built with the CUDA runtime.
-bool g1_cuda_built();
+// True when --g1-memory cuda can run here: built with CUDA, and device 0 is present; else
+// false with *why set.
+bool g1_cuda_ready(std::string *why);
 
-// The engine's G1 (--mode engine): `bytes` of host or device memory, nullptr on failure.
-void *g1_alloc(bool cuda, size_t bytes);
+// The engine's G1 (--mode engine): `bytes` of host or device memory; nullptr, and *error
+// set, on failure.
+void *g1_alloc(bool cuda, size_t bytes, std::string *error);
 void g1_free(bool cuda, void *p);
 
 // A block of G1 at p (kvt_block_data's pointer, or chunk (0, 0) of a block-contiguous G1):

@@ -1,6 +1,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdlib>
+#include <string>
 #include <vector>
 
 #include "g1_bytes.hpp"
@@ -24,14 +25,24 @@ bool cuda_ok(cudaError_t e, const char *what, std::string *error) {
 }
 }  // namespace
 
-bool g1_cuda_built() { return true; }
+bool g1_cuda_ready(std::string *why) {
+  int n = 0;
+  if (!cuda_ok(cudaGetDeviceCount(&n), "no CUDA device", why)) return false;
+  if (n == 0) *why = "no CUDA device on this machine";
+  return n > 0;
+}
 
-void *g1_alloc(bool cuda, size_t bytes) {
-  if (!cuda) return std::aligned_alloc(4096, (bytes + 4095) / 4096 * 4096);
+void *g1_alloc(bool cuda, size_t bytes, std::string *error) {
+  if (!cuda) {
+    void *p = std::aligned_alloc(4096, (bytes + 4095) / 4096 * 4096);
+    if (p == nullptr) *error = std::to_string(bytes) + " bytes of host memory: out of memory";
+    return p;
+  }
   void *p = nullptr;
-  if (cudaMalloc(&p, bytes) != cudaSuccess || cudaMemset(p, 0, bytes) != cudaSuccess) {
-    cudaGetLastError();
+  if (!cuda_ok(cudaMalloc(&p, bytes), "cudaMalloc", error) ||
+      !cuda_ok(cudaMemset(p, 0, bytes), "cudaMemset", error)) {
     cudaFree(p);
+    *error = std::to_string(bytes) + " bytes of CUDA device memory: " + *error;
     return nullptr;
   }
   return p;

@@ -1,4 +1,5 @@
 #include <cstdlib>
+#include <string>
 
 #include "g1_bytes.hpp"
 #include "pattern.hpp"
@@ -6,10 +7,15 @@
 namespace kvt::replay {
 
 // Without CUDA, main() refuses --g1-memory cuda, so `cuda` is always false here.
-bool g1_cuda_built() { return false; }
+bool g1_cuda_ready(std::string *why) {
+  *why = "this kvtier-replay was built without CUDA";
+  return false;
+}
 
-void *g1_alloc(bool, size_t bytes) {
-  return std::aligned_alloc(4096, (bytes + 4095) / 4096 * 4096);
+void *g1_alloc(bool, size_t bytes, std::string *error) {
+  void *p = std::aligned_alloc(4096, (bytes + 4095) / 4096 * 4096);
+  if (p == nullptr) *error = std::to_string(bytes) + " bytes of host memory: out of memory";
+  return p;
 }
 
 void g1_free(bool, void *p) { std::free(p); }

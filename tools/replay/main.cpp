@@ -64,7 +64,7 @@ int main(int argc, char **argv) {
   long long layers = o.layers, outer = o.outer, chunk = o.chunk_bytes, conc = o.concurrency;
   long long budget = o.token_budget, running = o.max_running;
   std::string offload = "eager", policy = "presence", mode = "blocks", eviction;
-  std::string g1_memory = "host";
+  std::string g1_memory = "host", cuda_copy;
   bool no_progress = false;
   bool no_prefault = false;
 
@@ -118,6 +118,8 @@ int main(int argc, char **argv) {
   app.add_flag("--no-progress", no_progress, "no progress bar on stderr");
   app.add_option("--g1-memory", g1_memory, "host: G1 in host memory, the stand-in for a GPU; "
                  "cuda: G1 in CUDA device memory on device 0, G2 pinned (host)");
+  app.add_option("--cuda-copy", cuda_copy, "with --g1-memory cuda: batched, per-chunk, kernel "
+                 "or auto, how scattered chunks cross PCIe (the library's default: auto)");
   app.add_flag("--no-prefault", no_prefault,
                "leave G1 and G2 pages to be faulted in by the copies (a GPU host pins, and so "
                "faults in, G2 when the manager starts)");
@@ -136,11 +138,18 @@ int main(int argc, char **argv) {
       !in_range("--max-running", running, 1, 1 << 16, &err))
     return usage_error(err);
   if (g1_memory == "cuda") {
-    if (!g1_cuda_built())
-      return usage_error("--g1-memory cuda: this kvtier-replay was built without CUDA");
+    if (std::string why; !g1_cuda_ready(&why)) return usage_error("--g1-memory cuda: " + why);
     o.g1_cuda = true;
   } else if (g1_memory != "host") {
     return usage_error("--g1-memory must be host or cuda, not \"" + g1_memory + "\"");
+  }
+  if (!cuda_copy.empty()) {
+    const char *names[] = {"batched", "per-chunk", "kernel", "auto"};
+    for (int i = 0; i < 4; ++i)
+      if (cuda_copy == names[i]) o.cuda_copy = i;
+    if (o.cuda_copy < 0)
+      return usage_error("--cuda-copy must be batched, per-chunk, kernel or auto, not \"" +
+                         cuda_copy + "\"");
   }
   if (mode == "engine") o.mode = Mode::Engine;
   else if (mode != "blocks") return usage_error("--mode must be blocks or engine, not \"" + mode + "\"");

@@ -37,6 +37,7 @@ struct Options {
   bool progress = true;        // a progress bar, when stderr is a terminal
   bool prefault = true;        // touch every page of G1 and G2 before the replay
   bool g1_cuda = false;        // --g1-memory cuda: G1 in CUDA device memory
+  int cuda_copy = -1;          // --cuda-copy: kvt_cuda_copy; -1: the library's default
   uint32_t token_budget = 2048;  // engine: tokens computed per step, over all requests
   uint32_t max_running = 64;     // engine: requests running at once
 

@@ -123,6 +123,7 @@ bool Replayer::create(std::string *error) {
   c.g4_url = o_.g4_url.empty() ? nullptr : o_.g4_url.c_str();
   // Host memory is the embedded stand-in for GPU memory.
   c.g1_memory = o_.g1_cuda ? KVT_MEMORY_CUDA : KVT_MEMORY_HOST;
+  if (o_.cuda_copy >= 0) c.cuda_copy = uint32_t(o_.cuda_copy);
   // One batch at a time, 256 blocks each: on a small machine the copies would otherwise
   // compete with each other and with the requests for cores, for no gain in wall time.
   c.max_concurrent_transfers = 1;

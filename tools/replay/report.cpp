@@ -162,7 +162,6 @@ void print_engine_summary(std::FILE *f, const Options &o, const Trace &t, const 
                (unsigned long long)r.computed_tokens);
   std::fprintf(f, "stores      %llu blocks stored, %llu failed\n",
                (unsigned long long)r.stored_blocks, (unsigned long long)r.store_failures);
-  print_transfers(f, r.dir);
   std::fprintf(f, "verified    %llu loaded blocks hold the bytes of their hash, "
                "%llu mismatched, %llu load errors recomputed\n", (unsigned long long)r.verified,
                (unsigned long long)r.mismatched, (unsigned long long)r.load_error_blocks);
@@ -188,7 +187,6 @@ void print_engine_json(std::FILE *f, const Options &o, const Trace &t, const Eng
   j["store_failures"] = r.store_failures;
   j["verified_blocks"] = r.verified;
   j["mismatched_blocks"] = r.mismatched;
-  add_transfers(j, r.dir);
   nlohmann::ordered_json tr = nlohmann::ordered_json::object();
   for (uint32_t from = 0; from < 11; ++from)
     for (uint32_t to = 0; to < 11; ++to)
