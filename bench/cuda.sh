@@ -58,9 +58,10 @@ replay() {  # name, then kvtier-replay's arguments
   /usr/bin/env python3 - "$out/replay_$name.json" "$name" <<'PY'
 import json, sys
 r = json.load(open(sys.argv[1]))
-print(f"{sys.argv[2]}: {r['seconds']:.1f} s, hit rate {r.get('hit_rate', 0):.3f}, "
-      f"verified {r.get('verified_blocks', r.get('verified'))}, "
-      f"mismatched {r.get('mismatched_blocks', r.get('mismatched'))}")
+hits = (f"loaded {r['loaded_tokens']} tokens, stored {r['stored_blocks']} blocks"
+        if r.get("mode") == "engine" else f"hit rate {r['hit_rate']:.3f}")
+print(f"{sys.argv[2]}: {r['seconds']:.1f} s, {hits}, verified {r['verified_blocks']}, "
+      f"mismatched {r['mismatched_blocks']}")
 for d, t in r.get("transfers", {}).items():
     if t.get("blocks"):
         print(f"  {d}: {t['blocks']} blocks, {t.get('bytes', 0) / 1e9:.2f} GB, "

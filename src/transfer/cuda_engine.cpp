@@ -100,18 +100,18 @@ void CudaEngine::map_host(void *base, size_t bytes) {
 
 namespace {
 // A table for the segments, their host sides translated to device addresses; false (and
-// the table left in `free`) when a segment's host side is not mapped memory, or no table can
+// the table left in `pool`) when a segment's host side is not mapped memory, or no table can
 // be had.
-bool kernel_table(Table *out, std::vector<Table> &free, std::mutex &mu,
+bool kernel_table(Table *out, std::vector<Table> &pool, std::mutex &mu,
                   const std::vector<MappedRange> &mapped, const std::vector<Segment> &segs,
                   bool to_device) {
   Table t;
   {
     std::lock_guard lock(mu);
-    for (size_t i = 0; i < free.size(); ++i)
-      if (free[i].cap >= segs.size()) {
-        t = free[i];
-        free.erase(free.begin() + std::ptrdiff_t(i));
+    for (size_t i = 0; i < pool.size(); ++i)
+      if (pool[i].cap >= segs.size()) {
+        t = pool[i];
+        pool.erase(pool.begin() + std::ptrdiff_t(i));
         break;
       }
   }
@@ -129,14 +129,14 @@ bool kernel_table(Table *out, std::vector<Table> &free, std::mutex &mu,
   }
   for (size_t i = 0; i < segs.size(); ++i) {
     const Segment &g = segs[i];
-    const char *host = device_address(mapped, to_device ? g.src : g.dst, g.len);
-    if (host == nullptr) {
+    const char *mapped_side = device_address(mapped, to_device ? g.src : g.dst, g.len);
+    if (mapped_side == nullptr) {
       std::lock_guard lock(mu);
-      free.push_back(t);
+      pool.push_back(t);
       return false;
     }
-    t.host[i] = to_device ? KernelSegment{g.dst, host, g.len}
-                          : KernelSegment{const_cast<char *>(host), g.src, g.len};
+    t.host[i] = to_device ? KernelSegment{g.dst, mapped_side, g.len}
+                          : KernelSegment{const_cast<char *>(mapped_side), g.src, g.len};
   }
   *out = t;
   return true;
@@ -160,7 +160,7 @@ kvt_status CudaEngine::copy(const std::vector<Segment> &segs, bool to_device) {
   if (done == nullptr) r = cudaEventCreateWithFlags(&done, cudaEventDisableTiming);
   if (r != cudaSuccess) return cuda_fail("creating a copy event", r);
   Table table;
-  const bool kernel = method_ == KVT_CUDA_COPY_KERNEL && segs.size() <= UINT32_MAX &&
+  const bool kernel = method_ == KVT_CUDA_COPY_KERNEL && segs.size() <= INT32_MAX &&
                       kernel_table(&table, s.tables, s.mu, s.mapped, segs, to_device);
   if (kernel) {
     r = launch_copy_segments(table.dev, uint32_t(segs.size()), segs[0].len, stream);
