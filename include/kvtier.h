@@ -395,7 +395,8 @@ typedef struct kvt_transfer_stats {
 
 /* Fills *out, up to out->struct_size (set by the caller), with the counters of transfers
  * from src to dst since the manager was created. bytes / busy_ns is the engines' bandwidth,
- * without the time transfers spent waiting in the pipeline. KVT_ERR_INVALID_ARGUMENT for a
+ * without the time transfers spent waiting in the pipeline. A connector's worker counts each
+ * batch it runs as one transfer per tier it touches (0.4.0). KVT_ERR_INVALID_ARGUMENT for a
  * pair that is not a direction. */
 KVT_API kvt_status kvt_transfer_stats_get(kvt_transfer_stats *out, kvt_manager *m,
                                           kvt_tier src, kvt_tier dst);

@@ -128,6 +128,13 @@ inline kvt_tier_stats stats(kvt_manager *m, kvt_tier t) {
   return s;
 }
 
+inline kvt_transfer_stats xfer_stats(kvt_manager *m, kvt_tier src, kvt_tier dst) {
+  kvt_transfer_stats s{};
+  s.struct_size = sizeof s;
+  EXPECT_EQ(kvt_transfer_stats_get(&s, m, src, dst), KVT_OK) << kvt_last_error();
+  return s;
+}
+
 inline kvt_block_info info(kvt_manager *m, kvt_block b) {
   kvt_block_info i{};
   i.struct_size = sizeof i;

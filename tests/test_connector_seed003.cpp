@@ -95,6 +95,17 @@ TEST(ConnectorSeed003, OneProcess) {
   EXPECT_EQ(s.transitions[DC][FG], 1u);
   EXPECT_EQ(s.transitions[FG][FD], 2u);
 
+  // The worker's copies count in kvt_transfer_stats too: one transfer per batch and tier.
+  kvt_transfer_stats out = xfer_stats(r.m.get(), KVT_TIER_G1, KVT_TIER_G2);
+  kvt_transfer_stats in = xfer_stats(r.m.get(), KVT_TIER_G2, KVT_TIER_G1);
+  EXPECT_EQ(out.blocks, s.stored_blocks);
+  EXPECT_EQ(in.blocks, s.loaded_blocks);
+  EXPECT_EQ(in.bytes, in.blocks * kBlock);
+  EXPECT_GE(out.completed, 2u);  // A's stores, then B's
+  EXPECT_EQ(in.completed, 1u);   // B's load
+  EXPECT_EQ(out.failed + out.cancelled + in.failed + in.cancelled, 0u);
+  EXPECT_GT(in.busy_ns, 0u);
+
   // Finished slots are gone for every call but slot_state.
   int32_t delay = -1;
   EXPECT_KVT(kvt_connector_request_finished(&delay, r.c, "A"), KVT_ERR_NOT_FOUND);
@@ -584,6 +595,11 @@ TEST(ConnectorSeed003, G3ChecksumFailureIsReportedAndRecomputed) {
   EXPECT_EQ(s.load_errors, 1u);
   EXPECT_EQ(s.loaded_blocks, 1u);
   EXPECT_EQ(s.stored_blocks, 2u) << "a block computed over a failed load was stored";
+  kvt_transfer_stats in = xfer_stats(r.m.get(), KVT_TIER_G3, KVT_TIER_G1);
+  EXPECT_EQ(in.failed, 1u);
+  EXPECT_EQ(in.blocks, 1u);  // the good block of the failed batch
+  EXPECT_EQ(xfer_stats(r.m.get(), KVT_TIER_G1, KVT_TIER_G3).cancelled, 1u)
+      << "the store over the failed load is not counted as cancelled";
   EXPECT_EQ(r.held(ha, KVT_TIER_G3), 1u) << "the corrupt block is still registered";
   EXPECT_EQ(r.match("B2", b).first, 16u) << "the next match still reports the corrupt block";
   EXPECT_EQ(r.finish("B2"), 0);

@@ -28,7 +28,8 @@ ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
 echo "== TSan (concurrency, transfer and versioned-struct tests)"
 tools/build.sh build-tsan -DKVT_SANITIZE=thread -DKVT_BUILD_BENCH=OFF -DKVT_BUILD_EXAMPLES=OFF \
   -DKVT_BUILD_REPLAY=OFF > build-tsan.log 2>&1 || { tail -50 build-tsan.log; exit 1; }
-TSAN_OPTIONS=halt_on_error=1 ctest --test-dir build-tsan --output-on-failure -R '^(Threads|AbiVersioned|Xfer[A-Za-z]*)\.'
+TSAN_OPTIONS="halt_on_error=1 suppressions=$PWD/tools/tsan.supp" \
+  ctest --test-dir build-tsan --output-on-failure -R '^(Threads|AbiVersioned|Xfer[A-Za-z]*)\.'
 
 echo "== valgrind (memcheck, leaks)"
 # --max-threads: one test holds KVT_MAX_MANAGERS managers at once, each with its threads.

@@ -1,6 +1,7 @@
 #include "connector/worker.hpp"
 
 #include <algorithm>
+#include <chrono>
 
 #include "block/tier.hpp"
 #include "common/error.hpp"
@@ -280,6 +281,7 @@ kvt_status Worker::copy(const std::vector<BlockCopy> &copies) {
 
 // Runs one batch; the copies that failed, and why.
 std::vector<Failure> Worker::execute(const Job &job) {
+  const auto t0 = std::chrono::steady_clock::now();
   const bool load = job.kind == Kind::Load;
   const std::vector<CopyOp> &ops = job.batch.ops;
   const Geometry &g = m_.geometry();
@@ -337,7 +339,30 @@ std::vector<Failure> Worker::execute(const Job &job) {
     failed.push_back(Failure{uint32_t(i), status[i]});
     if (load) failed_reqs_.insert(job.batch.req_id);
   }
+  account(load, ops, status,
+          uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                       std::chrono::steady_clock::now() - t0).count()));
   return failed;
+}
+
+// kvt_transfer_stats: the batch as one transfer per tier it touched, with the blocks that
+// arrived and a share of its time by block count; a doomed batch counts as cancelled.
+void Worker::account(bool load, const std::vector<CopyOp> &ops,
+                     const std::vector<kvt_status> &status, uint64_t busy_ns) {
+  for (kvt_tier t : {KVT_TIER_G2, KVT_TIER_G3}) {
+    uint64_t n = 0, ok = 0;
+    kvt_status worst = KVT_OK;
+    for (size_t i = 0; i < ops.size(); ++i) {
+      if (ops[i].tier != t) continue;
+      ++n;
+      if (status[i] == KVT_OK) ++ok;
+      else if (worst == KVT_OK || worst == KVT_ERR_CANCELLED) worst = status[i];
+    }
+    if (n == 0) continue;
+    const Direction d = t == KVT_TIER_G2 ? (load ? Direction::G2toG1 : Direction::G1toG2)
+                                         : (load ? Direction::G3toG1 : Direction::G1toG3);
+    m_.pipeline().account(d, worst, ok, busy_ns * n / ops.size());
+  }
 }
 
 }  // namespace kvt::conn

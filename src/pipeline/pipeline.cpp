@@ -55,6 +55,16 @@ kvt_status Pipeline::transfer_stats(kvt_transfer_stats *out, int src, int dst) {
   return KVT_OK;
 }
 
+void Pipeline::account(Direction d, kvt_status st, uint64_t blocks, uint64_t busy_ns) {
+  std::lock_guard lock(stats_mu_);
+  kvt_transfer_stats &s = stats_[index(d)];
+  if (st == KVT_OK) ++s.completed;
+  else ++(st == KVT_ERR_CANCELLED ? s.cancelled : s.failed);
+  s.blocks += blocks;
+  s.bytes += blocks * tiers_.geometry().block_bytes();
+  s.busy_ns += busy_ns;
+}
+
 // ---- enqueue ----
 
 kvt_status Pipeline::offload(std::shared_ptr<Transfer> *out, const kvt_block *src, size_t n,

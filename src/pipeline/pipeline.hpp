@@ -61,6 +61,9 @@ class Pipeline {
   void release(Transfer &t);
   // Counters of one direction; KVT_ERR_INVALID_ARGUMENT when src -> dst is not one.
   kvt_status transfer_stats(kvt_transfer_stats *out, int src, int dst);
+  // Counts copies made outside the pipeline (a connector worker's batch) as one transfer of
+  // direction d that ended with st, moved `blocks` and kept an engine busy for busy_ns.
+  void account(Direction d, kvt_status st, uint64_t blocks, uint64_t busy_ns);
 
   kvt_status fence_create(std::shared_ptr<Fence> *out, void *cuda_event);
   kvt_status fence_signal(Fence &f);

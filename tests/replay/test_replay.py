@@ -367,6 +367,16 @@ def cuda_replay_json(*args):
     return json.loads(p.stdout)
 
 
+def test_engine_json_reports_the_workers_transfers(shipped_prefix):
+    r = replay_json("--trace", shipped_prefix, "--mode", "engine", "--g1-blocks", 400,
+                    "--max-running", 32, *TINY)
+    assert r["config"]["g1_memory"] == "host"
+    g1g2, g2g1 = r["transfers"]["G1->G2"], r["transfers"]["G2->G1"]
+    assert g1g2["blocks"] == r["stored_blocks"] > 0
+    assert g2g1["blocks"] == r["verified_blocks"] > 0
+    assert g2g1["gb_per_s"] > 0 and r["failed_transfers"] == 0
+
+
 def test_blocks_mode_with_g1_in_cuda_memory(small_trace, tmp_path):
     r = cuda_replay_json("--trace", small_trace, "--g1-blocks", 200, "--g2-blocks", 300,
                          "--g3-blocks", 4000, "--g3-path", tmp_path, "--chunk-bytes", 4096,

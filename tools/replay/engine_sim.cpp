@@ -541,6 +541,7 @@ bool Engine::run(EngineResult *out, std::string *error) {
     return false;
   }
   std::memcpy(res_.transitions, cs.transitions, sizeof res_.transitions);
+  if (!read_transfer_stats(m_, res_.dir, error)) return false;
   res_.stored_blocks = cs.stored_blocks;
   res_.store_failures = cs.store_failures;
   if (kvt_status st = kvt_manager_check(m_); st != KVT_OK) {

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "options.hpp"
+#include "replayer.hpp"
 #include "trace.hpp"
 
 namespace kvt::replay {
@@ -21,6 +22,7 @@ struct EngineResult {
   uint64_t stored_blocks = 0, store_failures = 0;  // kvt_connector_stats
   uint64_t verified = 0, mismatched = 0;  // loaded G1 blocks checked against their hash
   uint64_t transitions[11][11] = {};      // kvt_connector_stats.transitions
+  DirectionTotals dir[kDirections];       // the worker's copies (kvt_transfer_stats)
   double seconds = 0, prefault_seconds = 0;
 };
 

@@ -504,20 +504,7 @@ bool Replayer::run(Result *out, std::string *error) {
     *error = error_;
     return false;
   }
-  for (int d = 0; d < kDirections; ++d) {
-    static constexpr kvt_tier src[] = {KVT_TIER_G1, KVT_TIER_G1, KVT_TIER_G2, KVT_TIER_G2,
-                                       KVT_TIER_G3};
-    static constexpr kvt_tier dst[] = {KVT_TIER_G2, KVT_TIER_G3, KVT_TIER_G3, KVT_TIER_G1,
-                                       KVT_TIER_G1};
-    kvt_transfer_stats ts{};
-    ts.struct_size = sizeof ts;
-    if (kvt_status st = kvt_transfer_stats_get(&ts, m_, src[d], dst[d]); st != KVT_OK) {
-      *error = std::string("kvt_transfer_stats_get: ") + kvt_last_error();
-      return false;
-    }
-    r_.dir[direction(src[d], dst[d])] = {ts.completed, ts.cancelled, ts.failed,
-                                         ts.blocks,    ts.bytes,     ts.busy_ns};
-  }
+  if (!read_transfer_stats(m_, r_.dir, error)) return false;
   if (!o_.g4_url.empty()) {
     kvt_g4_stats gs{};
     gs.struct_size = sizeof gs;
@@ -541,6 +528,24 @@ bool Replayer::run(Result *out, std::string *error) {
 }
 
 }  // namespace
+
+bool read_transfer_stats(kvt_manager *m, DirectionTotals *dir, std::string *error) {
+  for (int d = 0; d < kDirections; ++d) {
+    static constexpr kvt_tier src[] = {KVT_TIER_G1, KVT_TIER_G1, KVT_TIER_G2, KVT_TIER_G2,
+                                       KVT_TIER_G3};
+    static constexpr kvt_tier dst[] = {KVT_TIER_G2, KVT_TIER_G3, KVT_TIER_G3, KVT_TIER_G1,
+                                       KVT_TIER_G1};
+    kvt_transfer_stats ts{};
+    ts.struct_size = sizeof ts;
+    if (kvt_status st = kvt_transfer_stats_get(&ts, m, src[d], dst[d]); st != KVT_OK) {
+      *error = std::string("kvt_transfer_stats_get: ") + kvt_last_error();
+      return false;
+    }
+    dir[direction(src[d], dst[d])] = {ts.completed, ts.cancelled, ts.failed,
+                                      ts.blocks,    ts.bytes,     ts.busy_ns};
+  }
+  return true;
+}
 
 bool run_replay(const Options &o, const Trace &t, Result *out, std::string *error) {
   Replayer r(o, t);

@@ -63,4 +63,7 @@ struct Result : Counts {
 // fails in a way a serving engine could not recover from.
 bool run_replay(const Options &o, const Trace &t, Result *out, std::string *error);
 
+// The manager's kvt_transfer_stats of every direction, into dir[kDirections].
+bool read_transfer_stats(kvt_manager *m, DirectionTotals *dir, std::string *error);
+
 }  // namespace kvt::replay

@@ -17,6 +17,35 @@ double gb(uint64_t bytes) { return double(bytes) / 1e9; }
 // Engine bandwidth: bytes over the time the copy engines spent on them.
 double gbps(const DirectionTotals &d) { return d.busy_ns ? double(d.bytes) / double(d.busy_ns) : 0; }
 
+void print_transfers(std::FILE *f, const DirectionTotals *dir) {
+  std::fprintf(f, "transfers   direction  blocks      bytes       engine bandwidth  "
+               "cancelled  failed\n");
+  for (int d = 0; d < kDirections; ++d) {
+    const DirectionTotals &x = dir[d];
+    if (x.completed + x.cancelled + x.failed == 0) continue;
+    std::fprintf(f, "            %-9s  %-10llu  %6.2f GB   %6.2f GB/s        %-9llu  %llu\n",
+                 kDirectionNames[d], (unsigned long long)x.blocks, gb(x.bytes), gbps(x),
+                 (unsigned long long)x.cancelled, (unsigned long long)x.failed);
+  }
+}
+
+void add_transfers(nlohmann::ordered_json &j, const DirectionTotals *dir) {
+  uint64_t cancelled = 0, failed = 0;
+  nlohmann::ordered_json dirs = nlohmann::ordered_json::object();
+  for (int d = 0; d < kDirections; ++d) {
+    const DirectionTotals &x = dir[d];
+    cancelled += x.cancelled;
+    failed += x.failed;
+    dirs[kDirectionNames[d]] = {{"transfers", x.completed}, {"cancelled", x.cancelled},
+                                {"failed", x.failed},       {"blocks", x.blocks},
+                                {"bytes", x.bytes},         {"busy_seconds", x.busy_ns / 1e9},
+                                {"gb_per_s", gbps(x)}};
+  }
+  j["cancelled_transfers"] = cancelled;
+  j["failed_transfers"] = failed;
+  j["transfers"] = dirs;
+}
+
 std::string tier_size(uint64_t blocks, uint64_t block_bytes) {
   char b[64];
   std::snprintf(b, sizeof b, "%llu blocks (%.2f GB)", (unsigned long long)blocks,
@@ -67,15 +96,7 @@ void print_summary(std::FILE *f, const Options &o, const Trace &t, const Result 
                  o.g4_url.c_str());
   std::fprintf(f, "misses      %llu (%.1f%%), computed and registered\n",
                (unsigned long long)r.misses, pct(r.misses, r.blocks));
-  std::fprintf(f, "transfers   direction  blocks      bytes       engine bandwidth  "
-               "cancelled  failed\n");
-  for (int d = 0; d < kDirections; ++d) {
-    const DirectionTotals &x = r.dir[d];
-    if (x.completed + x.cancelled + x.failed == 0) continue;
-    std::fprintf(f, "            %-9s  %-10llu  %6.2f GB   %6.2f GB/s        %-9llu  %llu\n",
-                 kDirectionNames[d], (unsigned long long)x.blocks, gb(x.bytes), gbps(x),
-                 (unsigned long long)x.cancelled, (unsigned long long)x.failed);
-  }
+  print_transfers(f, r.dir);
   std::fprintf(f, "            offloaded %llu blocks, onboarded %llu blocks\n",
                (unsigned long long)r.offloaded_blocks(),
                (unsigned long long)r.onboarded_blocks());
@@ -104,20 +125,7 @@ void print_json(std::FILE *f, const Options &o, const Trace &t, const Result &r)
   j["onboarded_blocks"] = r.onboarded_blocks();
   j["verified_blocks"] = r.verified;
   j["mismatched_blocks"] = r.mismatched;
-  uint64_t cancelled = 0, failed = 0;
-  nlohmann::ordered_json dirs = nlohmann::ordered_json::object();
-  for (int d = 0; d < kDirections; ++d) {
-    const DirectionTotals &x = r.dir[d];
-    cancelled += x.cancelled;
-    failed += x.failed;
-    dirs[kDirectionNames[d]] = {{"transfers", x.completed}, {"cancelled", x.cancelled},
-                                {"failed", x.failed},       {"blocks", x.blocks},
-                                {"bytes", x.bytes},         {"busy_seconds", x.busy_ns / 1e9},
-                                {"gb_per_s", gbps(x)}};
-  }
-  j["cancelled_transfers"] = cancelled;
-  j["failed_transfers"] = failed;
-  j["transfers"] = dirs;
+  add_transfers(j, r.dir);
   j["alloc_waits"] = r.alloc_waits;
   j["seconds"] = r.seconds;
   j["prefault_seconds"] = r.prefault_seconds;
@@ -154,6 +162,7 @@ void print_engine_summary(std::FILE *f, const Options &o, const Trace &t, const 
                (unsigned long long)r.computed_tokens);
   std::fprintf(f, "stores      %llu blocks stored, %llu failed\n",
                (unsigned long long)r.stored_blocks, (unsigned long long)r.store_failures);
+  print_transfers(f, r.dir);
   std::fprintf(f, "verified    %llu loaded blocks hold the bytes of their hash, "
                "%llu mismatched, %llu load errors recomputed\n", (unsigned long long)r.verified,
                (unsigned long long)r.mismatched, (unsigned long long)r.load_error_blocks);
@@ -179,6 +188,7 @@ void print_engine_json(std::FILE *f, const Options &o, const Trace &t, const Eng
   j["store_failures"] = r.store_failures;
   j["verified_blocks"] = r.verified;
   j["mismatched_blocks"] = r.mismatched;
+  add_transfers(j, r.dir);
   nlohmann::ordered_json tr = nlohmann::ordered_json::object();
   for (uint32_t from = 0; from < 11; ++from)
     for (uint32_t to = 0; to < 11; ++to)
