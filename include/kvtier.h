@@ -1071,6 +1071,110 @@ KVT_API kvt_status kvt_connector_get_finished(kvt_finished *out, kvt_connector *
 /* The name of a kvt_slot_state, e.g. "KVT_SLOT_DECODING"; "KVT_SLOT_UNKNOWN" otherwise. */
 KVT_API const char *kvt_slot_state_str(uint32_t state);
 
+/* ---------------------------------------------------------------------------------------
+ * Observe (0.4.0): the event stream of docs/EVENTS.md, schema KVT_OBS_SCHEMA_VERSION. Slot
+ * transitions, transfer candidates, blocks stored and removed per tier, and ended transfers,
+ * each with a sequence number (1, 2, ... per manager, without gaps) and a CLOCK_MONOTONIC
+ * time. Subscribers, the recorder's ring and its log read the same stream; with none of
+ * them, a call site costs one branch.
+ * ------------------------------------------------------------------------------------ */
+
+#define KVT_OBS_SCHEMA_VERSION 1
+
+typedef enum kvt_obs_kind {
+  KVT_OBS_SLOT = 1,           /* a slot entered `state` from `prev` (the same for a repeat) */
+  KVT_OBS_CANDIDATE = 2,      /* a connector batch (a transfer candidate) entered `state` */
+  KVT_OBS_BLOCK_STORED = 3,   /* tier `dst` registered `hash` (child of `parent_hash`) */
+  KVT_OBS_BLOCK_REMOVED = 4,  /* tier `dst` dropped `hash` (eviction or removal) */
+  KVT_OBS_TIER_CLEARED = 5,   /* kvt_manager_reset emptied tier `dst` */
+  KVT_OBS_TRANSFER = 6,       /* a transfer src -> dst ended with `status` */
+  KVT_OBS_DROPPED = 7         /* this reader lost `count` events before this one */
+} kvt_obs_kind;
+
+/* The connector call that moved a slot. */
+typedef enum kvt_obs_trigger {
+  KVT_TRIGGER_GET_NUM_NEW_MATCHED_TOKENS = 1, KVT_TRIGGER_UPDATE_STATE_AFTER_ALLOC = 2,
+  KVT_TRIGGER_BUILD_CONNECTOR_META = 3, KVT_TRIGGER_UPDATE_CONNECTOR_OUTPUT = 4,
+  KVT_TRIGGER_REQUEST_FINISHED = 5, KVT_TRIGGER_REQUEST_PREEMPTED = 6
+} kvt_obs_trigger;
+
+/* Seed 004's candidate states. A load is PENDING_EVALUATION from the match that staged it
+ * until update_state_after_alloc PROMOTES it (the engine takes it) or SKIPS it; a store is
+ * PROMOTED into a step's metadata, and its blocks that need no copy are SKIPPED. A promoted
+ * batch ends COMPLETED, FAILED or CANCELLED when the worker's report reaches the scheduler. */
+typedef enum kvt_candidate_state {
+  KVT_CANDIDATE_PENDING_EVALUATION = 1, KVT_CANDIDATE_PROMOTED = 2, KVT_CANDIDATE_SKIPPED = 3,
+  KVT_CANDIDATE_COMPLETED = 4, KVT_CANDIDATE_FAILED = 5, KVT_CANDIDATE_CANCELLED = 6
+} kvt_candidate_state;
+
+typedef struct kvt_obs_event {
+  uint64_t   seq;          /* 1, 2, ...: a gap only where a DROPPED event says so */
+  uint64_t   time_ns;      /* CLOCK_MONOTONIC */
+  uint32_t   kind;         /* kvt_obs_kind */
+  uint32_t   state;        /* SLOT: the state entered; CANDIDATE: kvt_candidate_state */
+  uint32_t   prev;         /* SLOT: the state left, 0 for a new slot */
+  uint32_t   trigger;      /* SLOT: kvt_obs_trigger */
+  uint32_t   src;          /* CANDIDATE, TRANSFER: the source tier */
+  uint32_t   dst;          /* CANDIDATE, TRANSFER: the destination tier; BLOCK_*, TIER_CLEARED:
+                              the tier */
+  kvt_status status;       /* TRANSFER, and CANDIDATE FAILED: how it ended */
+  uint32_t   reserved;
+  uint64_t   batch;        /* CANDIDATE, and TRANSFER of a connector worker: the batch id */
+  uint64_t   hash;         /* BLOCK_*: the sequence hash */
+  uint64_t   parent_hash;  /* BLOCK_STORED: the parent's sequence hash, 0 for a first block */
+  uint64_t   tokens;       /* SLOT: the request's tokens */
+  uint64_t   computed;     /* SLOT: its tokens computed or loaded */
+  uint64_t   blocks;       /* CANDIDATE: blocks; TRANSFER: blocks that arrived */
+  uint64_t   bytes;        /* TRANSFER: bytes that arrived */
+  uint64_t   duration_ns;  /* TRANSFER: enqueue (a worker: the batch's start) to end */
+  uint64_t   count;        /* DROPPED: events lost */
+  char       req_id[KVT_REQ_ID_MAX + 1]; /* SLOT, CANDIDATE, a worker's TRANSFER: the request;
+                                            "" otherwise */
+} kvt_obs_event;
+
+typedef struct kvt_subscription kvt_subscription;
+
+/* A reader of m's events from now on, with a queue of `capacity` events (1..2^24). A reader
+ * that falls behind never slows m: its oldest events give way, and the next drain begins
+ * with one DROPPED event that counts them. It may outlive m (it then receives nothing). */
+KVT_API kvt_status kvt_subscribe(kvt_subscription **out, kvt_manager *m, size_t capacity);
+/* Readable while events are queued; owned by the subscription. -1 for NULL. */
+KVT_API int kvt_subscription_fd(kvt_subscription *s);
+/* Moves up to max queued events, oldest first, into out; returns how many (0 for NULL s,
+ * or NULL out with max > 0, with kvt_last_error set). */
+KVT_API size_t kvt_subscription_drain(kvt_subscription *s, kvt_obs_event *out, size_t max);
+/* NULL is ignored. */
+KVT_API void kvt_subscription_destroy(kvt_subscription *s);
+
+/* The recorder. kvt_recorder_ring keeps m's last `events` events in memory (0: none, up to
+ * 2^24), and kvt_recorder_dump writes them to a new file at path as an event log. */
+KVT_API kvt_status kvt_recorder_ring(kvt_manager *m, size_t events);
+KVT_API kvt_status kvt_recorder_dump(kvt_manager *m, const char *path);
+/* Appends every event from now on to a new event log at path (replaced if it exists):
+ * length-prefixed records with a checksum each (docs/EVENTS.md), written in 64 KiB runs.
+ * KVT_ERR_STATE while a log is open; KVT_ERR_IO when the file cannot be written (the log
+ * then stops, and m goes on). kvt_recorder_close writes what is buffered and closes it; a
+ * manager's destroy does too. */
+KVT_API kvt_status kvt_recorder_open(kvt_manager *m, const char *path);
+KVT_API kvt_status kvt_recorder_close(kvt_manager *m);
+
+typedef struct kvt_event_log kvt_event_log;
+
+/* Reads an event log. KVT_ERR_CORRUPT for a file that is not one, KVT_ERR_UNSUPPORTED for
+ * another format version, KVT_ERR_IO when it cannot be read. */
+KVT_API kvt_status kvt_event_log_open(kvt_event_log **out, const char *path);
+/* The next record into *out: KVT_OK; KVT_ERR_NOT_FOUND past the last one; KVT_ERR_CORRUPT
+ * once, where a record is torn or damaged (a writer killed mid-write): nothing from there on
+ * is read, and kvt_last_error says at which byte. */
+KVT_API kvt_status kvt_event_log_next(kvt_event_log *l, kvt_obs_event *out);
+/* NULL is ignored. */
+KVT_API void kvt_event_log_close(kvt_event_log *l);
+
+/* Names for printing: "SLOT", "PROMOTED", "UPDATE_STATE_AFTER_ALLOC"; "UNKNOWN" otherwise. */
+KVT_API const char *kvt_obs_kind_str(uint32_t kind);
+KVT_API const char *kvt_candidate_state_str(uint32_t state);
+KVT_API const char *kvt_obs_trigger_str(uint32_t trigger);
+
 #ifdef __cplusplus
 }
 #endif

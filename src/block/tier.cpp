@@ -129,7 +129,7 @@ uint32_t Tier::evict_one() noexcept {
 }
 
 void Tier::note_event(kvt_event_type type, uint64_t hash, uint64_t parent) noexcept {
-  if (!events_ && !sink_) return;
+  if (!events_ && !sink_ && !obs_) return;
   kvt_event e{};
   e.type = type;
   e.tier = id_;
@@ -144,6 +144,17 @@ void Tier::publish_events_locked() noexcept {
   if (pending_events_.empty()) return;
   if (events_) events_->push(pending_events_.data(), pending_events_.size());
   if (sink_) sink_->publish(pending_events_.data(), pending_events_.size());
+  if (obs_ && obs_->on()) {
+    for (const kvt_event &p : pending_events_) {
+      kvt_obs_event e = obs_event(p.type == KVT_EVENT_BLOCK_STORED    ? KVT_OBS_BLOCK_STORED
+                                  : p.type == KVT_EVENT_BLOCK_REMOVED ? KVT_OBS_BLOCK_REMOVED
+                                                                      : KVT_OBS_TIER_CLEARED);
+      e.dst = p.tier;
+      e.hash = p.hash;
+      e.parent_hash = p.parent_hash;
+      obs_->emit(e);
+    }
+  }
   pending_events_.clear();
 }
 

@@ -16,6 +16,7 @@
 #include "block/slot.hpp"
 #include "event/event_queue.hpp"
 #include "event/kv_sink.hpp"
+#include "event/obs_sink.hpp"
 #include "hash/chain_hash.hpp"
 #include "kvtier.h"
 #include "memory/tier_memory.hpp"
@@ -41,6 +42,7 @@ class Tier {
   // The KV-event publisher, if any: it also sees this tier's events, and the tokens of the
   // blocks registered from tokens.
   void set_kv_sink(KvSink *sink) noexcept { sink_ = sink; }
+  void set_obs(ObsSink *obs) noexcept { obs_ = obs; }
 
   kvt_status alloc(kvt_block *out, size_t n, Holder h = Holder::Host);
   kvt_status retain(kvt_block b, Holder h = Holder::Host);
@@ -152,6 +154,7 @@ class Tier {
   const uint32_t first_gen_;
   EventQueue *events_ = nullptr;
   KvSink *sink_ = nullptr;
+  ObsSink *obs_ = nullptr;
   TierMemory memory_;
 
   std::mutex mu_;

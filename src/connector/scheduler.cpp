@@ -70,7 +70,29 @@ kvt_status Scheduler::transition_error(const char *fn, const Slot &s, SlotState 
 
 void Scheduler::move(Slot &s, SlotState to) {
   ++stats_.transitions[s.state][to];
+  if (m_.bus().on()) {
+    kvt_obs_event e = obs_event(KVT_OBS_SLOT, s.id);
+    e.prev = s.state;
+    e.state = to;
+    e.trigger = trigger_;
+    e.tokens = s.seq.tokens();
+    e.computed = s.computed;
+    m_.bus().emit(e);
+  }
   if (s.state != to) s.to(to);
+}
+
+void Scheduler::candidate(const Slot &s, kvt_candidate_state state, uint64_t batch, int src,
+                          int dst, uint64_t blocks, kvt_status st) {
+  if (!m_.bus().on()) return;
+  kvt_obs_event e = obs_event(KVT_OBS_CANDIDATE, s.id);
+  e.state = state;
+  e.batch = batch;
+  e.src = uint32_t(src);
+  e.dst = uint32_t(dst);
+  e.blocks = blocks;
+  e.status = st;
+  m_.bus().emit(e);
 }
 
 // Block ids the call hands to s for writing: in range, not written by another live request,
@@ -132,6 +154,9 @@ void Scheduler::unclaim(Slot &s) {
 }
 
 void Scheduler::drop_staged(Slot &s) {
+  if (!s.staged.empty())
+    candidate(s, KVT_CANDIDATE_SKIPPED, 0, handle::tier(s.staged[0].block), KVT_TIER_G1,
+              s.staged.size());
   std::vector<kvt_block> pins;
   for (const Pinned &p : s.staged) pins.push_back(p.block);
   release(pins);
@@ -148,6 +173,8 @@ void Scheduler::drop_planned_loads(Slot &s) {
     }
     std::vector<kvt_block> pins;
     for (const Pinned &p : it->second.src) pins.push_back(p.block);
+    candidate(s, KVT_CANDIDATE_CANCELLED, id, handle::tier(pins[0]), KVT_TIER_G1, pins.size(),
+              KVT_ERR_CANCELLED);
     release(pins);
     loads_.erase(it);
     --s.batches;
@@ -179,6 +206,7 @@ void Scheduler::plan_eager(Slot &s, Batch *batch) {
   const auto &hashes = s.seq.seq_hashes();
   size_t full = std::min<size_t>({s.computed / page_, hashes.size(), s.blocks.size()});
   StoreRec rec = store_rec(s);
+  const int dst = store_tier_->id();
   for (size_t j = s.store_next; j < full; ++j) {
     uint64_t parent = j ? hashes[j - 1] : 0;
     if (!content_.empty()) {
@@ -187,7 +215,12 @@ void Scheduler::plan_eager(Slot &s, Batch *batch) {
     }
     plan_store(s.blocks[j], hashes[j], parent, &batch->ops, &rec);
   }
+  const size_t considered = full > s.store_next ? full - s.store_next : 0;
   s.store_next = std::max(s.store_next, full);
+  if (considered && !content_.empty())  // lazy: stored only when the engine reuses them
+    candidate(s, KVT_CANDIDATE_PENDING_EVALUATION, 0, KVT_TIER_G1, dst, considered);
+  else if (considered > batch->ops.size())
+    candidate(s, KVT_CANDIDATE_SKIPPED, 0, KVT_TIER_G1, dst, considered - batch->ops.size());
   if (batch->ops.empty()) return;
   batch->id = next_batch_++;
   batch->req_id = s.id;
@@ -195,12 +228,14 @@ void Scheduler::plan_eager(Slot &s, Batch *batch) {
   rec.eager = true;
   stores_.emplace(batch->id, std::move(rec));
   ++s.batches;
+  candidate(s, KVT_CANDIDATE_PROMOTED, batch->id, KVT_TIER_G1, dst, batch->ops.size());
 }
 
 kvt_status Scheduler::get_num_new_matched_tokens(uint64_t *out, std::string_view id,
                                                  const uint32_t *tokens, size_t n,
                                                  uint64_t computed) {
   static constexpr const char *fn = "kvt_connector_get_num_new_matched_tokens";
+  trigger_ = KVT_TRIGGER_GET_NUM_NEW_MATCHED_TOKENS;
   if (computed > n)
     return fail(KVT_ERR_INVALID_ARGUMENT,
                 "%s: request '%s': num_computed_tokens %llu exceeds its %zu tokens", fn,
@@ -240,12 +275,22 @@ kvt_status Scheduler::get_num_new_matched_tokens(uint64_t *out, std::string_view
     s = fresh.get();
     ++stats_.transitions[0][KVT_SLOT_INITIALIZED];
     slots_.emplace(s->id, std::move(fresh));
+    if (m_.bus().on()) {
+      kvt_obs_event e = obs_event(KVT_OBS_SLOT, s->id);
+      e.state = KVT_SLOT_INITIALIZED;
+      e.trigger = trigger_;
+      e.tokens = s->seq.tokens();
+      m_.bus().emit(e);
+    }
   } else {
     drop_staged(*s);
     s->seq = std::move(seq);
   }
   s->matched_from = computed;
   s->staged = std::move(hit);
+  if (!s->staged.empty())
+    candidate(*s, KVT_CANDIDATE_PENDING_EVALUATION, 0, handle::tier(s->staged[0].block),
+              KVT_TIER_G1, s->staged.size());
   if (!s->staged.empty() && s->state != KVT_SLOT_ONBOARD_STAGED) move(*s, KVT_SLOT_ONBOARD_STAGED);
   if (s->staged.empty() && s->state == KVT_SLOT_ONBOARD_STAGED) move(*s, KVT_SLOT_INITIALIZED);
   *out = s->staged.empty() ? 0 : (first + s->staged.size()) * page_ - computed;
@@ -255,6 +300,7 @@ kvt_status Scheduler::get_num_new_matched_tokens(uint64_t *out, std::string_view
 kvt_status Scheduler::update_state_after_alloc(std::string_view id, const uint32_t *blocks,
                                                size_t n, uint64_t external) {
   static constexpr const char *fn = "kvt_connector_update_state_after_alloc";
+  trigger_ = KVT_TRIGGER_UPDATE_STATE_AFTER_ALLOC;
   kvt_status st;
   Slot *s = find(fn, id, &st);
   if (s == nullptr) return st;
@@ -303,9 +349,11 @@ kvt_status Scheduler::update_state_after_alloc(std::string_view id, const uint32
     rec.g1.push_back(g1);
     if (!content_.empty()) content_[g1] = Content{s->staged[i].hash, s->staged[i].parent, true};
   }
+  uint64_t bid = next_batch_++;
+  candidate(*s, KVT_CANDIDATE_PROMOTED, bid, handle::tier(s->staged[0].block), KVT_TIER_G1,
+            s->staged.size());
   rec.src = std::move(s->staged);
   s->staged.clear();
-  uint64_t bid = next_batch_++;
   loads_.emplace(bid, std::move(rec));
   planned_loads_.push_back(bid);
   ++s->batches;
@@ -317,6 +365,7 @@ kvt_status Scheduler::update_state_after_alloc(std::string_view id, const uint32
 kvt_status Scheduler::build_meta(std::string *out, const kvt_scheduled_request *reqs,
                                  size_t n) {
   static constexpr const char *fn = "kvt_connector_build_connector_meta";
+  trigger_ = KVT_TRIGGER_BUILD_CONNECTOR_META;
   // Check everything first: a bad entry changes no slot.
   std::vector<Slot *> slot(n, nullptr);
   std::vector<SlotState> target(n);
@@ -414,7 +463,12 @@ kvt_status Scheduler::build_meta(std::string *out, const kvt_scheduled_request *
     meta.loads.push_back(std::move(b));
   }
   planned_loads_.clear();
-  for (Batch &b : planned_lazy_) stores_.at(b.id).step = step_;
+  for (Batch &b : planned_lazy_) {
+    StoreRec &rec = stores_.at(b.id);
+    rec.step = step_;
+    candidate(*rec.slot, KVT_CANDIDATE_PROMOTED, b.id, KVT_TIER_G1, rec.tier->id(),
+              b.ops.size());
+  }
   meta.lazy_stores = std::move(planned_lazy_);
   planned_lazy_.clear();
   meta.finished = std::move(finishing_);
@@ -425,6 +479,7 @@ kvt_status Scheduler::build_meta(std::string *out, const kvt_scheduled_request *
 
 kvt_status Scheduler::update_output(const Report &r) {
   static constexpr const char *fn = "kvt_connector_update_connector_output";
+  trigger_ = KVT_TRIGGER_UPDATE_CONNECTOR_OUTPUT;
   if (kvt_status e = check_shape(fn, "report", r.shape, shape_); e != KVT_OK) return e;
   // Check everything first: a report naming an unknown batch changes nothing.
   absl::flat_hash_set<uint64_t> seen;
@@ -475,6 +530,12 @@ kvt_status Scheduler::update_output(const Report &r) {
       pins.push_back(rec.src[i].block);
       ++(bad[i] ? stats_.load_errors : stats_.loaded_blocks);
     }
+    if (d.failed.empty())
+      candidate(*rec.slot, KVT_CANDIDATE_COMPLETED, d.id, handle::tier(pins[0]), KVT_TIER_G1,
+                pins.size());
+    else
+      candidate(*rec.slot, KVT_CANDIDATE_FAILED, d.id, handle::tier(pins[0]), KVT_TIER_G1,
+                pins.size(), d.failed[0].status);
     release(pins);
     if (!d.failed.empty()) doom_stores(*rec.slot, rec.step);
     --rec.slot->batches;
@@ -497,6 +558,15 @@ kvt_status Scheduler::update_output(const Report &r) {
         b = rec.dst[i];
       }
       done.push_back(b);
+    }
+    if (m_.bus().on()) {
+      const kvt_candidate_state cs = rec.doomed           ? KVT_CANDIDATE_CANCELLED
+                                     : d.failed.empty() ? KVT_CANDIDATE_COMPLETED
+                                                        : KVT_CANDIDATE_FAILED;
+      candidate(*rec.slot, cs, d.id, KVT_TIER_G1, rec.tier->id(), rec.dst.size(),
+                rec.doomed         ? KVT_ERR_CANCELLED
+                : d.failed.empty() ? KVT_OK
+                                   : d.failed[0].status);
     }
     release(done);
     --rec.slot->batches;
@@ -535,6 +605,7 @@ void Scheduler::finish(Slot &s) {
 
 kvt_status Scheduler::request_finished(bool *delay_free, std::string_view id) {
   static constexpr const char *fn = "kvt_connector_request_finished";
+  trigger_ = KVT_TRIGGER_REQUEST_FINISHED;
   kvt_status st;
   Slot *s = find(fn, id, &st);
   if (s == nullptr) return st;
@@ -551,6 +622,7 @@ kvt_status Scheduler::request_finished(bool *delay_free, std::string_view id) {
 
 kvt_status Scheduler::request_preempted(std::string_view id) {
   static constexpr const char *fn = "kvt_connector_request_preempted";
+  trigger_ = KVT_TRIGGER_REQUEST_PREEMPTED;
   kvt_status st;
   Slot *s = find(fn, id, &st);
   if (s == nullptr) return st;

@@ -80,6 +80,9 @@ class Scheduler {
   Slot *find(const char *fn, std::string_view id, kvt_status *st) const;
   kvt_status transition_error(const char *fn, const Slot &s, SlotState to) const;
   void move(Slot &s, SlotState to);
+  // An observe CANDIDATE event for a batch of s (0: blocks not in a batch).
+  void candidate(const Slot &s, kvt_candidate_state state, uint64_t batch, int src, int dst,
+                 uint64_t blocks, kvt_status st = KVT_OK);
   kvt_status check_blocks(const char *fn, const Slot &s, const uint32_t *ids, size_t n,
                           uint32_t stamp);
   // Appends to s's tokens; with KV events on, notes the tokens of the blocks they fill.
@@ -126,6 +129,7 @@ class Scheduler {
   std::deque<std::string> done_order_;
 
   kvt_connector_stats stats_{};
+  kvt_obs_trigger trigger_ = KVT_TRIGGER_GET_NUM_NEW_MATCHED_TOKENS;  // the call in progress
 };
 
 }  // namespace kvt::conn

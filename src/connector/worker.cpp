@@ -339,16 +339,18 @@ std::vector<Failure> Worker::execute(const Job &job) {
     failed.push_back(Failure{uint32_t(i), status[i]});
     if (load) failed_reqs_.insert(job.batch.req_id);
   }
-  account(load, ops, status,
+  account(job, status,
           uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(
                        std::chrono::steady_clock::now() - t0).count()));
   return failed;
 }
 
-// kvt_transfer_stats: the batch as one transfer per tier it touched, with the blocks that
-// arrived and a share of its time by block count; a doomed batch counts as cancelled.
-void Worker::account(bool load, const std::vector<CopyOp> &ops,
-                     const std::vector<kvt_status> &status, uint64_t busy_ns) {
+// kvt_transfer_stats and the observe stream: the batch as one transfer per tier it touched,
+// with the blocks that arrived and a share of its time by block count; a doomed batch
+// counts as cancelled.
+void Worker::account(const Job &job, const std::vector<kvt_status> &status, uint64_t busy_ns) {
+  const bool load = job.kind == Kind::Load;
+  const std::vector<CopyOp> &ops = job.batch.ops;
   for (kvt_tier t : {KVT_TIER_G2, KVT_TIER_G3}) {
     uint64_t n = 0, ok = 0;
     kvt_status worst = KVT_OK;
@@ -362,6 +364,17 @@ void Worker::account(bool load, const std::vector<CopyOp> &ops,
     const Direction d = t == KVT_TIER_G2 ? (load ? Direction::G2toG1 : Direction::G1toG2)
                                          : (load ? Direction::G3toG1 : Direction::G1toG3);
     m_.pipeline().account(d, worst, ok, busy_ns * n / ops.size());
+    if (m_.bus().on()) {
+      kvt_obs_event e = obs_event(KVT_OBS_TRANSFER, job.batch.req_id);
+      e.src = load ? t : KVT_TIER_G1;
+      e.dst = load ? KVT_TIER_G1 : t;
+      e.status = worst;
+      e.batch = job.batch.id;
+      e.blocks = ok;
+      e.bytes = ok * m_.block_bytes();
+      e.duration_ns = busy_ns;
+      m_.bus().emit(e);
+    }
   }
 }
 

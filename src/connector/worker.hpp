@@ -58,8 +58,7 @@ class Worker {
   void announce_finished();                              // under mu_
   void run();
   std::vector<Failure> execute(const Job &job);
-  void account(bool load, const std::vector<CopyOp> &ops, const std::vector<kvt_status> &status,
-               uint64_t busy_ns);
+  void account(const Job &job, const std::vector<kvt_status> &status, uint64_t busy_ns);
   kvt_status copy(const std::vector<BlockCopy> &copies);
 
   Manager &m_;

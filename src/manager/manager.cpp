@@ -50,6 +50,7 @@ kvt_status Manager::create(std::unique_ptr<Manager> *out, const kvt_manager_conf
         kvt_tier(t), m->tag_.value(), caps[t], c.page_size, 0,
         EvictionConfig{kvt_eviction(c.eviction[t - 1]), c.max_pinned_percent});
     tier->set_events(m->events_.get());
+    tier->set_obs(m->bus_.get());
     kvt_status s = KVT_OK;
     if (t == KVT_TIER_G1) {
       s = init_g1(tier->memory(), c, m->geo_);

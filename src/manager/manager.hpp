@@ -9,6 +9,7 @@
 #include "event/event_queue.hpp"
 #include "kvtier.h"
 #include "memory/tier_memory.hpp"
+#include "observe/bus.hpp"
 #include "manager/pipeline_tiers.hpp"
 #include "pipeline/pipeline.hpp"
 #include "publish/publisher.hpp"
@@ -40,6 +41,9 @@ class Manager {
   // kvt_manager_reset: tier 1..3, or 0 for every tier present.
   kvt_status reset(int tier);
   EventQueue &events() noexcept { return *events_; }
+  // The observe bus; shared with the subscriptions, which may outlive the manager.
+  obs::Bus &bus() noexcept { return *bus_; }
+  const std::shared_ptr<obs::Bus> &bus_ptr() noexcept { return bus_; }
   Pipeline &pipeline() noexcept { return *pipeline_; }
   uint64_t block_bytes() const noexcept { return geo_.block_bytes(); }
   // The validated config; its pointers (g3_path, g1_layout, the strings) are cleared.
@@ -62,6 +66,7 @@ class Manager {
   std::atomic<bool> has_connector_{false};
   TagLease tag_;  // before the tiers: given back only once they are gone
   std::unique_ptr<EventQueue> events_;
+  std::shared_ptr<obs::Bus> bus_ = std::make_shared<obs::Bus>();  // before all that emit
   std::unique_ptr<pub::Publisher> publisher_;  // before the tiers, which send to it
   std::unique_ptr<Tier> tiers_[4];  // index by kvt_tier; null when the tier is absent
   std::unique_ptr<WorkerPool> pool_;

@@ -6,6 +6,7 @@ namespace kvt {
 
 const Geometry &PipelineTiers::geometry() const { return m_.geometry(); }
 EventQueue &PipelineTiers::events() { return m_.events(); }
+ObsSink &PipelineTiers::obs() { return m_.bus(); }
 
 const TierMemory *PipelineTiers::memory(kvt_tier t) {
   Tier *tier = m_.tier_if_present(t);

@@ -14,6 +14,7 @@ class PipelineTiers final : public BlockTiers {
 
   const Geometry &geometry() const override;
   EventQueue &events() override;
+  ObsSink &obs() override;
   const TierMemory *memory(kvt_tier t) override;
   kvt_status present(int t) override;
   kvt_status tier_of(kvt_block b, kvt_tier *out) override;

@@ -389,6 +389,17 @@ bool Pipeline::end_locked(Transfer &t, kvt_status st, std::string message) {
       ++(st == KVT_ERR_CANCELLED ? s.cancelled : s.failed);
     }
   }
+  if (t.dir && tiers_.obs().on()) {
+    kvt_obs_event e = obs_event(KVT_OBS_TRANSFER);
+    e.src = t.src_tier;
+    e.dst = t.dst_tier;
+    e.status = st;
+    e.blocks = st == KVT_OK ? t.count : 0;
+    e.bytes = e.blocks * tiers_.geometry().block_bytes();
+    e.duration_ns = uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                 Clock::now() - t.created).count());
+    tiers_.obs().emit(e);
+  }
   if (t.host_holds) {  // under t.mu, so that a release withdraws it or prevents it
     kvt_event e{};
     e.type = KVT_EVENT_XFER_DONE;

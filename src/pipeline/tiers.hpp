@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "event/event_queue.hpp"
+#include "event/obs_sink.hpp"
 #include "kvtier.h"
 #include "memory/tier_memory.hpp"
 
@@ -19,6 +20,7 @@ class BlockTiers {
 
   virtual const Geometry &geometry() const = 0;
   virtual EventQueue &events() = 0;
+  virtual ObsSink &obs() = 0;
   // The bytes of a tier, or nullptr where its blocks hold none here (G3 on disk, G4).
   virtual const TierMemory *memory(kvt_tier t) = 0;
 

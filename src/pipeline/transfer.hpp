@@ -46,6 +46,7 @@ struct Transfer {
   std::optional<Direction> dir;  // none for an empty container
   kvt_tier src_tier{}, dst_tier{};
   uint64_t user_data = 0;
+  Clock::time_point created = Clock::now();  // for the observe TRANSFER event
   // Onboard: the caller's Empty blocks, pairwise with src, all in dst_tier (G1; from G4,
   // G1 or G2).
   std::vector<kvt_block> dst;

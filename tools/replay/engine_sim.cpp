@@ -195,6 +195,7 @@ bool Engine::create(std::string *error) {
     *error = std::string("cannot create the manager: ") + kvt_last_error();
     return false;
   }
+  if (!start_recording(m_, o_, error)) return false;
   kvt_hash_salt(&salt_, "kvtier-replay", 13);
 
   const size_t bytes = size_t(o_.g1_blocks) * bb_;

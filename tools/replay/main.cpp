@@ -101,6 +101,8 @@ int main(int argc, char **argv) {
   std::string shard;
   app.add_option("--shard", shard, "I/N: replay only conversation shard I of N (a request's "
                                    "conversation: its second block id), as one of N instances");
+  app.add_option("--record", o.record, "write every event of the run (slots, candidates, "
+                 "blocks, transfers) to this event log; read it with kvtier-events");
   app.add_option("--dump-registry", o.dump_registry, "at the end, write the hashes each tier "
                  "holds as JSON {\"G1\": [...], ...} to this file (blocks mode)");
   app.add_option("--kv-events", o.kv_events, "publish KV events in vLLM's ZMQ format on this "

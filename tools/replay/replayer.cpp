@@ -139,6 +139,7 @@ bool Replayer::create(std::string *error) {
     *error = std::string("cannot create the manager: ") + kvt_last_error();
     return false;
   }
+  if (!start_recording(m_, o_, error)) return false;
   kvt_hash_salt(&salt_, "kvtier-replay", 13);
   block_bytes_ = o_.block_bytes();
   if (o_.g3_keep) {
@@ -528,6 +529,12 @@ bool Replayer::run(Result *out, std::string *error) {
 }
 
 }  // namespace
+
+bool start_recording(kvt_manager *m, const Options &o, std::string *error) {
+  if (o.record.empty() || kvt_recorder_open(m, o.record.c_str()) == KVT_OK) return true;
+  *error = std::string("--record: ") + kvt_last_error();
+  return false;
+}
 
 bool read_transfer_stats(kvt_manager *m, DirectionTotals *dir, std::string *error) {
   for (int d = 0; d < kDirections; ++d) {

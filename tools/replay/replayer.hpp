@@ -63,6 +63,9 @@ struct Result : Counts {
 // fails in a way a serving engine could not recover from.
 bool run_replay(const Options &o, const Trace &t, Result *out, std::string *error);
 
+// --record: m's events from now on go to o.record (written out when m is destroyed).
+bool start_recording(kvt_manager *m, const Options &o, std::string *error);
+
 // The manager's kvt_transfer_stats of every direction, into dir[kDirections].
 bool read_transfer_stats(kvt_manager *m, DirectionTotals *dir, std::string *error);
 

@@ -294,6 +294,53 @@ typedef struct kvt_finished {
 } kvt_finished;
 kvt_status kvt_connector_get_finished(kvt_finished *out, kvt_connector *c);
 const char *kvt_slot_state_str(uint32_t state);
+typedef enum kvt_obs_kind {
+  KVT_OBS_SLOT = 1, KVT_OBS_CANDIDATE = 2, KVT_OBS_BLOCK_STORED = 3, KVT_OBS_BLOCK_REMOVED = 4, KVT_OBS_TIER_CLEARED = 5, KVT_OBS_TRANSFER = 6, KVT_OBS_DROPPED = 7
+} kvt_obs_kind;
+typedef enum kvt_obs_trigger {
+  KVT_TRIGGER_GET_NUM_NEW_MATCHED_TOKENS = 1, KVT_TRIGGER_UPDATE_STATE_AFTER_ALLOC = 2, KVT_TRIGGER_BUILD_CONNECTOR_META = 3, KVT_TRIGGER_UPDATE_CONNECTOR_OUTPUT = 4, KVT_TRIGGER_REQUEST_FINISHED = 5, KVT_TRIGGER_REQUEST_PREEMPTED = 6
+} kvt_obs_trigger;
+typedef enum kvt_candidate_state {
+  KVT_CANDIDATE_PENDING_EVALUATION = 1, KVT_CANDIDATE_PROMOTED = 2, KVT_CANDIDATE_SKIPPED = 3, KVT_CANDIDATE_COMPLETED = 4, KVT_CANDIDATE_FAILED = 5, KVT_CANDIDATE_CANCELLED = 6
+} kvt_candidate_state;
+typedef struct kvt_obs_event {
+  uint64_t seq;
+  uint64_t time_ns;
+  uint32_t kind;
+  uint32_t state;
+  uint32_t prev;
+  uint32_t trigger;
+  uint32_t src;
+  uint32_t dst;
+  kvt_status status;
+  uint32_t reserved;
+  uint64_t batch;
+  uint64_t hash;
+  uint64_t parent_hash;
+  uint64_t tokens;
+  uint64_t computed;
+  uint64_t blocks;
+  uint64_t bytes;
+  uint64_t duration_ns;
+  uint64_t count;
+  char req_id[255 + 1];
+} kvt_obs_event;
+typedef struct kvt_subscription kvt_subscription;
+kvt_status kvt_subscribe(kvt_subscription **out, kvt_manager *m, size_t capacity);
+int kvt_subscription_fd(kvt_subscription *s);
+size_t kvt_subscription_drain(kvt_subscription *s, kvt_obs_event *out, size_t max);
+void kvt_subscription_destroy(kvt_subscription *s);
+kvt_status kvt_recorder_ring(kvt_manager *m, size_t events);
+kvt_status kvt_recorder_dump(kvt_manager *m, const char *path);
+kvt_status kvt_recorder_open(kvt_manager *m, const char *path);
+kvt_status kvt_recorder_close(kvt_manager *m);
+typedef struct kvt_event_log kvt_event_log;
+kvt_status kvt_event_log_open(kvt_event_log **out, const char *path);
+kvt_status kvt_event_log_next(kvt_event_log *l, kvt_obs_event *out);
+void kvt_event_log_close(kvt_event_log *l);
+const char *kvt_obs_kind_str(uint32_t kind);
+const char *kvt_candidate_state_str(uint32_t state);
+const char *kvt_obs_trigger_str(uint32_t trigger);
 """
 
 CONST = {
@@ -312,6 +359,7 @@ CONST = {
     'KVT_ERR_UNSUPPORTED': -6,
     'KVT_MAX_MANAGERS': 256,
     'KVT_MAX_TIER_BLOCKS': 67108863,
+    'KVT_OBS_SCHEMA_VERSION': 1,
     'KVT_OK': 0,
     'KVT_POLICY_FREQUENCY': 2,
     'KVT_POLICY_PASS_ALL': 0,

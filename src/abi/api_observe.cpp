@@ -1,0 +1,180 @@
+// Observe: subscriptions, the recorder and event logs.
+#include <string>
+
+#include "abi/guard.hpp"
+#include "abi/objects.hpp"
+#include "observe/bus.hpp"
+#include "observe/log_file.hpp"
+#include "observe/subscriber.hpp"
+
+struct kvt_subscription {
+  static constexpr uint64_t kMagic = 0x6b76747375627363;  // "kvtsubsc"
+  uint64_t magic = kMagic;
+  std::weak_ptr<kvt::obs::Bus> bus;
+  std::shared_ptr<kvt::obs::Subscriber> sub;
+};
+
+struct kvt_event_log {
+  static constexpr uint64_t kMagic = 0x6b767465766c6f67;  // "kvtevlog"
+  uint64_t magic = kMagic;
+  kvt::obs::LogReader reader;
+};
+
+using namespace kvt;
+using namespace kvt::abi;
+
+namespace {
+
+constexpr size_t kMaxEvents = size_t{1} << 24;
+
+template <class T>
+T *live(const char *fn, T *p, const char *type, kvt_status *st) noexcept {
+  if (p == nullptr || p->magic != T::kMagic) {
+    *st = bad_object(fn, p, type);
+    return nullptr;
+  }
+  *st = KVT_OK;
+  return p;
+}
+
+}  // namespace
+
+extern "C" {
+
+KVT_API kvt_status kvt_subscribe(kvt_subscription **out, kvt_manager *m, size_t capacity) {
+  static constexpr const char *fn = "kvt_subscribe";
+  if (out == nullptr) return null_arg(fn, "out");
+  return on_manager(fn, m, [&](Manager &mgr) {
+    if (capacity == 0 || capacity > kMaxEvents)
+      return fail(KVT_ERR_INVALID_ARGUMENT, "%s: capacity %zu is not in 1..%zu", fn, capacity,
+                  kMaxEvents);
+    auto s = std::make_unique<kvt_subscription>();
+    s->bus = mgr.bus_ptr();
+    s->sub = std::make_shared<obs::Subscriber>(capacity);
+    mgr.bus().subscribe(s->sub);
+    *out = s.release();
+    return KVT_OK;
+  });
+}
+
+KVT_API int kvt_subscription_fd(kvt_subscription *s) {
+  kvt_status st;
+  return live("kvt_subscription_fd", s, "subscription", &st) ? s->sub->fd() : -1;
+}
+
+KVT_API size_t kvt_subscription_drain(kvt_subscription *s, kvt_obs_event *out, size_t max) {
+  static constexpr const char *fn = "kvt_subscription_drain";
+  kvt_status st;
+  if (live(fn, s, "subscription", &st) == nullptr) return 0;
+  if (out == nullptr && max > 0) {
+    null_arg(fn, "out");
+    return 0;
+  }
+  return s->sub->drain(out, max);
+}
+
+KVT_API void kvt_subscription_destroy(kvt_subscription *s) {
+  kvt_status st;
+  if (s == nullptr || live("kvt_subscription_destroy", s, "subscription", &st) == nullptr) return;
+  if (auto bus = s->bus.lock()) bus->unsubscribe(s->sub.get());
+  s->magic = 0;
+  delete s;
+}
+
+KVT_API kvt_status kvt_recorder_ring(kvt_manager *m, size_t events) {
+  static constexpr const char *fn = "kvt_recorder_ring";
+  return on_manager(fn, m, [&](Manager &mgr) {
+    if (events > kMaxEvents)
+      return fail(KVT_ERR_INVALID_ARGUMENT, "%s: %zu events is more than %zu", fn, events,
+                  kMaxEvents);
+    return mgr.bus().set_ring(events);
+  });
+}
+
+KVT_API kvt_status kvt_recorder_dump(kvt_manager *m, const char *path) {
+  static constexpr const char *fn = "kvt_recorder_dump";
+  if (path == nullptr) return null_arg(fn, "path");
+  return on_manager(fn, m, [&](Manager &mgr) {
+    if (kvt_status st = mgr.bus().dump_ring(path); st != KVT_OK)
+      return fail(st, "%s: %s", fn, std::string(kvt_last_error()).c_str());
+    return KVT_OK;
+  });
+}
+
+KVT_API kvt_status kvt_recorder_open(kvt_manager *m, const char *path) {
+  static constexpr const char *fn = "kvt_recorder_open";
+  if (path == nullptr) return null_arg(fn, "path");
+  return on_manager(fn, m, [&](Manager &mgr) {
+    if (kvt_status st = mgr.bus().open_log(path); st != KVT_OK)
+      return fail(st, "%s: %s", fn, std::string(kvt_last_error()).c_str());
+    return KVT_OK;
+  });
+}
+
+KVT_API kvt_status kvt_recorder_close(kvt_manager *m) {
+  static constexpr const char *fn = "kvt_recorder_close";
+  return on_manager(fn, m, [&](Manager &mgr) {
+    if (kvt_status st = mgr.bus().close_log(); st != KVT_OK)
+      return fail(st, "%s: %s", fn, std::string(kvt_last_error()).c_str());
+    return KVT_OK;
+  });
+}
+
+KVT_API kvt_status kvt_event_log_open(kvt_event_log **out, const char *path) {
+  static constexpr const char *fn = "kvt_event_log_open";
+  if (out == nullptr) return null_arg(fn, "out");
+  if (path == nullptr) return null_arg(fn, "path");
+  return guard(fn, [&] {
+    auto l = std::make_unique<kvt_event_log>();
+    if (kvt_status st = l->reader.open(path); st != KVT_OK)
+      return fail(st, "%s: %s", fn, std::string(kvt_last_error()).c_str());
+    *out = l.release();
+    return KVT_OK;
+  });
+}
+
+KVT_API kvt_status kvt_event_log_next(kvt_event_log *l, kvt_obs_event *out) {
+  static constexpr const char *fn = "kvt_event_log_next";
+  if (out == nullptr) return null_arg(fn, "out");
+  return guard(fn, [&] {
+    kvt_status st;
+    if (live(fn, l, "event log", &st) == nullptr) return st;
+    if (st = l->reader.next(out); st != KVT_OK && st != KVT_ERR_NOT_FOUND)
+      return fail(st, "%s: %s", fn, std::string(kvt_last_error()).c_str());
+    return st;
+  });
+}
+
+KVT_API void kvt_event_log_close(kvt_event_log *l) {
+  kvt_status st;
+  if (l == nullptr || live("kvt_event_log_close", l, "event log", &st) == nullptr) return;
+  l->magic = 0;
+  delete l;
+}
+
+KVT_API const char *kvt_obs_kind_str(uint32_t kind) {
+  static constexpr const char *names[] = {"UNKNOWN",       "SLOT",          "CANDIDATE",
+                                          "BLOCK_STORED",  "BLOCK_REMOVED", "TIER_CLEARED",
+                                          "TRANSFER",      "DROPPED"};
+  return kind < std::size(names) ? names[kind] : names[0];
+}
+
+KVT_API const char *kvt_candidate_state_str(uint32_t state) {
+  static constexpr const char *names[] = {"UNKNOWN",   "PENDING_EVALUATION", "PROMOTED",
+                                          "SKIPPED",   "COMPLETED",          "FAILED",
+                                          "CANCELLED"};
+  return state < std::size(names) ? names[state] : names[0];
+}
+
+KVT_API const char *kvt_obs_trigger_str(uint32_t trigger) {
+  static constexpr const char *names[] = {"UNKNOWN",
+                                          "GET_NUM_NEW_MATCHED_TOKENS",
+                                          "UPDATE_STATE_AFTER_ALLOC",
+                                          "BUILD_CONNECTOR_META",
+                                          "UPDATE_CONNECTOR_OUTPUT",
+                                          "REQUEST_FINISHED",
+                                          "REQUEST_PREEMPTED"};
+  return trigger < std::size(names) ? names[trigger] : names[0];
+}
+
+}  // extern "C"

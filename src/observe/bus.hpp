@@ -1,0 +1,42 @@
+// The observe bus: stamps each event with its sequence number and time, and hands it to the
+// subscribers' queues, the recorder's ring and the event log. on() is false while none of
+// them is there, which is what keeps an idle call site at one branch.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "event/obs_sink.hpp"
+#include "observe/log_file.hpp"
+#include "observe/subscriber.hpp"
+
+namespace kvt::obs {
+
+class Bus final : public ObsSink {
+ public:
+  ~Bus();
+  void emit(kvt_obs_event &e) noexcept override;
+
+  void subscribe(std::shared_ptr<Subscriber> s);
+  void unsubscribe(const Subscriber *s) noexcept;
+  kvt_status set_ring(size_t events);
+  kvt_status dump_ring(const std::string &path);
+  kvt_status open_log(const std::string &path);
+  kvt_status close_log();
+
+ private:
+  void update_on_locked() noexcept;
+
+  std::mutex mu_;  // a leaf: taken under tier and pipeline locks, and takes only queues'
+  uint64_t seq_ = 0;
+  std::vector<std::shared_ptr<Subscriber>> subs_;
+  std::vector<kvt_obs_event> ring_;  // the last ring_.size() events, ring_next_ the oldest
+  size_t ring_next_ = 0;
+  uint64_t ring_filled_ = 0;
+  LogWriter log_;
+};
+
+}  // namespace kvt::obs

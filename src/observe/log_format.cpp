@@ -1,0 +1,116 @@
+#include "observe/log_format.hpp"
+
+#include <xxhash.h>
+
+#include <cstring>
+
+#include "common/error.hpp"
+
+namespace kvt::obs {
+namespace {
+
+void put32(std::string *out, uint32_t v) {
+  char b[4];
+  for (int i = 0; i < 4; ++i) b[i] = char(v >> (8 * i));
+  out->append(b, 4);
+}
+void put64(std::string *out, uint64_t v) {
+  char b[8];
+  for (int i = 0; i < 8; ++i) b[i] = char(v >> (8 * i));
+  out->append(b, 8);
+}
+uint32_t get32(const uint8_t *p) {
+  uint32_t v = 0;
+  for (int i = 0; i < 4; ++i) v |= uint32_t(p[i]) << (8 * i);
+  return v;
+}
+uint64_t get64(const uint8_t *p) {
+  uint64_t v = 0;
+  for (int i = 0; i < 8; ++i) v |= uint64_t(p[i]) << (8 * i);
+  return v;
+}
+
+}  // namespace
+
+void encode_header(std::string *out) {
+  out->append(kLogMagic, sizeof kLogMagic);
+  put32(out, kLogFormat);
+  put32(out, KVT_OBS_SCHEMA_VERSION);
+}
+
+kvt_status check_header(const uint8_t *p, size_t n) {
+  if (n < kLogHeaderBytes || std::memcmp(p, kLogMagic, sizeof kLogMagic) != 0)
+    return fail(KVT_ERR_CORRUPT, "not a kvtier event log (no KVTEVLOG header)");
+  if (uint32_t f = get32(p + 8); f != kLogFormat)
+    return fail(KVT_ERR_UNSUPPORTED, "event log format %u; this kvtier reads format %u", f,
+                kLogFormat);
+  if (uint32_t s = get32(p + 12); s != KVT_OBS_SCHEMA_VERSION)
+    return fail(KVT_ERR_UNSUPPORTED, "event schema %u; this kvtier reads schema %u", s,
+                unsigned(KVT_OBS_SCHEMA_VERSION));
+  return KVT_OK;
+}
+
+void encode_record(const kvt_obs_event &e, std::string *out) {
+  const size_t id = strnlen(e.req_id, KVT_REQ_ID_MAX);
+  const size_t at = out->size();
+  put32(out, uint32_t(kPayloadFixed + id));
+  put32(out, 0);  // the checksum, once the payload is in
+  put64(out, e.seq);
+  put64(out, e.time_ns);
+  for (uint32_t v : {e.kind, e.state, e.prev, e.trigger, e.src, e.dst, uint32_t(e.status)})
+    put32(out, v);
+  for (uint64_t v : {e.batch, e.hash, e.parent_hash, e.tokens, e.computed, e.blocks, e.bytes,
+                     e.duration_ns, e.count})
+    put64(out, v);
+  out->push_back(char(id & 0xff));
+  out->push_back(char(id >> 8));
+  out->append(e.req_id, id);
+  const uint32_t sum = XXH32(out->data() + at + kRecordHeadBytes, kPayloadFixed + id, 0);
+  for (int i = 0; i < 4; ++i) (*out)[at + 4 + i] = char(sum >> (8 * i));
+}
+
+Decoded decode_record(const uint8_t *p, size_t n, kvt_obs_event *out, size_t *used,
+                      const char **why) {
+  if (n < kRecordHeadBytes) {
+    *why = "the bytes end inside a record's length and checksum";
+    return Decoded::Short;
+  }
+  const uint32_t len = get32(p);
+  if (len < kPayloadFixed || len > kPayloadFixed + KVT_REQ_ID_MAX) {
+    *why = "a record's length is out of range";
+    return Decoded::Bad;
+  }
+  if (n - kRecordHeadBytes < len) {
+    *why = "the bytes end inside a record";
+    return Decoded::Short;
+  }
+  const uint8_t *q = p + kRecordHeadBytes;
+  if (XXH32(q, len, 0) != get32(p + 4)) {
+    *why = "a record's checksum does not match";
+    return Decoded::Bad;
+  }
+  kvt_obs_event e{};
+  e.seq = get64(q);
+  e.time_ns = get64(q + 8);
+  uint32_t *u32[] = {&e.kind, &e.state, &e.prev, &e.trigger, &e.src, &e.dst};
+  for (size_t i = 0; i < 6; ++i) *u32[i] = get32(q + 16 + 4 * i);
+  e.status = kvt_status(int32_t(get32(q + 40)));
+  uint64_t *u64[] = {&e.batch,  &e.hash,  &e.parent_hash, &e.tokens, &e.computed,
+                     &e.blocks, &e.bytes, &e.duration_ns, &e.count};
+  for (size_t i = 0; i < 9; ++i) *u64[i] = get64(q + 44 + 8 * i);
+  const size_t id = size_t(q[116]) | size_t(q[117]) << 8;
+  if (id != len - kPayloadFixed || std::memchr(q + kPayloadFixed, 0, id) != nullptr) {
+    *why = "a record's request id is malformed";
+    return Decoded::Bad;
+  }
+  if (e.kind < KVT_OBS_SLOT || e.kind > KVT_OBS_DROPPED) {
+    *why = "a record's kind is unknown";
+    return Decoded::Bad;
+  }
+  std::memcpy(e.req_id, q + kPayloadFixed, id);
+  *out = e;
+  *used = kRecordHeadBytes + len;
+  return Decoded::Ok;
+}
+
+}  // namespace kvt::obs

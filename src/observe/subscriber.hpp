@@ -1,0 +1,38 @@
+// One reader's bounded queue of observe events, with an eventfd readable while it holds
+// any. Full: the oldest event gives way and is counted, and the next drain begins with one
+// DROPPED event (seq 0) that says how many were lost. Shared between the bus and the host's
+// kvt_subscription, so either may go first.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <mutex>
+
+#include "kvtier.h"
+
+namespace kvt::obs {
+
+class Subscriber {
+ public:
+  explicit Subscriber(size_t capacity);  // throws std::system_error if no eventfd
+  ~Subscriber();
+  Subscriber(const Subscriber &) = delete;
+  Subscriber &operator=(const Subscriber &) = delete;
+
+  void push(const kvt_obs_event &e) noexcept;
+  size_t drain(kvt_obs_event *out, size_t max) noexcept;
+  int fd() const noexcept { return fd_; }
+
+ private:
+  void signal_locked() noexcept;
+
+  std::mutex mu_;
+  std::deque<kvt_obs_event> q_;
+  size_t capacity_;
+  uint64_t dropped_ = 0;  // not yet reported
+  bool readable_ = false;
+  int fd_;
+};
+
+}  // namespace kvt::obs

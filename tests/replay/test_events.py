@@ -1,0 +1,149 @@
+"""The event stream of a kvtier-replay run: --record writes an event log, kvtier-events reads
+it back, and a recording killed at random moments still reads back to its last whole record.
+Run by ctest with KVTIER_REPLAY and KVTIER_EVENTS set."""
+import collections
+import json
+import os
+import random
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+REPLAY = os.environ.get("KVTIER_REPLAY", str(ROOT / "build" / "bin" / "kvtier-replay"))
+EVENTS = os.environ.get("KVTIER_EVENTS", str(ROOT / "build" / "bin" / "kvtier-events"))
+TRACE = ROOT / "examples" / "traces" / "conversation_trace.jsonl"
+TINY = ["--chunk-bytes", "64", "--no-progress"]
+
+
+@pytest.fixture(scope="module")
+def trace(tmp_path_factory):
+    path = tmp_path_factory.mktemp("trace") / "prefix.jsonl"
+    with open(TRACE) as f:
+        path.write_text("".join(line for _, line in zip(range(600), f)))
+    return path
+
+
+def replay_json(*args):
+    p = subprocess.run([REPLAY, *map(str, args), "--json"], capture_output=True, text=True,
+                       timeout=600)
+    assert p.returncode == 0, p.stderr
+    return json.loads(p.stdout)
+
+
+def events(*args, rc=0):
+    p = subprocess.run([EVENTS, *map(str, args)], capture_output=True, text=True, timeout=600)
+    assert p.returncode == rc, p.stderr
+    return p
+
+
+def events_json(log):
+    p = events(log, "--json")
+    return [json.loads(line) for line in p.stdout.splitlines()], p.stderr
+
+
+def check_sequence(ev):
+    assert [e["seq"] for e in ev] == list(range(1, len(ev) + 1)), "a gap in the sequence"
+    times = [e["time_ns"] for e in ev]
+    assert times == sorted(times)
+
+
+def test_an_engine_run_is_recorded_event_by_event(trace, tmp_path):
+    log = tmp_path / "engine.kvtlog"
+    r = replay_json("--trace", trace, "--mode", "engine", "--g1-blocks", 400, "--max-running",
+                    32, "--record", log, *TINY)
+    ev, err = events_json(log)
+    assert err == ""
+    check_sequence(ev)
+    # Every slot transition the connector counted, and no other.
+    seen = collections.Counter(
+        f"{'NONE' if e['from'] == '-' else e['from']}->{e['to']}" for e in ev
+        if e["kind"] == "SLOT")
+    assert seen == collections.Counter({k: v for k, v in r["slot_transitions"].items() if v})
+    # Each request's slot ends FINISHED, and its events follow its history.
+    last = {}
+    for e in ev:
+        if e["kind"] == "SLOT":
+            assert last.get(e["req_id"], "-") == e["from"], e
+            last[e["req_id"]] = e["to"]
+    assert set(last.values()) == {"FINISHED"} and len(last) == 600
+    # The worker's transfers, as kvt_transfer_stats counts them.
+    for d, (src, dst) in {"G1->G2": ("G1", "G2"), "G2->G1": ("G2", "G1")}.items():
+        blocks = sum(e["blocks"] for e in ev
+                     if e["kind"] == "TRANSFER" and e["src"] == src and e["dst"] == dst)
+        assert blocks == r["transfers"][d]["blocks"] > 0, d
+    # Every promoted batch ends exactly once.
+    ends = collections.Counter()
+    promoted = set()
+    for e in ev:
+        if e["kind"] == "CANDIDATE" and e["batch"]:
+            if e["state"] == "PROMOTED":
+                promoted.add(e["batch"])
+            elif e["state"] in ("COMPLETED", "FAILED", "CANCELLED"):
+                ends[e["batch"]] += 1
+    assert promoted and set(ends) == promoted and set(ends.values()) == {1}
+    # G2 registered each stored block once.
+    stored = [e for e in ev if e["kind"] == "BLOCK_STORED" and e["tier"] == "G2"]
+    assert len(stored) == r["stored_blocks"]
+
+
+def test_a_blocks_run_records_the_pipelines_transfers(trace, tmp_path):
+    log = tmp_path / "blocks.kvtlog"
+    r = replay_json("--trace", trace, "--g1-blocks", 300, "--g2-blocks", 600, "--g3-blocks",
+                    3000, "--g3-path", tmp_path, "--record", log, *TINY)
+    ev, _ = events_json(log)
+    check_sequence(ev)
+    for d, x in r["transfers"].items():
+        src, dst = d.split("->")
+        mine = [e for e in ev if e["kind"] == "TRANSFER" and e["src"] == src and e["dst"] == dst]
+        ok = [e for e in mine if e["status"] == "KVT_OK"]
+        assert len(ok) == x["transfers"], d
+        assert sum(e["blocks"] for e in ok) == x["blocks"], d
+        assert len(mine) - len(ok) == x["cancelled"] + x["failed"], d
+
+
+def test_one_requests_timeline(trace, tmp_path):
+    log = tmp_path / "engine.kvtlog"
+    replay_json("--trace", trace, "--mode", "engine", "--record", log, *TINY)
+    out = events(log, "--request", "req-3").stdout.splitlines()
+    assert out[0] == "request req-3"
+    assert out[-1].startswith("time per state:") and "PREFILLING" in out[-1]
+    body = out[1:-1]
+    assert body and all(" req-3 " in line for line in body)
+    assert "INITIALIZED" in body[0] and "FINISHING -> FINISHED" in body[-1]
+    j = [json.loads(line) for line in events(log, "--json", "--request", "req-3").stdout.splitlines()]
+    assert len(j) == len(body) and {e["req_id"] for e in j} == {"req-3"}
+    p = events(log, "--request", "no-such-request", rc=1)
+    assert "no event names request 'no-such-request'" in p.stderr
+
+
+def test_what_is_not_a_log_is_refused(tmp_path):
+    junk = tmp_path / "junk"
+    junk.write_bytes(os.urandom(4096))
+    assert "not a kvtier event log" in events(junk, rc=2).stderr
+    assert "cannot open" in events(tmp_path / "missing", rc=2).stderr
+
+
+def test_a_recording_killed_at_random_moments_reads_back_to_its_last_whole_record(tmp_path):
+    rng = random.Random(13)
+    read = 0
+    for i in range(12):
+        log = tmp_path / f"killed{i}.kvtlog"
+        p = subprocess.Popen([REPLAY, "--trace", TRACE, "--mode", "engine", "--record", log,
+                              *TINY], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(rng.uniform(0.05, 0.8))
+        p.send_signal(signal.SIGKILL)
+        assert p.wait() == -signal.SIGKILL, "the run ended before the kill"
+        if not log.exists() or log.stat().st_size < 16:
+            continue  # killed before the header was written: nothing to read
+        p = events(log, "--json")  # exits 0, also where it cut a torn tail
+        assert p.stderr == "" or "the log is cut there" in p.stderr, p.stderr
+        lines = p.stdout.splitlines()
+        # {"seq":N,... on every line: 1..n without a gap.
+        assert [int(line[7:line.index(",")]) for line in lines] == list(range(1, len(lines) + 1))
+        read += len(lines) > 0
+        log.unlink()
+    assert read >= 6, "too few kills landed after the first records"

@@ -1,0 +1,292 @@
+// The observe stream (kvtier.h, "Observe"; docs/EVENTS.md): seed 003's two requests through
+// the connector, seen by a subscriber, the recorder's ring and an event log; a subscriber
+// that falls behind; logs torn or damaged at every byte; bad arguments.
+#include <poll.h>
+
+#include <fstream>
+#include <map>
+#include <set>
+
+#include "connector_support.hpp"
+
+using namespace kvt_conn_test;
+
+namespace {
+
+// Seed 003 with A then B (B loads A's two blocks from G2 and computes its third).
+void run_seed(Rig &r) {
+  r.run_a();
+  auto b = seed_b();
+  auto hb = hashes_of(b);
+  EXPECT_EQ(r.match("B", b).first, 32u);
+  ASSERT_KVT_OK(r.alloc("B", {4, 5, 6, 7}, 32));
+  r.step(r.meta({{"B", 32, 20}}), {{6, hb[2]}}, r.counts(3, 2));
+  r.step(r.meta({{"B", 52, 1, {}, {3000}}}), {}, r.counts(3, 2));
+  EXPECT_EQ(r.finish("B"), 0);
+}
+
+std::vector<kvt_obs_event> drain_all(kvt_subscription *s) {
+  std::vector<kvt_obs_event> all;
+  kvt_obs_event buf[64];
+  while (size_t n = kvt_subscription_drain(s, buf, 64)) all.insert(all.end(), buf, buf + n);
+  return all;
+}
+
+// Every record of the log at path; *end is the status that stopped the reading.
+std::vector<kvt_obs_event> read_log(const std::string &path, kvt_status *end,
+                                    std::string *why = nullptr) {
+  std::vector<kvt_obs_event> out;
+  kvt_event_log *l = nullptr;
+  *end = kvt_event_log_open(&l, path.c_str());
+  if (*end != KVT_OK) return out;
+  kvt_obs_event e;
+  while ((*end = kvt_event_log_next(l, &e)) == KVT_OK) out.push_back(e);
+  if (why) *why = kvt_last_error();
+  kvt_event_log_close(l);
+  return out;
+}
+
+bool same(const kvt_obs_event &a, const kvt_obs_event &b) {
+  return std::memcmp(&a, &b, sizeof a) == 0;
+}
+
+std::string slurp(const std::string &path) {
+  std::ifstream f(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(f), {});
+}
+
+void spit(const std::string &path, const std::string &bytes) {
+  std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
+}
+
+}  // namespace
+
+TEST(Observe, SeedScenarioStreamsSlotsCandidatesBlocksAndTransfers) {
+  TempDir dir;
+  Rig r;
+  kvt_subscription *sub = nullptr;
+  ASSERT_KVT_OK(kvt_subscribe(&sub, r.m.get(), 100000));
+  ASSERT_KVT_OK(kvt_recorder_ring(r.m.get(), 16));
+  const std::string log = dir.path + "/run.kvtlog", ring = dir.path + "/ring.kvtlog";
+  ASSERT_KVT_OK(kvt_recorder_open(r.m.get(), log.c_str()));
+  run_seed(r);
+  ASSERT_KVT_OK(kvt_recorder_close(r.m.get()));
+  ASSERT_KVT_OK(kvt_recorder_dump(r.m.get(), ring.c_str()));
+
+  std::vector<kvt_obs_event> ev = drain_all(sub);
+  ASSERT_GT(ev.size(), 20u);
+  for (size_t i = 0; i < ev.size(); ++i) {
+    ASSERT_EQ(ev[i].seq, i + 1) << "a gap in the sequence numbers";
+    if (i > 0) {
+      EXPECT_GE(ev[i].time_ns, ev[i - 1].time_ns);
+    }
+  }
+
+  // Slots: each request's SLOT events retrace its history, with the call that moved it.
+  std::map<std::string, std::vector<std::string>> states;
+  std::map<std::string, std::vector<uint32_t>> triggers;
+  for (const auto &e : ev) {
+    if (e.kind != KVT_OBS_SLOT) continue;
+    auto &h = states[e.req_id];
+    if (h.empty()) EXPECT_EQ(e.prev, 0u) << "a slot's first event is its creation";
+    else EXPECT_EQ(kvt_slot_state_str(e.prev), h.back()) << e.req_id;
+    if (h.empty() || h.back() != kvt_slot_state_str(e.state)) h.push_back(kvt_slot_state_str(e.state));
+    triggers[e.req_id].push_back(e.trigger);
+  }
+  EXPECT_EQ(states["A"], history(r.c, "A"));
+  EXPECT_EQ(states["B"], history(r.c, "B"));
+  EXPECT_EQ(triggers["B"], (std::vector<uint32_t>{
+                               KVT_TRIGGER_GET_NUM_NEW_MATCHED_TOKENS,
+                               KVT_TRIGGER_GET_NUM_NEW_MATCHED_TOKENS,
+                               KVT_TRIGGER_UPDATE_STATE_AFTER_ALLOC,
+                               KVT_TRIGGER_BUILD_CONNECTOR_META, KVT_TRIGGER_BUILD_CONNECTOR_META,
+                               KVT_TRIGGER_REQUEST_FINISHED, KVT_TRIGGER_REQUEST_FINISHED}));
+
+  // Candidates: B's load is evaluated, promoted and completed; every promoted batch ends
+  // exactly once, completed.
+  std::map<uint64_t, std::vector<uint32_t>> batch;
+  std::vector<uint32_t> b_load;
+  for (const auto &e : ev) {
+    if (e.kind != KVT_OBS_CANDIDATE) continue;
+    if (e.batch) batch[e.batch].push_back(e.state);
+    if (std::string(e.req_id) == "B" && e.dst == KVT_TIER_G1) {
+      b_load.push_back(e.state);
+      EXPECT_EQ(e.src, uint32_t(KVT_TIER_G2));
+      EXPECT_EQ(e.blocks, 2u);
+    }
+  }
+  EXPECT_EQ(b_load, (std::vector<uint32_t>{KVT_CANDIDATE_PENDING_EVALUATION,
+                                           KVT_CANDIDATE_PROMOTED, KVT_CANDIDATE_COMPLETED}));
+  EXPECT_EQ(batch.size(), 3u) << "A's store, B's load, B's store";
+  for (auto &[id, s] : batch)
+    EXPECT_EQ(s, (std::vector<uint32_t>{KVT_CANDIDATE_PROMOTED, KVT_CANDIDATE_COMPLETED}))
+        << "batch " << id;
+
+  // Blocks: G2 registered exactly B's three hashes (A's two are B's first two).
+  std::set<uint64_t> stored;
+  for (const auto &e : ev)
+    if (e.kind == KVT_OBS_BLOCK_STORED && e.dst == KVT_TIER_G2) stored.insert(e.hash);
+  auto hb = hashes_of(seed_b());
+  EXPECT_EQ(stored, std::set<uint64_t>(hb.begin(), hb.end()));
+
+  // Transfers: the worker's copies, with their bytes.
+  uint64_t out = 0, in = 0;
+  for (const auto &e : ev) {
+    if (e.kind != KVT_OBS_TRANSFER) continue;
+    EXPECT_EQ(e.status, KVT_OK);
+    EXPECT_EQ(e.bytes, e.blocks * kBlock);
+    EXPECT_GT(e.duration_ns, 0u);
+    EXPECT_NE(e.batch, 0u);
+    (e.dst == KVT_TIER_G1 ? in : out) += e.blocks;
+  }
+  EXPECT_EQ(out, 3u);
+  EXPECT_EQ(in, 2u);
+
+  // The log holds the same events, byte for byte; the ring its last 16.
+  kvt_status end;
+  std::vector<kvt_obs_event> logged = read_log(log, &end);
+  EXPECT_EQ(end, KVT_ERR_NOT_FOUND) << kvt_last_error();
+  ASSERT_EQ(logged.size(), ev.size());
+  for (size_t i = 0; i < ev.size(); ++i) EXPECT_TRUE(same(logged[i], ev[i])) << "event " << i;
+  std::vector<kvt_obs_event> ringed = read_log(ring, &end);
+  EXPECT_EQ(end, KVT_ERR_NOT_FOUND) << kvt_last_error();
+  ASSERT_EQ(ringed.size(), 16u);
+  for (size_t i = 0; i < 16; ++i) EXPECT_TRUE(same(ringed[i], ev[ev.size() - 16 + i]));
+  kvt_subscription_destroy(sub);
+}
+
+TEST(Observe, ASlowSubscriberLosesTheOldestAndIsToldHowMany) {
+  Rig r;
+  kvt_subscription *slow = nullptr, *full = nullptr;
+  ASSERT_KVT_OK(kvt_subscribe(&slow, r.m.get(), 4));
+  ASSERT_KVT_OK(kvt_subscribe(&full, r.m.get(), 100000));
+  pollfd p{kvt_subscription_fd(slow), POLLIN, 0};
+  EXPECT_EQ(poll(&p, 1, 0), 0) << "readable with nothing queued";
+  run_seed(r);
+  EXPECT_EQ(poll(&p, 1, 0), 1);
+  std::vector<kvt_obs_event> all = drain_all(full), got = drain_all(slow);
+  ASSERT_GT(all.size(), 5u);
+  ASSERT_EQ(got.size(), 5u);
+  EXPECT_EQ(got[0].kind, uint32_t(KVT_OBS_DROPPED));
+  EXPECT_EQ(got[0].seq, 0u);
+  EXPECT_EQ(got[0].count, all.size() - 4);
+  for (size_t i = 0; i < 4; ++i) EXPECT_TRUE(same(got[1 + i], all[all.size() - 4 + i]));
+  EXPECT_EQ(poll(&p, 1, 0), 0) << "still readable once drained";
+  kvt_subscription_destroy(slow);
+  kvt_subscription_destroy(full);
+}
+
+TEST(Observe, ALogTornAtAnyByteIsReadToItsLastWholeRecord) {
+  TempDir dir;
+  const std::string log = dir.path + "/run.kvtlog", cut = dir.path + "/cut.kvtlog";
+  {
+    Rig r;
+    ASSERT_KVT_OK(kvt_recorder_open(r.m.get(), log.c_str()));
+    r.run_a();
+  }  // the manager's destroy closes the log
+  kvt_status end;
+  std::vector<kvt_obs_event> whole = read_log(log, &end);
+  ASSERT_EQ(end, KVT_ERR_NOT_FOUND);
+  ASSERT_GT(whole.size(), 5u);
+  const std::string bytes = slurp(log);
+  // Record boundaries, from the records' own lengths.
+  std::set<size_t> bounds{16};
+  for (size_t at = 16; at < bytes.size();) {
+    at += 8 + (uint8_t(bytes[at]) | uint8_t(bytes[at + 1]) << 8);
+    bounds.insert(at);
+  }
+  ASSERT_EQ(bounds.size(), whole.size() + 1);
+  for (size_t len = 0; len <= bytes.size(); ++len) {
+    spit(cut, bytes.substr(0, len));
+    std::string why;
+    std::vector<kvt_obs_event> got = read_log(cut, &end, &why);
+    if (len < 16) {
+      EXPECT_EQ(end, KVT_ERR_CORRUPT) << len;
+      continue;
+    }
+    size_t whole_records = size_t(std::distance(bounds.begin(), bounds.upper_bound(len))) - 1;
+    ASSERT_EQ(got.size(), whole_records) << "cut at " << len;
+    for (size_t i = 0; i < got.size(); ++i) ASSERT_TRUE(same(got[i], whole[i]));
+    if (bounds.count(len)) {
+      EXPECT_EQ(end, KVT_ERR_NOT_FOUND) << len;
+    } else {
+      EXPECT_EQ(end, KVT_ERR_CORRUPT) << len;
+      EXPECT_NE(why.find("at byte " + std::to_string(*std::prev(bounds.upper_bound(len)))),
+                std::string::npos)
+          << why;
+    }
+  }
+  // A flipped byte inside record 3 ends the reading there, wherever it is.
+  const size_t r3 = *std::next(bounds.begin(), 3), r4 = *std::next(bounds.begin(), 4);
+  for (size_t at = r3; at < r4; ++at) {
+    std::string bad = bytes;
+    bad[at] = char(bad[at] ^ 0x20);
+    spit(cut, bad);
+    std::vector<kvt_obs_event> got = read_log(cut, &end);
+    EXPECT_EQ(end, KVT_ERR_CORRUPT) << "flip at " << at;
+    EXPECT_EQ(got.size(), 3u) << "flip at " << at;
+  }
+  // Another format version is refused, not misread.
+  std::string v2 = bytes;
+  v2[8] = 2;
+  spit(cut, v2);
+  read_log(cut, &end);
+  EXPECT_EQ(end, KVT_ERR_UNSUPPORTED);
+  EXPECT_NE(std::string(kvt_last_error()).find("format 2"), std::string::npos) << kvt_last_error();
+}
+
+TEST(Observe, BadArgumentsGetAStatusAndAMessage) {
+  TempDir dir;
+  Rig r;
+  kvt_subscription *s = nullptr;
+  EXPECT_KVT(kvt_subscribe(&s, r.m.get(), 0), KVT_ERR_INVALID_ARGUMENT);
+  EXPECT_KVT(kvt_subscribe(&s, r.m.get(), (size_t{1} << 24) + 1), KVT_ERR_INVALID_ARGUMENT);
+  EXPECT_KVT(kvt_subscribe(&s, nullptr, 8), KVT_ERR_INVALID_ARGUMENT);
+  EXPECT_KVT(kvt_subscribe(&s, reinterpret_cast<kvt_manager *>(&r.g1), 8),
+             KVT_ERR_INVALID_HANDLE);
+  EXPECT_KVT(kvt_subscribe(nullptr, r.m.get(), 8), KVT_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(s, nullptr);
+  EXPECT_EQ(kvt_subscription_fd(nullptr), -1);
+  EXPECT_EQ(kvt_subscription_drain(nullptr, nullptr, 0), 0u);
+  kvt_subscription_destroy(nullptr);
+
+  EXPECT_KVT(kvt_recorder_dump(r.m.get(), (dir.path + "/x").c_str()), KVT_ERR_STATE);
+  EXPECT_KVT(kvt_recorder_ring(r.m.get(), (size_t{1} << 24) + 1), KVT_ERR_INVALID_ARGUMENT);
+  EXPECT_KVT(kvt_recorder_open(r.m.get(), "/nonexistent-dir/x.kvtlog"), KVT_ERR_IO);
+  EXPECT_KVT(kvt_recorder_open(r.m.get(), nullptr), KVT_ERR_INVALID_ARGUMENT);
+  const std::string log = dir.path + "/a.kvtlog";
+  ASSERT_KVT_OK(kvt_recorder_open(r.m.get(), log.c_str()));
+  EXPECT_KVT(kvt_recorder_open(r.m.get(), log.c_str()), KVT_ERR_STATE);
+  ASSERT_KVT_OK(kvt_recorder_close(r.m.get()));
+  ASSERT_KVT_OK(kvt_recorder_close(r.m.get()));  // closing a closed log is a no-op
+
+  kvt_event_log *l = nullptr;
+  EXPECT_KVT(kvt_event_log_open(&l, (dir.path + "/missing").c_str()), KVT_ERR_IO);
+  spit(dir.path + "/junk", "this is not an event log at all");
+  EXPECT_KVT(kvt_event_log_open(&l, (dir.path + "/junk").c_str()), KVT_ERR_CORRUPT);
+  EXPECT_EQ(l, nullptr);
+  kvt_obs_event e;
+  EXPECT_KVT(kvt_event_log_next(nullptr, &e), KVT_ERR_INVALID_ARGUMENT);
+  EXPECT_KVT(kvt_event_log_next(reinterpret_cast<kvt_event_log *>(&r.g1), &e),
+             KVT_ERR_INVALID_HANDLE);
+  EXPECT_KVT(kvt_event_log_next(reinterpret_cast<kvt_event_log *>(s), nullptr),
+             KVT_ERR_INVALID_ARGUMENT);
+  kvt_event_log_close(nullptr);
+  EXPECT_STREQ(kvt_obs_kind_str(99), "UNKNOWN");
+  EXPECT_STREQ(kvt_candidate_state_str(KVT_CANDIDATE_PROMOTED), "PROMOTED");
+  EXPECT_STREQ(kvt_obs_trigger_str(KVT_TRIGGER_REQUEST_PREEMPTED), "REQUEST_PREEMPTED");
+}
+
+TEST(Observe, ASubscriptionMayOutliveItsManager) {
+  kvt_subscription *s = nullptr;
+  size_t got = 0;
+  {
+    Rig r;
+    ASSERT_KVT_OK(kvt_subscribe(&s, r.m.get(), 1000));
+    r.run_a();
+  }
+  got = drain_all(s).size();
+  EXPECT_GT(got, 5u) << "the events queued before the manager went are still there";
+  EXPECT_EQ(drain_all(s).size(), 0u);
+  kvt_subscription_destroy(s);
+}
