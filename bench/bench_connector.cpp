@@ -9,9 +9,16 @@
 //           baseline: kvt_hash_sequence + kvt_match_prefix on G2 (N hits) + release.
 // Only the three calls (or the baseline's) are timed. The worker's copies, the report and
 // the request's end run between timed regions, so that every step starts from the same state.
+//   Observed_Miss/N/MODE, Observed_Hit/N/MODE (issue 13): the same step while MODE 0 nobody
+//           reads the observe stream, 1 one subscriber drains it on its own thread every
+//           millisecond, 2 the event log is on (a file in /tmp).
 #include <benchmark/benchmark.h>
 
+#include <poll.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <string>
@@ -70,6 +77,45 @@ std::vector<uint32_t> tokens_of(size_t n, uint64_t seed) {
   for (size_t i = 0; i < t.size(); ++i) t[i] = uint32_t(seed * 2654435761u + i);
   return t;
 }
+
+// Who reads m's observe stream: nobody (0), a subscriber draining it as fast as its fd says
+// there is something (1), or the event log (2).
+struct Observer {
+  kvt_manager *m;
+  kvt_subscription *sub = nullptr;
+  std::atomic<bool> stop{false};
+  std::thread reader;
+  std::string log;
+  uint64_t drained = 0;
+
+  Observer(kvt_manager *mgr, int mode) : m(mgr) {
+    if (mode == 1) {
+      check(kvt_subscribe(&sub, m, 1 << 16), "kvt_subscribe");
+      reader = std::thread([this] {
+        std::vector<kvt_obs_event> buf(256);
+        pollfd p{kvt_subscription_fd(sub), POLLIN, 0};
+        while (!stop.load()) {
+          if (poll(&p, 1, 10) <= 0) continue;
+          drained += kvt_subscription_drain(sub, buf.data(), buf.size());
+          // Like a console or an exporter, it reads in batches: one wake-up per batch.
+          std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        }
+      });
+    } else if (mode == 2) {
+      log = "/tmp/bench_connector-" + std::to_string(getpid()) + ".kvtlog";
+      check(kvt_recorder_open(m, log.c_str()), "kvt_recorder_open");
+    }
+  }
+  ~Observer() {
+    stop = true;
+    if (reader.joinable()) reader.join();
+    kvt_subscription_destroy(sub);
+    if (!log.empty()) {
+      check(kvt_recorder_close(m), "kvt_recorder_close");
+      std::remove(log.c_str());
+    }
+  }
+};
 
 // A connector of role BOTH over its own manager, with the engine's G1 registered, and the
 // worker's side of a step for the untimed part.
@@ -183,6 +229,31 @@ void BM_ConnectorStep_Hit(benchmark::State &st) {
   }
 }
 
+void BM_ConnectorStepObserved_Miss(benchmark::State &st) {
+  const size_t n = size_t(st.range(0));
+  Rig rig;
+  Observer obs(rig.m, int(st.range(1)));
+  Times times{st, {}};
+  for (auto _ : st) {
+    const uint64_t k = rig.next_req++;
+    auto tokens = tokens_of(n, k + 1);
+    times.add(rig.step("miss-" + std::to_string(k), tokens, n, 0));
+  }
+}
+
+void BM_ConnectorStepObserved_Hit(benchmark::State &st) {
+  const size_t n = size_t(st.range(0));
+  Rig rig;
+  auto tokens = tokens_of(n, 0);
+  rig.step("store", tokens, n, 0);
+  Observer obs(rig.m, int(st.range(1)));
+  Times times{st, {}};
+  for (auto _ : st) {
+    const uint64_t k = rig.next_req++;
+    times.add(rig.step("hit-" + std::to_string(k), tokens, n, n * kPage));
+  }
+}
+
 // The bare block calls, on a manager of the same shape without a connector.
 void BM_Baseline_BlockCalls_Miss(benchmark::State &st) {
   const size_t n = size_t(st.range(0));
@@ -249,6 +320,10 @@ KVT_CONNECTOR_BENCH(BM_ConnectorStep_Miss);
 KVT_CONNECTOR_BENCH(BM_Baseline_BlockCalls_Miss);
 KVT_CONNECTOR_BENCH(BM_ConnectorStep_Hit);
 KVT_CONNECTOR_BENCH(BM_Baseline_BlockCalls_Hit);
+#define KVT_OBSERVED_BENCH(fn)                                                          \
+  BENCHMARK(fn)->ArgsProduct({{16, 256}, {0, 1, 2}})->UseManualTime()->Iterations(4000)
+KVT_OBSERVED_BENCH(BM_ConnectorStepObserved_Miss);
+KVT_OBSERVED_BENCH(BM_ConnectorStepObserved_Hit);
 
 }  // namespace
 

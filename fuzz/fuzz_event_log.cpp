@@ -53,7 +53,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     check(e.kind >= KVT_OBS_SLOT && e.kind <= KVT_OBS_DROPPED, "accepted an unknown kind");
     check(strnlen(e.req_id, sizeof e.req_id) <= KVT_REQ_ID_MAX, "an unterminated request id");
     std::string again;
-    encode_record(e, &again);
+    encode_record(kvt::from_c(e), &again);
     check(again.size() == used && std::memcmp(again.data(), v.data() + at, used) == 0,
           "an accepted record does not encode back to its bytes");
     at += used;

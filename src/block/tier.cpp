@@ -144,17 +144,7 @@ void Tier::publish_events_locked() noexcept {
   if (pending_events_.empty()) return;
   if (events_) events_->push(pending_events_.data(), pending_events_.size());
   if (sink_) sink_->publish(pending_events_.data(), pending_events_.size());
-  if (obs_ && obs_->on()) {
-    for (const kvt_event &p : pending_events_) {
-      kvt_obs_event e = obs_event(p.type == KVT_EVENT_BLOCK_STORED    ? KVT_OBS_BLOCK_STORED
-                                  : p.type == KVT_EVENT_BLOCK_REMOVED ? KVT_OBS_BLOCK_REMOVED
-                                                                      : KVT_OBS_TIER_CLEARED);
-      e.dst = p.tier;
-      e.hash = p.hash;
-      e.parent_hash = p.parent_hash;
-      obs_->emit(e);
-    }
-  }
+  if (obs_ && obs_->on()) obs_->emit_tier_events(pending_events_.data(), pending_events_.size());
   pending_events_.clear();
 }
 

@@ -71,7 +71,7 @@ kvt_status Scheduler::transition_error(const char *fn, const Slot &s, SlotState 
 void Scheduler::move(Slot &s, SlotState to) {
   ++stats_.transitions[s.state][to];
   if (m_.bus().on()) {
-    kvt_obs_event e = obs_event(KVT_OBS_SLOT, s.id);
+    ObsEvent e = obs_event(KVT_OBS_SLOT, s.id);
     e.prev = s.state;
     e.state = to;
     e.trigger = trigger_;
@@ -85,7 +85,7 @@ void Scheduler::move(Slot &s, SlotState to) {
 void Scheduler::candidate(const Slot &s, kvt_candidate_state state, uint64_t batch, int src,
                           int dst, uint64_t blocks, kvt_status st) {
   if (!m_.bus().on()) return;
-  kvt_obs_event e = obs_event(KVT_OBS_CANDIDATE, s.id);
+  ObsEvent e = obs_event(KVT_OBS_CANDIDATE, s.id);
   e.state = state;
   e.batch = batch;
   e.src = uint32_t(src);
@@ -276,7 +276,7 @@ kvt_status Scheduler::get_num_new_matched_tokens(uint64_t *out, std::string_view
     ++stats_.transitions[0][KVT_SLOT_INITIALIZED];
     slots_.emplace(s->id, std::move(fresh));
     if (m_.bus().on()) {
-      kvt_obs_event e = obs_event(KVT_OBS_SLOT, s->id);
+      ObsEvent e = obs_event(KVT_OBS_SLOT, s->id);
       e.state = KVT_SLOT_INITIALIZED;
       e.trigger = trigger_;
       e.tokens = s->seq.tokens();

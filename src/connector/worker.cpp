@@ -365,7 +365,7 @@ void Worker::account(const Job &job, const std::vector<kvt_status> &status, uint
                                          : (load ? Direction::G3toG1 : Direction::G1toG3);
     m_.pipeline().account(d, worst, ok, busy_ns * n / ops.size());
     if (m_.bus().on()) {
-      kvt_obs_event e = obs_event(KVT_OBS_TRANSFER, job.batch.req_id);
+      ObsEvent e = obs_event(KVT_OBS_TRANSFER, job.batch.req_id);
       e.src = load ? t : KVT_TIER_G1;
       e.dst = load ? KVT_TIER_G1 : t;
       e.status = worst;

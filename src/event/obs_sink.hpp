@@ -4,32 +4,49 @@
 #pragma once
 
 #include <atomic>
-#include <cstring>
+#include <cstddef>
+#include <cstdint>
+#include <string>
 #include <string_view>
 
 #include "kvtier.h"
 
 namespace kvt {
 
+// kvt_obs_event as the library carries it: the request id as a string rather than a
+// 256-byte array, so that an event costs its fields, not the id's room.
+struct ObsEvent {
+  uint64_t seq = 0, time_ns = 0;
+  uint32_t kind = 0, state = 0, prev = 0, trigger = 0, src = 0, dst = 0;
+  kvt_status status = KVT_OK;
+  uint64_t batch = 0, hash = 0, parent_hash = 0, tokens = 0, computed = 0, blocks = 0,
+           bytes = 0, duration_ns = 0, count = 0;
+  std::string req_id;  // at most KVT_REQ_ID_MAX bytes, no NUL
+};
+
 class ObsSink {
  public:
   bool on() const noexcept { return on_.load(std::memory_order_relaxed); }
   // Stamps e with the next sequence number and the time, and hands it to every reader.
   // Never waits for a reader; may be called under a tier's lock.
-  virtual void emit(kvt_obs_event &e) noexcept = 0;
+  virtual void emit(ObsEvent &e) noexcept = 0;
+  // A tier's BLOCK_* and TIER_CLEARED events (kvt_poll's), in order, under one stamp.
+  virtual void emit_tier_events(const kvt_event *ev, size_t n) noexcept = 0;
 
  protected:
   ~ObsSink() = default;
   std::atomic<bool> on_{false};
 };
 
-// An event of kind k for request id (cut to KVT_REQ_ID_MAX bytes; ids are checked before).
-inline kvt_obs_event obs_event(kvt_obs_kind k, std::string_view id = {}) noexcept {
-  kvt_obs_event e{};
+// An event of kind k for request id (ids are checked to be 1..KVT_REQ_ID_MAX bytes before).
+inline ObsEvent obs_event(kvt_obs_kind k, std::string_view id = {}) {
+  ObsEvent e;
   e.kind = k;
-  size_t n = id.size() < KVT_REQ_ID_MAX ? id.size() : KVT_REQ_ID_MAX;
-  std::memcpy(e.req_id, id.data(), n);
+  e.req_id.assign(id.substr(0, KVT_REQ_ID_MAX));
   return e;
 }
+
+void to_c(const ObsEvent &e, kvt_obs_event *out) noexcept;  // zeroes what e does not set
+ObsEvent from_c(const kvt_obs_event &e);
 
 }  // namespace kvt

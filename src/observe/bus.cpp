@@ -15,20 +15,52 @@ void Bus::update_on_locked() noexcept {
   on_.store(!subs_.empty() || !ring_.empty() || log_.is_open(), std::memory_order_relaxed);
 }
 
-void Bus::emit(kvt_obs_event &e) noexcept {
-  std::lock_guard lock(mu_);
-  timespec ts;  // read under the lock, so that time follows the sequence
+namespace {
+
+uint64_t now_ns() noexcept {
+  timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
+  return uint64_t(ts.tv_sec) * 1000000000u + uint64_t(ts.tv_nsec);
+}
+
+}  // namespace
+
+void Bus::stamp_locked(ObsEvent &e, uint64_t time_ns) noexcept {
   e.seq = ++seq_;
-  e.time_ns = uint64_t(ts.tv_sec) * 1000000000u + uint64_t(ts.tv_nsec);
+  e.time_ns = time_ns;
   for (const auto &s : subs_) s->push(e);
   if (!ring_.empty()) {
-    ring_[ring_next_] = e;
+    try {
+      ring_[ring_next_] = e;
+    } catch (...) {  // no memory for the id: the ring keeps the event without it
+      ring_[ring_next_].req_id.clear();
+    }
     ring_next_ = (ring_next_ + 1) % ring_.size();
     ++ring_filled_;
   }
   log_.append(e);
+}
+
+void Bus::emit(ObsEvent &e) noexcept {
+  std::lock_guard lock(mu_);
+  stamp_locked(e, now_ns());  // the time read under the lock, so that it follows seq
   if (!log_.is_open()) update_on_locked();  // a write failed
+}
+
+void Bus::emit_tier_events(const kvt_event *ev, size_t n) noexcept {
+  std::lock_guard lock(mu_);
+  const uint64_t t = now_ns();
+  ObsEvent e;
+  for (size_t i = 0; i < n; ++i) {
+    e.kind = ev[i].type == KVT_EVENT_BLOCK_STORED    ? KVT_OBS_BLOCK_STORED
+             : ev[i].type == KVT_EVENT_BLOCK_REMOVED ? KVT_OBS_BLOCK_REMOVED
+                                                     : KVT_OBS_TIER_CLEARED;
+    e.dst = ev[i].tier;
+    e.hash = ev[i].hash;
+    e.parent_hash = ev[i].parent_hash;
+    stamp_locked(e, t);
+  }
+  if (!log_.is_open()) update_on_locked();
 }
 
 void Bus::subscribe(std::shared_ptr<Subscriber> s) {
@@ -44,7 +76,7 @@ void Bus::unsubscribe(const Subscriber *s) noexcept {
 }
 
 kvt_status Bus::set_ring(size_t events) {
-  std::vector<kvt_obs_event> fresh(events);  // may throw: nothing changed yet
+  std::vector<ObsEvent> fresh(events);  // may throw: nothing changed yet
   std::lock_guard lock(mu_);
   ring_.swap(fresh);
   ring_next_ = 0;
@@ -54,7 +86,7 @@ kvt_status Bus::set_ring(size_t events) {
 }
 
 kvt_status Bus::dump_ring(const std::string &path) {
-  std::vector<kvt_obs_event> copy;
+  std::vector<ObsEvent> copy;
   {
     std::lock_guard lock(mu_);
     if (ring_.empty()) return fail(KVT_ERR_STATE, "the recorder keeps no ring; kvt_recorder_ring first");
@@ -65,7 +97,7 @@ kvt_status Bus::dump_ring(const std::string &path) {
   }
   LogWriter w;
   if (kvt_status st = w.open(path); st != KVT_OK) return st;
-  for (const kvt_obs_event &e : copy) w.append(e);
+  for (const ObsEvent &e : copy) w.append(e);
   return w.close();
 }
 

@@ -18,7 +18,8 @@ namespace kvt::obs {
 class Bus final : public ObsSink {
  public:
   ~Bus();
-  void emit(kvt_obs_event &e) noexcept override;
+  void emit(ObsEvent &e) noexcept override;
+  void emit_tier_events(const kvt_event *ev, size_t n) noexcept override;
 
   void subscribe(std::shared_ptr<Subscriber> s);
   void unsubscribe(const Subscriber *s) noexcept;
@@ -29,11 +30,12 @@ class Bus final : public ObsSink {
 
  private:
   void update_on_locked() noexcept;
+  void stamp_locked(ObsEvent &e, uint64_t time_ns) noexcept;
 
   std::mutex mu_;  // a leaf: taken under tier and pipeline locks, and takes only queues'
   uint64_t seq_ = 0;
   std::vector<std::shared_ptr<Subscriber>> subs_;
-  std::vector<kvt_obs_event> ring_;  // the last ring_.size() events, ring_next_ the oldest
+  std::vector<ObsEvent> ring_;  // the last ring_.size() events, ring_next_ the oldest
   size_t ring_next_ = 0;
   uint64_t ring_filled_ = 0;
   LogWriter log_;

@@ -15,59 +15,113 @@ namespace kvt::obs {
 LogWriter::~LogWriter() { close(); }
 
 kvt_status LogWriter::open(const std::string &path) {
+  close();  // one that failed is still open_, its thread waiting
   int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0)
     return fail(KVT_ERR_IO, "cannot create the event log '%s': %s", path.c_str(),
                 std::strerror(errno));
   path_ = path;
   fd_ = fd;
+  std::string header;
+  encode_header(&header);
+  if (kvt_status st = write_all(header); st != KVT_OK) {
+    ::close(fd_);
+    fd_ = -1;
+    return st;
+  }
   buf_.clear();
   buf_.reserve(kRun + 1024);
-  encode_header(&buf_);
-  return flush();
-}
-
-void LogWriter::append(const kvt_obs_event &e) noexcept {
-  if (fd_ < 0) return;
-  try {
-    encode_record(e, &buf_);
-  } catch (...) {
-    log(KVT_LOG_ERROR, "event log '%s': out of memory; the log stops here", path_.c_str());
-    close();
-    return;
-  }
-  if (buf_.size() >= kRun) flush();
-}
-
-kvt_status LogWriter::flush() noexcept {
-  if (fd_ < 0) return KVT_OK;
-  size_t done = 0;
-  while (done < buf_.size()) {
-    ssize_t w = ::write(fd_, buf_.data() + done, buf_.size() - done);
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) {
-      int err = w < 0 ? errno : EIO;
-      ::close(fd_);
-      fd_ = -1;
-      buf_.clear();
-      log(KVT_LOG_ERROR, "event log '%s': %s; the log stops here", path_.c_str(),
-          std::strerror(err));
-      return fail(KVT_ERR_IO, "event log '%s': %s", path_.c_str(), std::strerror(err));
-    }
-    done += size_t(w);
-  }
-  buf_.clear();
+  dropped_ = 0;
+  stop_ = false;
+  failed_ = false;
+  thread_ = std::thread([this] { run(); });
+  open_ = true;
   return KVT_OK;
 }
 
-kvt_status LogWriter::close() noexcept {
-  if (fd_ < 0) return KVT_OK;
-  kvt_status st = flush();
-  if (fd_ >= 0) {
-    ::close(fd_);
-    fd_ = -1;
+kvt_status LogWriter::write_all(const std::string &bytes) noexcept {
+  size_t done = 0;
+  while (done < bytes.size()) {
+    ssize_t w = ::write(fd_, bytes.data() + done, bytes.size() - done);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0)
+      return fail(KVT_ERR_IO, "event log '%s': %s", path_.c_str(),
+                  std::strerror(w < 0 ? errno : EIO));
+    done += size_t(w);
   }
-  return st;
+  return KVT_OK;
+}
+
+void LogWriter::run() {
+  std::unique_lock lock(mu_);
+  for (;;) {
+    cv_.wait(lock, [&] { return stop_ || !out_.empty(); });
+    if (out_.empty()) return;  // stopped, and nothing left
+    lock.unlock();
+    kvt_status st = write_all(out_);
+    lock.lock();
+    out_.clear();
+    if (st != KVT_OK && !failed_) {
+      error_ = last_error();
+      failed_ = true;
+      log(KVT_LOG_ERROR, "%s; the log stops here", error_.c_str());
+    }
+    cv_.notify_all();
+  }
+}
+
+void LogWriter::hand_over() noexcept {
+  std::lock_guard lock(mu_);
+  if (!out_.empty()) return;  // still writing the last run: keep filling ours
+  if (dropped_ > 0) {
+    ObsEvent d;
+    d.kind = KVT_OBS_DROPPED;
+    d.count = dropped_;
+    try {
+      std::string marker;
+      encode_record(d, &marker);
+      buf_.insert(0, marker);
+      dropped_ = 0;
+    } catch (...) {  // told with the next run
+    }
+  }
+  out_.swap(buf_);  // buf_ takes out_'s empty buffer, and its capacity
+  cv_.notify_all();
+}
+
+void LogWriter::append(const ObsEvent &e) noexcept {
+  if (!is_open()) return;
+  if (buf_.size() >= kMaxBehind) {
+    ++dropped_;
+  } else {
+    try {
+      encode_record(e, &buf_);
+    } catch (...) {
+      ++dropped_;
+    }
+  }
+  if (buf_.size() >= kRun) hand_over();
+}
+
+kvt_status LogWriter::close() noexcept {
+  if (!open_) return KVT_OK;
+  open_ = false;
+  {
+    std::unique_lock lock(mu_);
+    cv_.wait(lock, [&] { return out_.empty(); });
+  }
+  hand_over();
+  {
+    std::lock_guard lock(mu_);
+    stop_ = true;
+    cv_.notify_all();
+  }
+  thread_.join();
+  ::close(fd_);
+  fd_ = -1;
+  buf_.clear();
+  if (failed_) return fail(KVT_ERR_IO, "%s", error_.c_str());
+  return KVT_OK;
 }
 
 LogReader::~LogReader() {

@@ -1,12 +1,18 @@
-// Event logs on disk: a writer that appends records in 64 KiB runs, and a reader that
-// returns records until the end or the first one it cannot trust.
+// Event logs on disk: a writer that appends records from the caller's thread into a buffer
+// and writes full buffers on a thread of its own (a slow disk never holds up the engine),
+// and a reader that returns records until the end or the first one it cannot trust.
 #pragma once
 
+#include <atomic>
+#include <condition_variable>
 #include <cstdint>
 #include <cstdio>
+#include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include "event/obs_sink.hpp"
 #include "kvtier.h"
 
 namespace kvt::obs {
@@ -14,19 +20,33 @@ namespace kvt::obs {
 class LogWriter {
  public:
   ~LogWriter();  // writes what is buffered
-  // Creates (or replaces) the file and writes its header; the error set on failure.
+  // Creates (or replaces) the file, writes its header and starts the writing thread.
   kvt_status open(const std::string &path);
-  // Buffers e; a failed write closes the log (logged once) and later appends are ignored.
-  void append(const kvt_obs_event &e) noexcept;
-  kvt_status flush() noexcept;
+  // Buffers e. A writer that falls 64 MiB behind loses events, and the log says how many
+  // with a DROPPED record; after a failed write the log is closed (logged once).
+  void append(const ObsEvent &e) noexcept;
+  // Writes everything appended so far; KVT_ERR_IO if a write failed.
   kvt_status close() noexcept;
-  bool is_open() const noexcept { return fd_ >= 0; }
+  bool is_open() const noexcept { return open_ && !failed_.load(std::memory_order_relaxed); }
 
  private:
-  static constexpr size_t kRun = 64 << 10;
+  static constexpr size_t kRun = 64 << 10, kMaxBehind = 64 << 20;
+  void hand_over() noexcept;  // the caller's buffer to the thread, if it is idle
+  void run();
+  kvt_status write_all(const std::string &bytes) noexcept;
+
   std::string path_;
-  std::string buf_;
   int fd_ = -1;
+  bool open_ = false;
+  std::string buf_;        // the caller's: records not yet handed over
+  uint64_t dropped_ = 0;   // events lost since the last hand-over
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::string out_;        // the thread's: being written; empty when it is idle
+  bool stop_ = false;
+  std::atomic<bool> failed_{false};
+  std::string error_;      // why it failed, under mu_
+  std::thread thread_;
 };
 
 class LogReader {

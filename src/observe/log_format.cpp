@@ -2,6 +2,7 @@
 
 #include <xxhash.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "common/error.hpp"
@@ -13,11 +14,6 @@ void put32(std::string *out, uint32_t v) {
   char b[4];
   for (int i = 0; i < 4; ++i) b[i] = char(v >> (8 * i));
   out->append(b, 4);
-}
-void put64(std::string *out, uint64_t v) {
-  char b[8];
-  for (int i = 0; i < 8; ++i) b[i] = char(v >> (8 * i));
-  out->append(b, 8);
 }
 uint32_t get32(const uint8_t *p) {
   uint32_t v = 0;
@@ -50,23 +46,28 @@ kvt_status check_header(const uint8_t *p, size_t n) {
   return KVT_OK;
 }
 
-void encode_record(const kvt_obs_event &e, std::string *out) {
-  const size_t id = strnlen(e.req_id, KVT_REQ_ID_MAX);
-  const size_t at = out->size();
-  put32(out, uint32_t(kPayloadFixed + id));
-  put32(out, 0);  // the checksum, once the payload is in
-  put64(out, e.seq);
-  put64(out, e.time_ns);
+void encode_record(const ObsEvent &e, std::string *out) {
+  // Built in place and appended once: this runs for every event while a log is open.
+  uint8_t b[kRecordHeadBytes + kPayloadFixed + KVT_REQ_ID_MAX];
+  const size_t id = std::min<size_t>(e.req_id.size(), KVT_REQ_ID_MAX);
+  uint8_t *p = b + kRecordHeadBytes;
+  auto put = [&p](uint64_t v, int bytes) {
+    for (int i = 0; i < bytes; ++i) *p++ = uint8_t(v >> (8 * i));
+  };
+  put(e.seq, 8);
+  put(e.time_ns, 8);
   for (uint32_t v : {e.kind, e.state, e.prev, e.trigger, e.src, e.dst, uint32_t(e.status)})
-    put32(out, v);
+    put(v, 4);
   for (uint64_t v : {e.batch, e.hash, e.parent_hash, e.tokens, e.computed, e.blocks, e.bytes,
                      e.duration_ns, e.count})
-    put64(out, v);
-  out->push_back(char(id & 0xff));
-  out->push_back(char(id >> 8));
-  out->append(e.req_id, id);
-  const uint32_t sum = XXH32(out->data() + at + kRecordHeadBytes, kPayloadFixed + id, 0);
-  for (int i = 0; i < 4; ++i) (*out)[at + 4 + i] = char(sum >> (8 * i));
+    put(v, 8);
+  put(id, 2);
+  std::memcpy(p, e.req_id.data(), id);
+  const size_t len = kPayloadFixed + id;
+  p = b;
+  put(len, 4);
+  put(XXH32(b + kRecordHeadBytes, len, 0), 4);
+  out->append(reinterpret_cast<const char *>(b), kRecordHeadBytes + len);
 }
 
 Decoded decode_record(const uint8_t *p, size_t n, kvt_obs_event *out, size_t *used,

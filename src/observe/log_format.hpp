@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <string>
 
+#include "event/obs_sink.hpp"
 #include "kvtier.h"
 
 namespace kvt::obs {
@@ -22,7 +23,7 @@ void encode_header(std::string *out);
 // KVT_OK, or the status and message for n bytes that do not start an event log.
 kvt_status check_header(const uint8_t *p, size_t n);
 
-void encode_record(const kvt_obs_event &e, std::string *out);
+void encode_record(const ObsEvent &e, std::string *out);
 
 enum class Decoded { Ok, Short, Bad };
 // The record at p[0..n): Ok with the event and *used bytes; Short when the bytes end

@@ -3,6 +3,8 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <bit>
 #include <cerrno>
 #include <system_error>
 
@@ -22,14 +24,23 @@ void Subscriber::signal_locked() noexcept {
   readable_ = true;
 }
 
-void Subscriber::push(const kvt_obs_event &e) noexcept {
+void Subscriber::push(const ObsEvent &e) noexcept {
   std::lock_guard lock(mu_);
-  if (q_.size() >= capacity_) {
-    q_.pop_front();
-    ++dropped_;
-  }
   try {
-    q_.push_back(e);
+    if (size_ == ring_.size() && size_ < capacity_) {  // grow: the oldest first again
+      std::vector<ObsEvent> bigger(std::min(std::max<size_t>(ring_.size() * 2, 64),
+                                            std::bit_ceil(capacity_)));
+      for (size_t i = 0; i < size_; ++i) bigger[i] = std::move(at(i));
+      ring_.swap(bigger);
+      head_ = 0;
+    }
+    if (size_ == capacity_) {
+      head_ = (head_ + 1) & (ring_.size() - 1);
+      --size_;
+      ++dropped_;
+    }
+    at(size_) = e;
+    ++size_;
   } catch (...) {  // out of memory: the event counts as lost
     ++dropped_;
   }
@@ -46,11 +57,12 @@ size_t Subscriber::drain(kvt_obs_event *out, size_t max) noexcept {
     ++n;
     dropped_ = 0;
   }
-  for (; n < max && !q_.empty(); ++n) {
-    out[n] = q_.front();
-    q_.pop_front();
+  for (; n < max && size_ > 0; ++n) {
+    to_c(at(0), &out[n]);
+    head_ = (head_ + 1) & (ring_.size() - 1);
+    --size_;
   }
-  if (readable_ && q_.empty() && dropped_ == 0) {
+  if (readable_ && size_ == 0 && dropped_ == 0) {
     uint64_t v;
     [[maybe_unused]] ssize_t r = read(fd_, &v, sizeof v);
     readable_ = false;

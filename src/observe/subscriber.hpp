@@ -6,9 +6,10 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <deque>
 #include <mutex>
+#include <vector>
 
+#include "event/obs_sink.hpp"
 #include "kvtier.h"
 
 namespace kvt::obs {
@@ -20,15 +21,19 @@ class Subscriber {
   Subscriber(const Subscriber &) = delete;
   Subscriber &operator=(const Subscriber &) = delete;
 
-  void push(const kvt_obs_event &e) noexcept;
+  void push(const ObsEvent &e) noexcept;
   size_t drain(kvt_obs_event *out, size_t max) noexcept;
   int fd() const noexcept { return fd_; }
 
  private:
+  ObsEvent &at(size_t i) noexcept { return ring_[(head_ + i) & (ring_.size() - 1)]; }
   void signal_locked() noexcept;
 
   std::mutex mu_;
-  std::deque<kvt_obs_event> q_;
+  // A power-of-two ring, grown on demand up to capacity_: its events' strings keep their
+  // buffers, so a steady stream allocates nothing.
+  std::vector<ObsEvent> ring_;
+  size_t head_ = 0, size_ = 0;
   size_t capacity_;
   uint64_t dropped_ = 0;  // not yet reported
   bool readable_ = false;

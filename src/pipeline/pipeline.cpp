@@ -390,7 +390,7 @@ bool Pipeline::end_locked(Transfer &t, kvt_status st, std::string message) {
     }
   }
   if (t.dir && tiers_.obs().on()) {
-    kvt_obs_event e = obs_event(KVT_OBS_TRANSFER);
+    ObsEvent e = obs_event(KVT_OBS_TRANSFER);
     e.src = t.src_tier;
     e.dst = t.dst_tier;
     e.status = st;
