@@ -1170,6 +1170,16 @@ KVT_API kvt_status kvt_event_log_next(kvt_event_log *l, kvt_obs_event *out);
 /* NULL is ignored. */
 KVT_API void kvt_event_log_close(kvt_event_log *l);
 
+/* Prometheus text exposition (format 0.0.4) of m's counters, with c's slot families when c
+ * (a connector over m with a scheduler half) is given, NULL otherwise: hits and misses and
+ * blocks per tier and state, transfers, bytes and a duration histogram per direction, live
+ * slots per state and slot transitions, observe events emitted and dropped. Writes the text
+ * and a NUL into buf when cap is enough; *len is the text's length either way (buf NULL
+ * and cap 0 ask for it). KVT_ERR_INVALID_ARGUMENT when cap is too small. Safe to call from
+ * any thread, e.g. an HTTP server's. docs/EVENTS.md lists the families. */
+KVT_API kvt_status kvt_metrics_text(char *buf, size_t cap, size_t *len, kvt_manager *m,
+                                    kvt_connector *c);
+
 /* Names for printing: "SLOT", "PROMOTED", "UPDATE_STATE_AFTER_ALLOC"; "UNKNOWN" otherwise. */
 KVT_API const char *kvt_obs_kind_str(uint32_t kind);
 KVT_API const char *kvt_candidate_state_str(uint32_t state);

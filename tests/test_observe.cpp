@@ -3,6 +3,7 @@
 // that falls behind; logs torn or damaged at every byte; bad arguments.
 #include <poll.h>
 
+#include <atomic>
 #include <fstream>
 #include <map>
 #include <set>
@@ -289,4 +290,113 @@ TEST(Observe, ASubscriptionMayOutliveItsManager) {
   EXPECT_GT(got, 5u) << "the events queued before the manager went are still there";
   EXPECT_EQ(drain_all(s).size(), 0u);
   kvt_subscription_destroy(s);
+}
+
+// Under TSan too: three threads allocate, register and release (BLOCK_* events from three
+// threads at once) while a fourth subscribes and unsubscribes, resizes and dumps the ring,
+// and opens and closes logs. A reader there from start to end sees every event once, in
+// sequence, without a gap; every log written meanwhile reads back in sequence.
+TEST(Threads, ObserveReadersComeAndGoWhileThreeThreadsWork) {
+  TempDir dir;
+  auto m = make(kvt_test::small_config(256, 256));
+  kvt_subscription *all = nullptr;
+  ASSERT_KVT_OK(kvt_subscribe(&all, m.get(), size_t{1} << 22));
+  std::atomic<bool> stop{false};
+  std::atomic<uint64_t> failures{0};
+  auto worker = [&](uint64_t id) {
+    for (uint64_t i = 0; i < 3000; ++i) {
+      kvt_block b = 0, r = 0;
+      if (kvt_block_alloc(&b, 1, m.get(), KVT_TIER_G1) != KVT_OK) continue;
+      if (kvt_block_register_hash(&r, m.get(), b, id << 32 | i, 0) != KVT_OK) ++failures;
+      if (kvt_block_release(m.get(), &r, 1) != KVT_OK) ++failures;
+    }
+  };
+  int logs = 0;
+  std::thread observer([&] {
+    for (int round = 0; !stop.load(); ++round) {
+      kvt_subscription *s = nullptr;
+      if (kvt_subscribe(&s, m.get(), 64) != KVT_OK) ++failures;
+      kvt_obs_event buf[16];
+      for (int k = 0; k < 4; ++k) kvt_subscription_drain(s, buf, 16);
+      kvt_subscription_destroy(s);
+      if (kvt_recorder_ring(m.get(), round % 2 ? 128 : 0) != KVT_OK) ++failures;
+      if (round % 2) {
+        if (kvt_recorder_dump(m.get(), (dir.path + "/ring").c_str()) != KVT_OK) ++failures;
+      }
+      if (round % 8 == 0 && logs < 8) {
+        const std::string log = dir.path + "/log" + std::to_string(logs++);
+        if (kvt_recorder_open(m.get(), log.c_str()) != KVT_OK) ++failures;
+        std::this_thread::sleep_for(std::chrono::milliseconds(2));
+        if (kvt_recorder_close(m.get()) != KVT_OK) ++failures;
+      }
+    }
+  });
+  std::vector<std::thread> workers;
+  for (uint64_t id = 1; id <= 3; ++id) workers.emplace_back(worker, id);
+  for (auto &t : workers) t.join();
+  stop = true;
+  observer.join();
+  EXPECT_EQ(failures.load(), 0u) << kvt_last_error();
+
+  std::vector<kvt_obs_event> ev = drain_all(all);
+  ASSERT_GE(ev.size(), 3u * 3000u) << "a BLOCK_STORED per registration at least";
+  for (size_t i = 0; i < ev.size(); ++i) ASSERT_EQ(ev[i].seq, i + 1);
+  kvt_subscription_destroy(all);
+  for (int i = 0; i < logs; ++i) {
+    kvt_status end;
+    std::vector<kvt_obs_event> got = read_log(dir.path + "/log" + std::to_string(i), &end);
+    EXPECT_EQ(end, KVT_ERR_NOT_FOUND);
+    for (size_t k = 1; k < got.size(); ++k) ASSERT_EQ(got[k].seq, got[k - 1].seq + 1);
+  }
+}
+
+TEST(Observe, MetricsTextCountsWhatHappened) {
+  Rig r;
+  kvt_subscription *slow = nullptr;
+  ASSERT_KVT_OK(kvt_subscribe(&slow, r.m.get(), 2));
+  run_seed(r);
+  size_t len = 0;
+  EXPECT_KVT(kvt_metrics_text(nullptr, 0, &len, r.m.get(), r.c), KVT_ERR_INVALID_ARGUMENT);
+  ASSERT_GT(len, 1000u);
+  std::string text(len + 1, '\0');
+  size_t len2 = 0;
+  // No room for the NUL.
+  EXPECT_KVT(kvt_metrics_text(text.data(), len, &len2, r.m.get(), r.c), KVT_ERR_INVALID_ARGUMENT);
+  ASSERT_KVT_OK(kvt_metrics_text(text.data(), text.size(), &len2, r.m.get(), r.c));
+  EXPECT_EQ(len2, len);
+  text.resize(len);
+  auto has = [&](const std::string &line) {
+    return text.find("\n" + line + "\n") != std::string::npos;
+  };
+  EXPECT_TRUE(has("kvtier_slots_finished_total 2")) << text;
+  EXPECT_TRUE(has("kvtier_slots{state=\"decoding\"} 0"));
+  EXPECT_TRUE(has("kvtier_slot_transitions_total{from=\"onboard_staged\",to=\"onboarding\"} 1"));
+  EXPECT_TRUE(has("kvtier_transfer_blocks_total{src=\"G1\",dst=\"G2\"} 3"));
+  EXPECT_TRUE(has("kvtier_transfer_blocks_total{src=\"G2\",dst=\"G1\"} 2"));
+  EXPECT_TRUE(has("kvtier_transfer_bytes_total{src=\"G2\",dst=\"G1\"} " +
+                  std::to_string(2 * kBlock)));
+  EXPECT_TRUE(has("kvtier_transfers_total{src=\"G2\",dst=\"G1\",result=\"completed\"} 1"));
+  EXPECT_TRUE(has("kvtier_transfer_duration_seconds_count{src=\"G2\",dst=\"G1\"} 1"));
+  EXPECT_TRUE(has("kvtier_transfer_duration_seconds_bucket{src=\"G2\",dst=\"G1\",le=\"+Inf\"} 1"));
+  EXPECT_TRUE(has("kvtier_tier_blocks{tier=\"G2\",state=\"inactive\"} 3"));
+  EXPECT_TRUE(has("kvtier_connector_stored_blocks_total 3"));
+  EXPECT_TRUE(has("kvtier_tier_hits_total{tier=\"G2\"} 2"));
+  kvt_obs_event d[4];
+  ASSERT_EQ(kvt_subscription_drain(slow, d, 4), 3u);
+  const uint64_t lost = d[0].count;
+  EXPECT_GT(lost, 10u);
+  EXPECT_TRUE(has("kvtier_events_dropped_total{reader=\"subscription\"} " + std::to_string(lost)));
+  EXPECT_TRUE(has("kvtier_events_emitted_total " + std::to_string(lost + 2)));
+  kvt_subscription_destroy(slow);
+
+  // Without the connector: no slot families. With another manager's: refused.
+  EXPECT_KVT(kvt_metrics_text(nullptr, 0, &len, r.m.get(), nullptr), KVT_ERR_INVALID_ARGUMENT);
+  std::string bare(len + 1, '\0');
+  ASSERT_KVT_OK(kvt_metrics_text(bare.data(), bare.size(), &len, r.m.get(), nullptr));
+  EXPECT_EQ(bare.find("kvtier_slots"), std::string::npos);
+  Rig other;
+  EXPECT_KVT(kvt_metrics_text(bare.data(), bare.size(), &len, other.m.get(), r.c),
+             KVT_ERR_INVALID_ARGUMENT);
+  EXPECT_KVT(kvt_metrics_text(bare.data(), bare.size(), nullptr, r.m.get(), r.c),
+             KVT_ERR_INVALID_ARGUMENT);
 }

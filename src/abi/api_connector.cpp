@@ -361,3 +361,21 @@ KVT_API kvt_status kvt_connector_get_finished(kvt_finished *out, kvt_connector *
 KVT_API const char *kvt_slot_state_str(uint32_t state) { return state_name(state); }
 
 }  // extern "C"
+
+namespace kvt::abi {
+
+kvt_status connector_metrics(const char *fn, kvt_connector *c, Manager **mgr,
+                             bool *has_scheduler, uint64_t slots[11], kvt_connector_stats *st) {
+  kvt_status s;
+  if (connector(fn, c, &s) == nullptr) return s;
+  *mgr = c->mgr;
+  std::lock_guard lock(c->mu);
+  *has_scheduler = c->sched != nullptr;
+  if (c->sched) {
+    c->sched->slot_counts(slots);
+    c->sched->stats(st);
+  }
+  return KVT_OK;
+}
+
+}  // namespace kvt::abi

@@ -657,4 +657,9 @@ kvt_status Scheduler::slot_state(uint32_t *state, const std::vector<uint32_t> **
 
 void Scheduler::stats(kvt_connector_stats *out) const { *out = stats_; }
 
+void Scheduler::slot_counts(uint64_t out[kSlotStates]) const {
+  std::fill(out, out + kSlotStates, 0);
+  for (const auto &[id, s] : slots_) ++out[s->state];
+}
+
 }  // namespace kvt::conn

@@ -49,6 +49,8 @@ class Scheduler {
   kvt_status slot_state(uint32_t *state, const std::vector<uint32_t> **history,
                         std::string_view id) const;
   void stats(kvt_connector_stats *out) const;
+  // Live slots per state (finished ones are gone).
+  void slot_counts(uint64_t out[kSlotStates]) const;
   const Shape &shape() const noexcept { return shape_; }
   bool load_async() const noexcept { return cfg_.load_async != 0; }
 

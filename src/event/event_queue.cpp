@@ -47,6 +47,7 @@ void EventQueue::drop_oldest_block_event_locked() noexcept {
   if (i == size_) return;  // nothing but XFER_DONE and TIER_CLEARED: keep them all
   erase_locked(i);
   ++dropped_;
+  ++dropped_total_;
 }
 
 void EventQueue::withdraw(const kvt_xfer *x) noexcept {
@@ -71,6 +72,7 @@ void EventQueue::push_locked(const kvt_event &e) noexcept {
       head_ = 0;
     } catch (const std::bad_alloc &) {
       ++dropped_;
+      ++dropped_total_;
       return;
     }
   }

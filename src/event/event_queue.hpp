@@ -28,6 +28,10 @@ class EventQueue {
   // Removes the queued XFER_DONE event naming x, if there is one (kvt_xfer_release).
   void withdraw(const kvt_xfer *x) noexcept;
   int fd() const noexcept { return fd_; }
+  uint64_t dropped_total() noexcept {
+    std::lock_guard lock(mu_);
+    return dropped_total_;
+  }
 
  private:
   kvt_event &at(size_t i) noexcept { return ring_[(head_ + i) & (ring_.size() - 1)]; }
@@ -42,6 +46,7 @@ class EventQueue {
   size_t head_ = 0, size_ = 0;
   size_t capacity_;
   uint64_t dropped_ = 0;  // not yet reported
+  uint64_t dropped_total_ = 0;
   absl::flat_hash_set<const kvt_xfer *> xfer_queued_;  // transfers with an XFER_DONE queued
   bool untracked_ = false;  // an XFER_DONE could not be recorded in xfer_queued_
   bool readable_ = false;

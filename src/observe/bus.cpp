@@ -28,7 +28,7 @@ uint64_t now_ns() noexcept {
 void Bus::stamp_locked(ObsEvent &e, uint64_t time_ns) noexcept {
   e.seq = ++seq_;
   e.time_ns = time_ns;
-  for (const auto &s : subs_) s->push(e);
+  for (const auto &s : subs_) subscriber_drops_ += !s->push(e);
   if (!ring_.empty()) {
     try {
       ring_[ring_next_] = e;
@@ -108,6 +108,11 @@ kvt_status Bus::open_log(const std::string &path) {
   if (kvt_status st = log_.open(path); st != KVT_OK) return st;
   update_on_locked();
   return KVT_OK;
+}
+
+Bus::Counts Bus::counts() {
+  std::lock_guard lock(mu_);
+  return {seq_, subscriber_drops_, log_.dropped_total()};
 }
 
 kvt_status Bus::close_log() {

@@ -28,12 +28,18 @@ class Bus final : public ObsSink {
   kvt_status open_log(const std::string &path);
   kvt_status close_log();
 
+  struct Counts {
+    uint64_t emitted, subscriber_drops, log_drops;
+  };
+  Counts counts();
+
  private:
   void update_on_locked() noexcept;
   void stamp_locked(ObsEvent &e, uint64_t time_ns) noexcept;
 
   std::mutex mu_;  // a leaf: taken under tier and pipeline locks, and takes only queues'
   uint64_t seq_ = 0;
+  uint64_t subscriber_drops_ = 0;
   std::vector<std::shared_ptr<Subscriber>> subs_;
   std::vector<ObsEvent> ring_;  // the last ring_.size() events, ring_next_ the oldest
   size_t ring_next_ = 0;

@@ -93,11 +93,13 @@ void LogWriter::append(const ObsEvent &e) noexcept {
   if (!is_open()) return;
   if (buf_.size() >= kMaxBehind) {
     ++dropped_;
+    ++dropped_total_;
   } else {
     try {
       encode_record(e, &buf_);
     } catch (...) {
       ++dropped_;
+      ++dropped_total_;
     }
   }
   if (buf_.size() >= kRun) hand_over();

@@ -28,6 +28,7 @@ class LogWriter {
   // Writes everything appended so far; KVT_ERR_IO if a write failed.
   kvt_status close() noexcept;
   bool is_open() const noexcept { return open_ && !failed_.load(std::memory_order_relaxed); }
+  uint64_t dropped_total() const noexcept { return dropped_total_; }
 
  private:
   static constexpr size_t kRun = 64 << 10, kMaxBehind = 64 << 20;
@@ -40,6 +41,7 @@ class LogWriter {
   bool open_ = false;
   std::string buf_;        // the caller's: records not yet handed over
   uint64_t dropped_ = 0;   // events lost since the last hand-over
+  uint64_t dropped_total_ = 0;
   std::mutex mu_;
   std::condition_variable cv_;
   std::string out_;        // the thread's: being written; empty when it is idle

@@ -24,8 +24,9 @@ void Subscriber::signal_locked() noexcept {
   readable_ = true;
 }
 
-void Subscriber::push(const ObsEvent &e) noexcept {
+bool Subscriber::push(const ObsEvent &e) noexcept {
   std::lock_guard lock(mu_);
+  const uint64_t before = dropped_;
   try {
     if (size_ == ring_.size() && size_ < capacity_) {  // grow: the oldest first again
       std::vector<ObsEvent> bigger(std::min(std::max<size_t>(ring_.size() * 2, 64),
@@ -45,6 +46,7 @@ void Subscriber::push(const ObsEvent &e) noexcept {
     ++dropped_;
   }
   signal_locked();
+  return dropped_ == before;
 }
 
 size_t Subscriber::drain(kvt_obs_event *out, size_t max) noexcept {

@@ -21,7 +21,8 @@ class Subscriber {
   Subscriber(const Subscriber &) = delete;
   Subscriber &operator=(const Subscriber &) = delete;
 
-  void push(const ObsEvent &e) noexcept;
+  // Queues e; false when an event was lost for it (the oldest, or e itself).
+  bool push(const ObsEvent &e) noexcept;
   size_t drain(kvt_obs_event *out, size_t max) noexcept;
   int fd() const noexcept { return fd_; }
 

@@ -55,8 +55,14 @@ kvt_status Pipeline::transfer_stats(kvt_transfer_stats *out, int src, int dst) {
   return KVT_OK;
 }
 
+Latency Pipeline::latency(Direction d) {
+  std::lock_guard lock(stats_mu_);
+  return latency_[index(d)];
+}
+
 void Pipeline::account(Direction d, kvt_status st, uint64_t blocks, uint64_t busy_ns) {
   std::lock_guard lock(stats_mu_);
+  latency_[index(d)].add(busy_ns);
   kvt_transfer_stats &s = stats_[index(d)];
   if (st == KVT_OK) ++s.completed;
   else ++(st == KVT_ERR_CANCELLED ? s.cancelled : s.failed);
@@ -378,8 +384,11 @@ bool Pipeline::end_locked(Transfer &t, kvt_status st, std::string message) {
             : st == KVT_ERR_CANCELLED ? KVT_XFER_CANCELLED : KVT_XFER_FAILED;
   t.result = st;
   t.message = std::move(message);
+  const uint64_t took_ns = uint64_t(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t.created).count());
   if (t.dir) {
     std::lock_guard lock(stats_mu_);
+    latency_[index(*t.dir)].add(took_ns);
     kvt_transfer_stats &s = stats_[index(*t.dir)];
     if (st == KVT_OK) {
       ++s.completed;
@@ -396,8 +405,7 @@ bool Pipeline::end_locked(Transfer &t, kvt_status st, std::string message) {
     e.status = st;
     e.blocks = st == KVT_OK ? t.count : 0;
     e.bytes = e.blocks * tiers_.geometry().block_bytes();
-    e.duration_ns = uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                 Clock::now() - t.created).count());
+    e.duration_ns = took_ns;
     tiers_.obs().emit(e);
   }
   if (t.host_holds) {  // under t.mu, so that a release withdraws it or prevents it

@@ -25,6 +25,7 @@
 #include "kvtier.h"
 #include "pipeline/batcher.hpp"
 #include "pipeline/executor.hpp"
+#include "pipeline/latency.hpp"
 #include "pipeline/policy.hpp"
 #include "pipeline/precondition.hpp"
 #include "pipeline/tiers.hpp"
@@ -64,6 +65,8 @@ class Pipeline {
   // Counts copies made outside the pipeline (a connector worker's batch) as one transfer of
   // direction d that ended with st, moved `blocks` and kept an engine busy for busy_ns.
   void account(Direction d, kvt_status st, uint64_t blocks, uint64_t busy_ns);
+  // The durations of direction d's transfers (enqueue to end; a worker's: its batch).
+  Latency latency(Direction d);
 
   kvt_status fence_create(std::shared_ptr<Fence> *out, void *cuda_event);
   kvt_status fence_signal(Fence &f);
@@ -113,6 +116,7 @@ class Pipeline {
 
   std::mutex stats_mu_;
   kvt_transfer_stats stats_[kDirections]{};
+  Latency latency_[kDirections];  // of the transfers that ended, under stats_mu_
 
   // Held shared wherever the pipeline takes or gives back block references (an executor
   // from commitment to the end of its batch; blocks() and release() handing over pins), and

@@ -1,6 +1,7 @@
-"""The event stream of a kvtier-replay run: --record writes an event log, kvtier-events reads
-it back, and a recording killed at random moments still reads back to its last whole record.
-Run by ctest with KVTIER_REPLAY and KVTIER_EVENTS set."""
+"""Seeing inside a kvtier-replay run: --record writes an event log, kvtier-events reads it
+back, a recording killed at random moments still reads back to its last whole record, and
+--metrics-port serves Prometheus text that prometheus_client parses. Run by ctest with
+KVTIER_REPLAY and KVTIER_EVENTS set."""
 import collections
 import json
 import os
@@ -147,3 +148,72 @@ def test_a_recording_killed_at_random_moments_reads_back_to_its_last_whole_recor
         read += len(lines) > 0
         log.unlink()
     assert read >= 6, "too few kills landed after the first records"
+
+
+def free_port():
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def scrape(port, path="/metrics"):
+    import urllib.error
+    import urllib.request
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as r:
+            return r.status, r.headers.get("Content-Type"), r.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, None, e.read().decode()
+
+
+def test_metrics_port_serves_prometheus_text_while_the_replay_runs(tmp_path):
+    from prometheus_client.parser import text_string_to_metric_families
+    port = free_port()
+    p = subprocess.Popen([REPLAY, "--trace", TRACE, "--mode", "engine", "--metrics-port",
+                          str(port), *TINY], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 30
+        samples = None
+        while time.monotonic() < deadline:
+            try:
+                status, ctype, text = scrape(port)
+            except OSError:
+                time.sleep(0.05)
+                continue
+            assert status == 200 and ctype.startswith("text/plain; version=0.0.4")
+            fams = {f.name: f for f in text_string_to_metric_families(text)}
+            samples = {f: [(s.labels, s.value) for s in fams[f].samples] for f in fams}
+            if sum(v for _, v in samples["kvtier_slots"]) > 0:
+                break
+            time.sleep(0.05)
+        assert samples, "nothing served within 30 s"
+        # prometheus_client names counters without their _total suffix.
+        for fam in ("kvtier_tier_hits", "kvtier_tier_misses", "kvtier_tier_blocks",
+                    "kvtier_transfers", "kvtier_transfer_bytes",
+                    "kvtier_transfer_duration_seconds", "kvtier_slots",
+                    "kvtier_slot_transitions", "kvtier_events_dropped"):
+            assert fam in samples, fam
+        assert sum(v for _, v in samples["kvtier_slots"]) > 0, "no live slot mid-run"
+        assert {l["state"] for l, _ in samples["kvtier_slots"]} >= {"prefilling", "decoding"}
+        g1g2 = [(l, v) for l, v in samples["kvtier_transfer_duration_seconds"]
+                if l.get("src") == "G1" and l.get("dst") == "G2" and "le" in l]
+        counts = [v for _, v in g1g2]
+        assert counts == sorted(counts) and counts[-1] > 0, "buckets are cumulative"
+        assert scrape(port, "/other")[0] == 404
+        assert p.poll() is None, "the run ended before the checks"
+    finally:
+        p.kill()
+        p.wait()
+
+
+def test_a_busy_metrics_port_is_a_clear_error(trace):
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        p = subprocess.run([REPLAY, "--trace", trace, "--metrics-port", str(port), *TINY],
+                           capture_output=True, text=True, timeout=60)
+    assert p.returncode != 0
+    assert f"--metrics-port {port}: Address already in use" in p.stderr

@@ -16,6 +16,7 @@
 
 #include "kvtier.h"
 #include "g1_bytes.hpp"
+#include "metrics_server.hpp"
 
 namespace kvt::replay {
 
@@ -111,6 +112,7 @@ class Engine {
   Engine(const Options &o, const Trace &t)
       : o_(o), t_(t), ps_(o.page_size), bb_(o.block_bytes()), pool_(uint32_t(o.g1_blocks)) {}
   ~Engine() {
+    metrics_.stop();
     for (Req &r : reqs_) kvt_seq_destroy(r.seq);
     kvt_connector_destroy(c_);
     kvt_manager_destroy(m_);
@@ -144,6 +146,7 @@ class Engine {
   const uint64_t bb_;
   kvt_manager *m_ = nullptr;
   kvt_connector *c_ = nullptr;
+  MetricsServer metrics_;
   char *g1_ = nullptr;  // the engine's G1: g1_blocks blocks of bb_ bytes, block-contiguous
   uint64_t salt_ = 0;
   BlockPool pool_;
@@ -238,6 +241,7 @@ bool Engine::create(std::string *error) {
     *error = std::string("cannot create the connector: ") + kvt_last_error();
     return false;
   }
+  if (o_.metrics_port && !metrics_.start(o_.metrics_port, m_, c_, error)) return false;
   // One chunk per (layer, K/V) at its offset within each block: block-contiguous G1.
   const size_t chunks = size_t(o_.layers) * o_.outer;
   std::vector<const void *> bases(chunks);

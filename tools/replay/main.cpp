@@ -101,6 +101,9 @@ int main(int argc, char **argv) {
   std::string shard;
   app.add_option("--shard", shard, "I/N: replay only conversation shard I of N (a request's "
                                    "conversation: its second block id), as one of N instances");
+  app.add_option("--metrics-port", o.metrics_port, "serve kvt_metrics_text as Prometheus "
+                 "text at http://127.0.0.1:N/metrics while the replay runs")
+      ->check(CLI::Range(1, 65535));
   app.add_option("--record", o.record, "write every event of the run (slots, candidates, "
                  "blocks, transfers) to this event log; read it with kvtier-events");
   app.add_option("--dump-registry", o.dump_registry, "at the end, write the hashes each tier "

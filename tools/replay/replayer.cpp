@@ -14,6 +14,7 @@
 
 #include "kvtier.h"
 #include "g1_bytes.hpp"
+#include "metrics_server.hpp"
 #include "registry_dump.hpp"
 
 namespace kvt::replay {
@@ -40,7 +41,10 @@ struct Scratch {
 class Replayer {
  public:
   Replayer(const Options &o, const Trace &t) : o_(o), t_(t) {}
-  ~Replayer() { kvt_manager_destroy(m_); }
+  ~Replayer() {
+    metrics_.stop();
+    kvt_manager_destroy(m_);
+  }
 
   bool run(Result *out, std::string *error);
 
@@ -70,6 +74,7 @@ class Replayer {
   const Options &o_;
   const Trace &t_;
   kvt_manager *m_ = nullptr;
+  MetricsServer metrics_;
   uint64_t salt_ = 0;
   uint64_t block_bytes_ = 0;
   Clock::time_point start_;
@@ -140,6 +145,7 @@ bool Replayer::create(std::string *error) {
     return false;
   }
   if (!start_recording(m_, o_, error)) return false;
+  if (o_.metrics_port && !metrics_.start(o_.metrics_port, m_, nullptr, error)) return false;
   kvt_hash_salt(&salt_, "kvtier-replay", 13);
   block_bytes_ = o_.block_bytes();
   if (o_.g3_keep) {
