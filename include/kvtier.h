@@ -1180,6 +1180,66 @@ KVT_API void kvt_event_log_close(kvt_event_log *l);
 KVT_API kvt_status kvt_metrics_text(char *buf, size_t cap, size_t *len, kvt_manager *m,
                                     kvt_connector *c);
 
+/* Inspection: the connector's live slots and its batches in flight (planned, or sent and not
+ * yet reported), as the scheduler half sees them. Each fills up to cap entries of out and
+ * sets *n to how many there are (out NULL and cap 0 ask for the count). While the scheduler
+ * is paused (below), they answer from the state at the pause. */
+typedef struct kvt_slot_info {
+  char     req_id[KVT_REQ_ID_MAX + 1];
+  uint32_t state;        /* kvt_slot_state */
+  uint32_t reserved;
+  uint64_t age_ns;       /* since get_num_new_matched_tokens created the slot */
+  uint64_t tokens;       /* the request's tokens */
+  uint64_t computed;     /* tokens computed or loaded */
+  uint64_t blocks;       /* its G1 blocks */
+  uint64_t batches;      /* its loads and stores not yet reported */
+} kvt_slot_info;
+
+typedef struct kvt_batch_info {
+  char     req_id[KVT_REQ_ID_MAX + 1];
+  uint32_t src, dst;     /* tiers: a load is G2/G3 -> G1, a store G1 -> G2/G3 */
+  uint64_t batch;
+  uint64_t blocks;
+  uint64_t step;         /* the metadata that carried it; 0: planned for the next one */
+} kvt_batch_info;
+
+KVT_API kvt_status kvt_connector_slots(kvt_slot_info *out, size_t cap, size_t *n,
+                                       kvt_connector *c);
+KVT_API kvt_status kvt_connector_batches(kvt_batch_info *out, size_t cap, size_t *n,
+                                         kvt_connector *c);
+
+/* Breakpoints. A breakpoint pauses the thread inside a call of c's scheduler half when a slot
+ * has entered `state` (0: any state), for request `req_id` (NULL: any request; with state 0,
+ * at the start of every scheduler call that names it). kvt_connector_pause pauses it at the
+ * next call or transition. The paused thread waits until kvt_connector_resume, or until the
+ * pause timeout (30 s unless set) ends the pause, so that a breakpoint left behind never
+ * hangs the engine. With none set and no pause asked for, a call site costs one branch. */
+typedef struct kvt_pause_info {
+  uint32_t struct_size;  /* set by the caller: sizeof(kvt_pause_info) */
+  uint32_t trigger;      /* kvt_obs_trigger: the call that paused */
+  uint32_t prev;         /* the transition: from prev to state; both 0 at a call's start */
+  uint32_t state;
+  uint64_t breakpoint;   /* the breakpoint's id; 0 for kvt_connector_pause */
+  uint64_t pauses;       /* pauses so far, this one included */
+  char     req_id[KVT_REQ_ID_MAX + 1];
+} kvt_pause_info;
+
+/* *id: the new breakpoint's id (1, 2, ...). KVT_ERR_INVALID_ARGUMENT for a state that is not
+ * a kvt_slot_state, or neither a state nor a request. */
+KVT_API kvt_status kvt_breakpoint_add(uint64_t *id, kvt_connector *c, uint32_t state,
+                                      const char *req_id);
+/* KVT_ERR_NOT_FOUND for an unknown id. A thread paused at it stays paused until resumed. */
+KVT_API kvt_status kvt_breakpoint_remove(kvt_connector *c, uint64_t id);
+KVT_API kvt_status kvt_connector_pause(kvt_connector *c);
+/* KVT_ERR_STATE when no thread is paused. */
+KVT_API kvt_status kvt_connector_resume(kvt_connector *c);
+/* Waits up to timeout_ms for a paused thread and describes its pause; KVT_AGAIN when none
+ * paused in time. */
+KVT_API kvt_status kvt_connector_wait_paused(kvt_pause_info *out, kvt_connector *c,
+                                             uint32_t timeout_ms);
+/* 1 ms .. 1 hour. */
+KVT_API kvt_status kvt_connector_set_pause_timeout(kvt_connector *c, uint32_t timeout_ms);
+
 /* Names for printing: "SLOT", "PROMOTED", "UPDATE_STATE_AFTER_ALLOC"; "UNKNOWN" otherwise. */
 KVT_API const char *kvt_obs_kind_str(uint32_t kind);
 KVT_API const char *kvt_candidate_state_str(uint32_t state);

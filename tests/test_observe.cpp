@@ -400,3 +400,105 @@ TEST(Observe, MetricsTextCountsWhatHappened) {
   EXPECT_KVT(kvt_metrics_text(bare.data(), bare.size(), nullptr, r.m.get(), r.c),
              KVT_ERR_INVALID_ARGUMENT);
 }
+
+// A breakpoint on "any slot entering ONBOARDING" pauses seed 003's engine thread inside
+// update_state_after_alloc for B; meanwhile the slots, the batches and the metrics show B
+// onboarding with its load planned, and the engine goes on once resumed.
+TEST(Breakpoints, PauseARealRunAtOnboardingInspectItAndResume) {
+  Rig r;
+  uint64_t bp = 0;
+  ASSERT_KVT_OK(kvt_breakpoint_add(&bp, r.c, KVT_SLOT_ONBOARDING, nullptr));
+  std::atomic<bool> done{false};
+  std::thread engine([&] {
+    run_seed(r);
+    done = true;
+  });
+  kvt_pause_info p{};
+  p.struct_size = sizeof p;
+  ASSERT_KVT_OK(kvt_connector_wait_paused(&p, r.c, 20000));
+  EXPECT_EQ(p.breakpoint, bp);
+  EXPECT_STREQ(p.req_id, "B");
+  EXPECT_EQ(p.prev, uint32_t(KVT_SLOT_ONBOARD_STAGED));
+  EXPECT_EQ(p.state, uint32_t(KVT_SLOT_ONBOARDING));
+  EXPECT_EQ(p.trigger, uint32_t(KVT_TRIGGER_UPDATE_STATE_AFTER_ALLOC));
+  EXPECT_EQ(p.pauses, 1u);
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_FALSE(done.load()) << "the engine went on while paused";
+
+  kvt_slot_info slots[4];
+  size_t n = 0;
+  ASSERT_KVT_OK(kvt_connector_slots(slots, 4, &n, r.c));
+  ASSERT_EQ(n, 1u) << "A finished before B came";
+  EXPECT_STREQ(slots[0].req_id, "B");
+  EXPECT_EQ(slots[0].state, uint32_t(KVT_SLOT_ONBOARDING));
+  EXPECT_EQ(slots[0].batches, 1u);
+  EXPECT_EQ(slots[0].blocks, 4u);
+  EXPECT_GT(slots[0].age_ns, 0u);
+  kvt_batch_info batches[4];
+  ASSERT_KVT_OK(kvt_connector_batches(batches, 4, &n, r.c));
+  ASSERT_EQ(n, 1u);
+  EXPECT_STREQ(batches[0].req_id, "B");
+  EXPECT_EQ(batches[0].src, uint32_t(KVT_TIER_G2));
+  EXPECT_EQ(batches[0].dst, uint32_t(KVT_TIER_G1));
+  EXPECT_EQ(batches[0].blocks, 2u);
+  EXPECT_EQ(batches[0].step, 0u) << "planned, not yet in a metadata";
+  std::string text(1 << 16, '\0');
+  size_t len = 0;
+  ASSERT_KVT_OK(kvt_metrics_text(text.data(), text.size(), &len, r.m.get(), r.c));
+  EXPECT_NE(text.find("\nkvtier_slots{state=\"onboarding\"} 1\n"), std::string::npos);
+
+  ASSERT_KVT_OK(kvt_breakpoint_remove(r.c, bp));
+  ASSERT_KVT_OK(kvt_connector_resume(r.c));
+  engine.join();
+  EXPECT_TRUE(done.load());
+  EXPECT_EQ(history(r.c, "B"), names({KVT_SLOT_INITIALIZED, KVT_SLOT_ONBOARD_STAGED,
+                                      KVT_SLOT_ONBOARDING, KVT_SLOT_PREFILLING,
+                                      KVT_SLOT_DECODING, KVT_SLOT_FINISHING,
+                                      KVT_SLOT_FINISHED}));
+  ASSERT_KVT_OK(kvt_connector_slots(nullptr, 0, &n, r.c));
+  EXPECT_EQ(n, 0u);
+}
+
+// A breakpoint on a request pauses every call naming it; a pause nobody resumes ends at the
+// timeout; kvt_connector_pause stops the next call.
+TEST(Breakpoints, RequestBreakpointsTimeoutsAndPauseNext) {
+  Rig r;
+  ASSERT_KVT_OK(kvt_connector_set_pause_timeout(r.c, 30));
+  uint64_t bp = 0;
+  ASSERT_KVT_OK(kvt_breakpoint_add(&bp, r.c, 0, "A"));
+  const auto t0 = std::chrono::steady_clock::now();
+  r.run_a();  // paused (and released by the timeout) at each of A's calls
+  const auto took = std::chrono::steady_clock::now() - t0;
+  EXPECT_GE(took, std::chrono::milliseconds(4 * 30)) << "match, alloc, meta, finished";
+  EXPECT_EQ(history(r.c, "A"), names({KVT_SLOT_INITIALIZED, KVT_SLOT_PREFILLING,
+                                      KVT_SLOT_FINISHING, KVT_SLOT_FINISHED}));
+  ASSERT_KVT_OK(kvt_breakpoint_remove(r.c, bp));
+
+  ASSERT_KVT_OK(kvt_connector_set_pause_timeout(r.c, 20000));
+  ASSERT_KVT_OK(kvt_connector_pause(r.c));
+  std::thread engine([&] { r.match("C", seed_a()); });
+  kvt_pause_info p{};
+  p.struct_size = sizeof p;
+  ASSERT_KVT_OK(kvt_connector_wait_paused(&p, r.c, 20000));
+  EXPECT_EQ(p.breakpoint, 0u);
+  EXPECT_STREQ(p.req_id, "C");
+  EXPECT_EQ(p.trigger, uint32_t(KVT_TRIGGER_GET_NUM_NEW_MATCHED_TOKENS));
+  ASSERT_KVT_OK(kvt_connector_resume(r.c));
+  engine.join();
+  EXPECT_EQ(slot_state(r.c, "C"), uint32_t(KVT_SLOT_ONBOARD_STAGED)) << "A's blocks are in G2";
+
+  // Bad arguments.
+  EXPECT_KVT(kvt_breakpoint_add(&bp, r.c, 0, nullptr), KVT_ERR_INVALID_ARGUMENT);
+  EXPECT_KVT(kvt_breakpoint_add(&bp, r.c, 11, nullptr), KVT_ERR_INVALID_ARGUMENT);
+  EXPECT_KVT(kvt_breakpoint_add(&bp, r.c, 0, ""), KVT_ERR_INVALID_ARGUMENT);
+  EXPECT_KVT(kvt_breakpoint_add(nullptr, r.c, 1, nullptr), KVT_ERR_INVALID_ARGUMENT);
+  EXPECT_KVT(kvt_breakpoint_remove(r.c, 12345), KVT_ERR_NOT_FOUND);
+  EXPECT_KVT(kvt_connector_resume(r.c), KVT_ERR_STATE);
+  EXPECT_KVT(kvt_connector_wait_paused(&p, r.c, 10), KVT_AGAIN);
+  EXPECT_KVT(kvt_connector_set_pause_timeout(r.c, 0), KVT_ERR_INVALID_ARGUMENT);
+  size_t n = 0;
+  EXPECT_KVT(kvt_connector_slots(nullptr, 1, &n, r.c), KVT_ERR_INVALID_ARGUMENT);
+  EXPECT_KVT(kvt_connector_slots(nullptr, 0, nullptr, r.c), KVT_ERR_INVALID_ARGUMENT);
+  p.struct_size = 8;
+  EXPECT_KVT(kvt_connector_wait_paused(&p, r.c, 10), KVT_ERR_INVALID_ARGUMENT);
+}

@@ -3,6 +3,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
 
 #include "abi/guard.hpp"
 #include "abi/objects.hpp"
@@ -100,6 +101,42 @@ kvt_status on_worker(const char *fn, kvt_connector *c, Op &&op) noexcept {
 }
 
 kvt_status with_id(const char *fn, const char *id) { return check_id(fn, id); }
+
+// What inspection shows: the state at the pause while the scheduler is paused (its thread
+// holds c->mu), else the state now, under c->mu.
+Snapshot inspect(kvt_connector *c) {
+  Snapshot s;
+  for (;;) {
+    if (c->sched->breakpoints().paused_snapshot(&s)) return s;
+    if (c->mu.try_lock()) {
+      std::lock_guard lock(c->mu, std::adopt_lock);
+      return c->sched->snapshot();
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+}
+
+// op on the breakpoints of c's scheduler half, without c->mu (a pause holds it).
+template <class Op>
+kvt_status on_breakpoints(const char *fn, kvt_connector *c, Op &&op) noexcept {
+  return guard(fn, [&] {
+    kvt_status st;
+    if (connector(fn, c, &st) == nullptr) return st;
+    if (!c->sched)
+      return fail(KVT_ERR_STATE, "%s: this connector has no scheduler half (its role is WORKER)",
+                  fn);
+    return op(c->sched->breakpoints());
+  });
+}
+
+template <class T>
+kvt_status copy_out(const char *fn, T *out, size_t cap, size_t *n, const std::vector<T> &v) {
+  if (n == nullptr) return null_arg(fn, "n");
+  if (kvt_status s = check_array(fn, "out", out, cap); s != KVT_OK) return s;
+  std::copy_n(v.begin(), std::min(cap, v.size()), out);
+  *n = v.size();
+  return KVT_OK;
+}
 
 }  // namespace
 
@@ -360,6 +397,90 @@ KVT_API kvt_status kvt_connector_get_finished(kvt_finished *out, kvt_connector *
 
 KVT_API const char *kvt_slot_state_str(uint32_t state) { return state_name(state); }
 
+KVT_API kvt_status kvt_connector_slots(kvt_slot_info *out, size_t cap, size_t *n,
+                                       kvt_connector *c) {
+  static constexpr const char *fn = "kvt_connector_slots";
+  return on_breakpoints(fn, c, [&](Breakpoints &) {
+    return copy_out(fn, out, cap, n, inspect(c).slots);
+  });
+}
+
+KVT_API kvt_status kvt_connector_batches(kvt_batch_info *out, size_t cap, size_t *n,
+                                         kvt_connector *c) {
+  static constexpr const char *fn = "kvt_connector_batches";
+  return on_breakpoints(fn, c, [&](Breakpoints &) {
+    return copy_out(fn, out, cap, n, inspect(c).batches);
+  });
+}
+
+KVT_API kvt_status kvt_breakpoint_add(uint64_t *id, kvt_connector *c, uint32_t state,
+                                      const char *req_id) {
+  static constexpr const char *fn = "kvt_breakpoint_add";
+  if (id == nullptr) return null_arg(fn, "id");
+  return on_breakpoints(fn, c, [&](Breakpoints &bp) {
+    if (state > KVT_SLOT_FINISHED)
+      return fail(KVT_ERR_INVALID_ARGUMENT, "%s: state %u is not a kvt_slot_state", fn, state);
+    if (req_id != nullptr) {
+      if (kvt_status e = check_id(fn, req_id); e != KVT_OK) return e;
+    } else if (state == 0) {
+      return fail(KVT_ERR_INVALID_ARGUMENT,
+                  "%s: a breakpoint needs a state, a request id, or both", fn);
+    }
+    *id = bp.add(state, req_id ? req_id : "");
+    return KVT_OK;
+  });
+}
+
+KVT_API kvt_status kvt_breakpoint_remove(kvt_connector *c, uint64_t id) {
+  static constexpr const char *fn = "kvt_breakpoint_remove";
+  return on_breakpoints(fn, c, [&](Breakpoints &bp) {
+    if (!bp.remove(id))
+      return fail(KVT_ERR_NOT_FOUND, "%s: no breakpoint %llu", fn, (unsigned long long)id);
+    return KVT_OK;
+  });
+}
+
+KVT_API kvt_status kvt_connector_pause(kvt_connector *c) {
+  return on_breakpoints("kvt_connector_pause", c, [&](Breakpoints &bp) {
+    bp.pause_next();
+    return KVT_OK;
+  });
+}
+
+KVT_API kvt_status kvt_connector_resume(kvt_connector *c) {
+  static constexpr const char *fn = "kvt_connector_resume";
+  return on_breakpoints(fn, c, [&](Breakpoints &bp) {
+    if (bp.resume() != KVT_OK) return fail(KVT_ERR_STATE, "%s: nothing is paused", fn);
+    return KVT_OK;
+  });
+}
+
+KVT_API kvt_status kvt_connector_wait_paused(kvt_pause_info *out, kvt_connector *c,
+                                             uint32_t timeout_ms) {
+  static constexpr const char *fn = "kvt_connector_wait_paused";
+  if (out == nullptr) return null_arg(fn, "out");
+  return on_breakpoints(fn, c, [&](Breakpoints &bp) {
+    if (kvt_status e = check_struct_size<kvt_pause_info>(fn, "out", out->struct_size);
+        e != KVT_OK)
+      return e;
+    kvt_pause_info full;
+    kvt_status st = bp.wait_paused(&full, std::chrono::milliseconds(timeout_ms));
+    if (st == KVT_OK) write_versioned(out, full);
+    return st;
+  });
+}
+
+KVT_API kvt_status kvt_connector_set_pause_timeout(kvt_connector *c, uint32_t timeout_ms) {
+  static constexpr const char *fn = "kvt_connector_set_pause_timeout";
+  return on_breakpoints(fn, c, [&](Breakpoints &bp) {
+    if (timeout_ms < 1 || timeout_ms > 3600u * 1000u)
+      return fail(KVT_ERR_INVALID_ARGUMENT, "%s: %u ms is not in 1 ms .. 1 hour", fn,
+                  timeout_ms);
+    bp.set_timeout(std::chrono::milliseconds(timeout_ms));
+    return KVT_OK;
+  });
+}
+
 }  // extern "C"
 
 namespace kvt::abi {
@@ -369,11 +490,12 @@ kvt_status connector_metrics(const char *fn, kvt_connector *c, Manager **mgr,
   kvt_status s;
   if (connector(fn, c, &s) == nullptr) return s;
   *mgr = c->mgr;
-  std::lock_guard lock(c->mu);
   *has_scheduler = c->sched != nullptr;
   if (c->sched) {
-    c->sched->slot_counts(slots);
-    c->sched->stats(st);
+    Snapshot s = inspect(c);
+    std::fill(slots, slots + kSlotStates, 0);
+    for (const kvt_slot_info &i : s.slots) ++slots[i.state];
+    *st = s.stats;
   }
   return KVT_OK;
 }

@@ -54,6 +54,10 @@ template <> struct Versioned<kvt_g4_stats> {  // 0.4.0
   static constexpr const char *name = "kvt_g4_stats";
   static constexpr size_t first = 96;
 };
+template <> struct Versioned<kvt_pause_info> {  // 0.4.0
+  static constexpr const char *name = "kvt_pause_info";
+  static constexpr size_t first = 288;
+};
 
 // KVT_OK for a struct_size this library accepts, else KVT_ERR_INVALID_ARGUMENT with a
 // message naming fn and the struct (what: "cfg", "out", ...).

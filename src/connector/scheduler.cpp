@@ -1,6 +1,7 @@
 #include "connector/scheduler.hpp"
 
 #include <algorithm>
+#include <cstring>
 
 #include "block/handle.hpp"
 #include "block/tier.hpp"
@@ -79,7 +80,9 @@ void Scheduler::move(Slot &s, SlotState to) {
     e.computed = s.computed;
     m_.bus().emit(e);
   }
+  const uint32_t prev = s.state;
   if (s.state != to) s.to(to);
+  stop_point(s.id, prev, to);
 }
 
 void Scheduler::candidate(const Slot &s, kvt_candidate_state state, uint64_t batch, int src,
@@ -236,6 +239,7 @@ kvt_status Scheduler::get_num_new_matched_tokens(uint64_t *out, std::string_view
                                                  uint64_t computed) {
   static constexpr const char *fn = "kvt_connector_get_num_new_matched_tokens";
   trigger_ = KVT_TRIGGER_GET_NUM_NEW_MATCHED_TOKENS;
+  stop_point(id, 0, 0);
   if (computed > n)
     return fail(KVT_ERR_INVALID_ARGUMENT,
                 "%s: request '%s': num_computed_tokens %llu exceeds its %zu tokens", fn,
@@ -282,6 +286,7 @@ kvt_status Scheduler::get_num_new_matched_tokens(uint64_t *out, std::string_view
       e.tokens = s->seq.tokens();
       m_.bus().emit(e);
     }
+    stop_point(s->id, 0, KVT_SLOT_INITIALIZED);
   } else {
     drop_staged(*s);
     s->seq = std::move(seq);
@@ -301,6 +306,7 @@ kvt_status Scheduler::update_state_after_alloc(std::string_view id, const uint32
                                                size_t n, uint64_t external) {
   static constexpr const char *fn = "kvt_connector_update_state_after_alloc";
   trigger_ = KVT_TRIGGER_UPDATE_STATE_AFTER_ALLOC;
+  stop_point(id, 0, 0);
   kvt_status st;
   Slot *s = find(fn, id, &st);
   if (s == nullptr) return st;
@@ -366,6 +372,11 @@ kvt_status Scheduler::build_meta(std::string *out, const kvt_scheduled_request *
                                  size_t n) {
   static constexpr const char *fn = "kvt_connector_build_connector_meta";
   trigger_ = KVT_TRIGGER_BUILD_CONNECTOR_META;
+  if (bp_.armed()) {
+    stop_point({}, 0, 0);
+    for (size_t i = 0; i < n; ++i)
+      if (check_id(fn, reqs[i].req_id) == KVT_OK) stop_point(reqs[i].req_id, 0, 0);
+  }
   // Check everything first: a bad entry changes no slot.
   std::vector<Slot *> slot(n, nullptr);
   std::vector<SlotState> target(n);
@@ -480,6 +491,7 @@ kvt_status Scheduler::build_meta(std::string *out, const kvt_scheduled_request *
 kvt_status Scheduler::update_output(const Report &r) {
   static constexpr const char *fn = "kvt_connector_update_connector_output";
   trigger_ = KVT_TRIGGER_UPDATE_CONNECTOR_OUTPUT;
+  stop_point({}, 0, 0);
   if (kvt_status e = check_shape(fn, "report", r.shape, shape_); e != KVT_OK) return e;
   // Check everything first: a report naming an unknown batch changes nothing.
   absl::flat_hash_set<uint64_t> seen;
@@ -606,6 +618,7 @@ void Scheduler::finish(Slot &s) {
 kvt_status Scheduler::request_finished(bool *delay_free, std::string_view id) {
   static constexpr const char *fn = "kvt_connector_request_finished";
   trigger_ = KVT_TRIGGER_REQUEST_FINISHED;
+  stop_point(id, 0, 0);
   kvt_status st;
   Slot *s = find(fn, id, &st);
   if (s == nullptr) return st;
@@ -623,6 +636,7 @@ kvt_status Scheduler::request_finished(bool *delay_free, std::string_view id) {
 kvt_status Scheduler::request_preempted(std::string_view id) {
   static constexpr const char *fn = "kvt_connector_request_preempted";
   trigger_ = KVT_TRIGGER_REQUEST_PREEMPTED;
+  stop_point(id, 0, 0);
   kvt_status st;
   Slot *s = find(fn, id, &st);
   if (s == nullptr) return st;
@@ -656,6 +670,51 @@ kvt_status Scheduler::slot_state(uint32_t *state, const std::vector<uint32_t> **
 }
 
 void Scheduler::stats(kvt_connector_stats *out) const { *out = stats_; }
+
+Snapshot Scheduler::snapshot() const {
+  Snapshot out;
+  const auto now = std::chrono::steady_clock::now();
+  auto set_id = [](char *dst, const std::string &id) {
+    std::memcpy(dst, id.data(), std::min<size_t>(id.size(), KVT_REQ_ID_MAX));
+  };
+  for (const auto &[id, s] : slots_) {
+    kvt_slot_info i{};
+    set_id(i.req_id, s->id);
+    i.state = s->state;
+    i.age_ns = uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(now - s->born).count());
+    i.tokens = s->seq.tokens();
+    i.computed = s->computed;
+    i.blocks = s->blocks.size();
+    i.batches = s->batches;
+    out.slots.push_back(i);
+  }
+  for (const auto &[id, r] : loads_) {
+    kvt_batch_info b{};
+    set_id(b.req_id, r.slot->id);
+    b.src = r.src.empty() ? 0 : uint32_t(handle::tier(r.src[0].block));
+    b.dst = KVT_TIER_G1;
+    b.batch = id;
+    b.blocks = r.src.size();
+    b.step = r.step;
+    out.batches.push_back(b);
+  }
+  for (const auto &[id, r] : stores_) {
+    kvt_batch_info b{};
+    set_id(b.req_id, r.slot->id);
+    b.src = KVT_TIER_G1;
+    b.dst = uint32_t(r.tier->id());
+    b.batch = id;
+    b.blocks = r.dst.size();
+    b.step = r.step;
+    out.batches.push_back(b);
+  }
+  auto by_id = [](const auto &a, const auto &b) { return std::strcmp(a.req_id, b.req_id) < 0; };
+  std::sort(out.slots.begin(), out.slots.end(), by_id);
+  std::sort(out.batches.begin(), out.batches.end(),
+            [](const kvt_batch_info &a, const kvt_batch_info &b) { return a.batch < b.batch; });
+  out.stats = stats_;
+  return out;
+}
 
 void Scheduler::slot_counts(uint64_t out[kSlotStates]) const {
   std::fill(out, out + kSlotStates, 0);

@@ -12,6 +12,7 @@
 #include <string_view>
 #include <vector>
 
+#include "connector/breakpoints.hpp"
 #include "connector/metadata.hpp"
 #include "connector/slot.hpp"
 #include "kvtier.h"
@@ -51,6 +52,10 @@ class Scheduler {
   void stats(kvt_connector_stats *out) const;
   // Live slots per state (finished ones are gone).
   void slot_counts(uint64_t out[kSlotStates]) const;
+  // The slots, the batches in flight and the counters, for inspection.
+  Snapshot snapshot() const;
+  // Synchronized by itself: callable without the connector's lock, which a pause holds.
+  Breakpoints &breakpoints() noexcept { return bp_; }
   const Shape &shape() const noexcept { return shape_; }
   bool load_async() const noexcept { return cfg_.load_async != 0; }
 
@@ -132,6 +137,11 @@ class Scheduler {
 
   kvt_connector_stats stats_{};
   kvt_obs_trigger trigger_ = KVT_TRIGGER_GET_NUM_NEW_MATCHED_TOKENS;  // the call in progress
+  Breakpoints bp_;
+  // At a call's start (prev = state = 0) or after a transition: a breakpoint may pause here.
+  void stop_point(std::string_view id, uint32_t prev, uint32_t state) {
+    if (bp_.armed()) bp_.check(trigger_, id, prev, state, [this] { return snapshot(); });
+  }
 };
 
 }  // namespace kvt::conn

@@ -2,6 +2,7 @@
 // the request (its tokens and hashes, its G1 blocks, its pins and outstanding copies).
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -31,6 +32,7 @@ struct Slot {
   Slot(std::string id, TokenSeq seq) : id(std::move(id)), seq(std::move(seq)) {}
 
   std::string id;
+  std::chrono::steady_clock::time_point born = std::chrono::steady_clock::now();
   SlotState state = KVT_SLOT_INITIALIZED;
   std::vector<uint32_t> history{KVT_SLOT_INITIALIZED};
 

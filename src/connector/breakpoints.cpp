@@ -1,0 +1,97 @@
+#include "connector/breakpoints.hpp"
+
+#include <algorithm>
+#include <cstring>
+
+#include "common/log.hpp"
+
+namespace kvt::conn {
+
+uint64_t Breakpoints::add(uint32_t state, std::string req_id) {
+  std::lock_guard lock(mu_);
+  points_.push_back(Point{next_id_, state, std::move(req_id)});
+  rearm_locked();
+  return next_id_++;
+}
+
+bool Breakpoints::remove(uint64_t id) {
+  std::lock_guard lock(mu_);
+  const size_t before = points_.size();
+  std::erase_if(points_, [&](const Point &p) { return p.id == id; });
+  rearm_locked();
+  return points_.size() != before;
+}
+
+void Breakpoints::pause_next() {
+  std::lock_guard lock(mu_);
+  pause_next_ = true;
+  rearm_locked();
+}
+
+kvt_status Breakpoints::resume() {
+  std::lock_guard lock(mu_);
+  if (!paused_) return KVT_ERR_STATE;
+  ++resumes_;
+  cv_.notify_all();
+  return KVT_OK;
+}
+
+kvt_status Breakpoints::wait_paused(kvt_pause_info *out, std::chrono::milliseconds timeout) {
+  std::unique_lock lock(mu_);
+  if (!cv_.wait_for(lock, timeout, [&] { return paused_; })) return KVT_AGAIN;
+  *out = info_;
+  return KVT_OK;
+}
+
+void Breakpoints::set_timeout(std::chrono::milliseconds t) {
+  std::lock_guard lock(mu_);
+  timeout_ = t;
+}
+
+bool Breakpoints::paused_snapshot(Snapshot *out) {
+  std::lock_guard lock(mu_);
+  if (!paused_) return false;
+  *out = snap_;
+  return true;
+}
+
+void Breakpoints::check(kvt_obs_trigger trigger, std::string_view req_id, uint32_t prev,
+                        uint32_t state, const std::function<Snapshot()> &snapshot) {
+  std::unique_lock lock(mu_);
+  uint64_t hit = 0;
+  bool matched = pause_next_;
+  for (const Point &p : points_) {
+    const bool id_ok = p.req_id.empty() || p.req_id == req_id;
+    const bool state_ok = p.state == 0 ? state == 0 && !p.req_id.empty() : p.state == state;
+    if (id_ok && state_ok) {
+      hit = p.id;
+      matched = true;
+      break;
+    }
+  }
+  if (!matched) return;
+  pause_next_ = false;
+  rearm_locked();
+  lock.unlock();
+  Snapshot snap = snapshot();  // outside mu_: it may take a while
+  lock.lock();
+  snap_ = std::move(snap);
+  info_ = kvt_pause_info{};
+  info_.struct_size = sizeof info_;
+  info_.trigger = trigger;
+  info_.prev = prev;
+  info_.state = state;
+  info_.breakpoint = hit;
+  info_.pauses = ++pauses_;
+  std::memcpy(info_.req_id, req_id.data(), std::min<size_t>(req_id.size(), KVT_REQ_ID_MAX));
+  paused_ = true;
+  const uint64_t resumes = resumes_;
+  cv_.notify_all();
+  if (!cv_.wait_for(lock, timeout_, [&] { return resumes_ != resumes; }))
+    log(KVT_LOG_WARN, "connector: the pause at request '%s' timed out after %lld ms; going on",
+        info_.req_id, (long long)timeout_.count());
+  paused_ = false;
+  snap_ = Snapshot{};
+}
+
+}  // namespace kvt::conn
