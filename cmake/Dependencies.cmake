@@ -6,6 +6,7 @@ pkg_check_modules(ZMQ REQUIRED IMPORTED_TARGET libzmq)
 pkg_check_modules(HIREDIS REQUIRED IMPORTED_TARGET hiredis)
 find_package(absl CONFIG REQUIRED)
 find_package(Threads REQUIRED)
+find_package(nlohmann_json CONFIG REQUIRED)  # the management endpoint's JSON lines
 
 # msgpack-cxx (libmsgpack-cxx-dev), header-only, for the connector's metadata; used without
 # Boost (MSGPACK_NO_BOOST), so Boost need not be installed.

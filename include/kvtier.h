@@ -1240,6 +1240,17 @@ KVT_API kvt_status kvt_connector_wait_paused(kvt_pause_info *out, kvt_connector 
 /* 1 ms .. 1 hour. */
 KVT_API kvt_status kvt_connector_set_pause_timeout(kvt_connector *c, uint32_t timeout_ms);
 
+/* The management endpoint: m (and c, a connector over m, or NULL) served on a Unix-domain
+ * socket at path, which must not exist, for kvtier-console and scripts. One JSON object per
+ * line each way (docs/EVENTS.md): slots, batches, tiers, break, clear, pause, resume,
+ * paused, metrics, subscribe. Malformed requests get an error reply; a client that stops
+ * reading is dropped. kvt_endpoint_close stops it and removes the socket; close it before
+ * c and m. */
+typedef struct kvt_endpoint kvt_endpoint;
+KVT_API kvt_status kvt_endpoint_open(kvt_endpoint **out, kvt_manager *m, kvt_connector *c,
+                                     const char *path);
+KVT_API void kvt_endpoint_close(kvt_endpoint *e);
+
 /* Names for printing: "SLOT", "PROMOTED", "UPDATE_STATE_AFTER_ALLOC"; "UNKNOWN" otherwise. */
 KVT_API const char *kvt_obs_kind_str(uint32_t kind);
 KVT_API const char *kvt_candidate_state_str(uint32_t state);

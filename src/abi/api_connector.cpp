@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "abi/guard.hpp"
+#include "abi/connector_object.hpp"
 #include "abi/objects.hpp"
 #include "common/versioned.hpp"
 #include "connector/metadata.hpp"
@@ -18,16 +19,6 @@ using namespace kvt;
 using namespace kvt::abi;
 using namespace kvt::conn;
 
-struct kvt_connector {
-  static constexpr uint64_t kMagic = 0x6b7674636f6e6e65;  // "kvtconne"
-  uint64_t magic = kMagic;
-  kvt_manager *manager;
-  Manager *mgr;
-  std::mutex mu;  // serializes the scheduler half
-  std::unique_ptr<Scheduler> sched;
-  std::unique_ptr<Worker> worker;
-  std::string meta;  // the last build_connector_meta's bytes
-};
 
 namespace {
 
@@ -64,14 +55,6 @@ kvt_status validate(kvt_connector_config *c, const Manager &m, const char *fn) {
   return KVT_OK;
 }
 
-kvt_connector *connector(const char *fn, kvt_connector *c, kvt_status *st) {
-  if (c == nullptr || c->magic != kvt_connector::kMagic) {
-    *st = bad_object(fn, c, "connector");
-    return nullptr;
-  }
-  *st = KVT_OK;
-  return c;
-}
 
 // op on the scheduler half, under the connector's lock.
 template <class Op>
@@ -102,19 +85,6 @@ kvt_status on_worker(const char *fn, kvt_connector *c, Op &&op) noexcept {
 
 kvt_status with_id(const char *fn, const char *id) { return check_id(fn, id); }
 
-// What inspection shows: the state at the pause while the scheduler is paused (its thread
-// holds c->mu), else the state now, under c->mu.
-Snapshot inspect(kvt_connector *c) {
-  Snapshot s;
-  for (;;) {
-    if (c->sched->breakpoints().paused_snapshot(&s)) return s;
-    if (c->mu.try_lock()) {
-      std::lock_guard lock(c->mu, std::adopt_lock);
-      return c->sched->snapshot();
-    }
-    std::this_thread::sleep_for(std::chrono::microseconds(200));
-  }
-}
 
 // op on the breakpoints of c's scheduler half, without c->mu (a pause holds it).
 template <class Op>
@@ -484,6 +454,18 @@ KVT_API kvt_status kvt_connector_set_pause_timeout(kvt_connector *c, uint32_t ti
 }  // extern "C"
 
 namespace kvt::abi {
+
+Snapshot inspect(kvt_connector *c) {
+  Snapshot s;
+  for (;;) {
+    if (c->sched->breakpoints().paused_snapshot(&s)) return s;
+    if (c->mu.try_lock()) {
+      std::lock_guard lock(c->mu, std::adopt_lock);
+      return c->sched->snapshot();
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+}
 
 kvt_status connector_metrics(const char *fn, kvt_connector *c, Manager **mgr,
                              bool *has_scheduler, uint64_t slots[11], kvt_connector_stats *st) {

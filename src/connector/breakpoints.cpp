@@ -22,6 +22,12 @@ bool Breakpoints::remove(uint64_t id) {
   return points_.size() != before;
 }
 
+void Breakpoints::clear() {
+  std::lock_guard lock(mu_);
+  points_.clear();
+  rearm_locked();
+}
+
 void Breakpoints::pause_next() {
   std::lock_guard lock(mu_);
   pause_next_ = true;
@@ -31,6 +37,7 @@ void Breakpoints::pause_next() {
 kvt_status Breakpoints::resume() {
   std::lock_guard lock(mu_);
   if (!paused_) return KVT_ERR_STATE;
+  paused_ = false;  // at once, for whoever asks next; the thread wakes on resumes_
   ++resumes_;
   cv_.notify_all();
   return KVT_OK;

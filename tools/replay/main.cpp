@@ -104,6 +104,8 @@ int main(int argc, char **argv) {
   app.add_option("--metrics-port", o.metrics_port, "serve kvt_metrics_text as Prometheus "
                  "text at http://127.0.0.1:N/metrics while the replay runs")
       ->check(CLI::Range(1, 65535));
+  app.add_option("--console-socket", o.console_socket, "serve the management endpoint on this "
+                 "Unix-domain socket while the replay runs; watch it with kvtier-console");
   app.add_option("--record", o.record, "write every event of the run (slots, candidates, "
                  "blocks, transfers) to this event log; read it with kvtier-events");
   app.add_option("--dump-registry", o.dump_registry, "at the end, write the hashes each tier "

@@ -43,6 +43,7 @@ class Replayer {
   Replayer(const Options &o, const Trace &t) : o_(o), t_(t) {}
   ~Replayer() {
     metrics_.stop();
+    kvt_endpoint_close(endpoint_);
     kvt_manager_destroy(m_);
   }
 
@@ -75,6 +76,7 @@ class Replayer {
   const Trace &t_;
   kvt_manager *m_ = nullptr;
   MetricsServer metrics_;
+  kvt_endpoint *endpoint_ = nullptr;
   uint64_t salt_ = 0;
   uint64_t block_bytes_ = 0;
   Clock::time_point start_;
@@ -146,6 +148,11 @@ bool Replayer::create(std::string *error) {
   }
   if (!start_recording(m_, o_, error)) return false;
   if (o_.metrics_port && !metrics_.start(o_.metrics_port, m_, nullptr, error)) return false;
+  if (!o_.console_socket.empty() &&
+      kvt_endpoint_open(&endpoint_, m_, nullptr, o_.console_socket.c_str()) != KVT_OK) {
+    *error = std::string("--console-socket: ") + kvt_last_error();
+    return false;
+  }
   kvt_hash_salt(&salt_, "kvtier-replay", 13);
   block_bytes_ = o_.block_bytes();
   if (o_.g3_keep) {
