@@ -1,11 +1,14 @@
-"""kvtier-console as a person uses it: under tmux, against a running kvtier-replay --mode
-engine --console-socket, driven with send-keys and read with capture-pane. A breakpoint on
-ONBOARDING set from the console pauses the replay with a slot in ONBOARDING on the screen;
-clearing it and resuming lets that request move on. Run by ctest (replay_pytest) with
-KVTIER_REPLAY and KVTIER_CONSOLE set."""
+"""The management endpoint of a running kvtier-replay --mode engine --console-socket, and
+kvtier-console as a person uses it: under tmux, driven with send-keys and read with
+capture-pane. A breakpoint on ONBOARDING set from the console pauses the replay with a slot
+in ONBOARDING on the screen; clearing it and resuming lets that request move on. The
+endpoint refuses bad requests and outlives clients that vanish or never read. Run by ctest
+(replay_pytest) with KVTIER_REPLAY and KVTIER_CONSOLE set."""
+import json
 import os
 import re
 import shutil
+import socket
 import subprocess
 import time
 from pathlib import Path
@@ -84,5 +87,67 @@ def test_a_breakpoint_set_in_the_console_pauses_the_replay_at_onboarding(tmp_pat
         tmux("send-keys", "-t", session, "q")
     finally:
         subprocess.run(["tmux", "kill-session", "-t", session], capture_output=True)
+        replay.kill()
+        replay.wait()
+
+
+def ask(f, req):
+    f.write((req if isinstance(req, str) else json.dumps(req)) + "\n")
+    f.flush()
+    return json.loads(f.readline())
+
+
+def test_the_endpoint_refuses_bad_requests_and_survives_clients_that_vanish(tmp_path):
+    sock = tmp_path / "kvtier.sock"
+    replay = subprocess.Popen([REPLAY, "--trace", TRACE, "--mode", "engine", "--chunk-bytes",
+                               "64", "--no-progress", "--console-socket", sock],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 30
+        while not sock.exists():
+            assert replay.poll() is None and time.monotonic() < deadline
+            time.sleep(0.02)
+        # A subscriber that reads two events and vanishes, and one that never reads.
+        for _ in range(3):
+            s = socket.socket(socket.AF_UNIX)
+            s.connect(str(sock))
+            f = s.makefile("rw")
+            assert ask(f, {"cmd": "subscribe"}) == {"ok": True}
+            assert "event" in json.loads(f.readline()) and "event" in json.loads(f.readline())
+            s.close()
+        idle = socket.socket(socket.AF_UNIX)
+        idle.connect(str(sock))
+        idle.sendall(b'{"cmd":"subscribe"}\n')
+
+        s = socket.socket(socket.AF_UNIX)
+        s.connect(str(sock))
+        f = s.makefile("rw")
+        for bad, why in [("not json", "malformed request"), ('["cmd"]', "a JSON object"),
+                         ({"cmd": 7}, "a JSON object"), ({"cmd": "nope"}, "unknown cmd 'nope'"),
+                         ({"cmd": "break"}, "needs \"state\" or \"req_id\""),
+                         ({"cmd": "break", "state": "SLEEPING"}, "not a slot state"),
+                         ({"cmd": "break", "req_id": ""}, "1 to 255 bytes"),
+                         ({"cmd": "clear", "id": 999}, "no such breakpoint"),
+                         ({"cmd": "timeline"}, "needs a string \"req_id\"")]:
+            r = ask(f, bad)
+            assert r["ok"] is False and why in r["error"], (bad, r)
+        r = ask(f, {"cmd": "resume"})
+        assert r["ok"] is False and r["error"] == "nothing is paused"
+        # A request id seen by the connector has a timeline of SLOT and other events.
+        slots = ask(f, {"cmd": "slots"})["slots"]
+        assert slots
+        tl = ask(f, {"cmd": "timeline", "req_id": slots[0]["req_id"]})["events"]
+        assert tl and tl[0]["kind"] in ("SLOT", "CANDIDATE", "TRANSFER")
+        assert "kvtier_slots{" in ask(f, {"cmd": "metrics"})["text"]
+        # An over-long line is refused and the connection closed; the endpoint stays up.
+        s2 = socket.socket(socket.AF_UNIX)
+        s2.connect(str(sock))
+        s2.sendall(b"x" * (70 << 10))
+        reply = s2.makefile("r").readline()
+        assert "longer than 64 KiB" in reply
+        assert ask(f, {"cmd": "tiers"})["ok"] is True
+        assert replay.poll() is None
+        idle.close()
+    finally:
         replay.kill()
         replay.wait()
