@@ -1251,6 +1251,37 @@ KVT_API kvt_status kvt_endpoint_open(kvt_endpoint **out, kvt_manager *m, kvt_con
                                      const char *path);
 KVT_API void kvt_endpoint_close(kvt_endpoint *e);
 
+/* The hashes tier t of m holds registered now, in no particular order: up to cap into out,
+ * their number into *n (out NULL and cap 0 ask for it). */
+KVT_API kvt_status kvt_tier_hashes(uint64_t *out, size_t cap, size_t *n, kvt_manager *m,
+                                   kvt_tier tier);
+
+/* Replay of an event log. The events are applied in order, and checked as they go:
+ * - every BLOCK_STORED registers its hash in the same tier of m (when m is not NULL: a
+ *   fresh manager with the recorded one's tiers and at least its capacities), every
+ *   BLOCK_REMOVED removes it, so that m ends with the recorded manager's registry; a hash
+ *   stored twice or removed while absent is a violation;
+ * - SLOT events rebuild each request's slot: a transition must start where the slot is and
+ *   be one of seed 004's (kvt_slot_state);
+ * - every promoted batch must end (COMPLETED, FAILED or CANCELLED) exactly once;
+ * - sequence numbers must follow each other, and no DROPPED event may be in the log.
+ * KVT_OK when nothing was violated; KVT_ERR_CORRUPT otherwise, with the first violation in
+ * kvt_last_error and their number in out->violations. A torn tail ends the replay there
+ * (out->torn = 1). */
+typedef struct kvt_log_replay {
+  uint32_t struct_size;          /* set by the caller: sizeof(kvt_log_replay) */
+  uint32_t torn;
+  uint64_t events;               /* records applied */
+  uint64_t violations;
+  uint64_t live_slots;           /* slots not finished at the end */
+  uint64_t finished_slots;
+  uint64_t open_batches;         /* promoted batches without an end */
+  uint64_t loaded_blocks;        /* blocks of completed loads */
+  uint64_t transitions[11][11];  /* as kvt_connector_stats.transitions */
+  uint64_t registered[4];        /* hashes registered at the end, by tier */
+} kvt_log_replay;
+KVT_API kvt_status kvt_event_log_replay(kvt_log_replay *out, kvt_manager *m, const char *path);
+
 /* Names for printing: "SLOT", "PROMOTED", "UPDATE_STATE_AFTER_ALLOC"; "UNKNOWN" otherwise. */
 KVT_API const char *kvt_obs_kind_str(uint32_t kind);
 KVT_API const char *kvt_candidate_state_str(uint32_t state);

@@ -502,3 +502,64 @@ TEST(Breakpoints, RequestBreakpointsTimeoutsAndPauseNext) {
   p.struct_size = 8;
   EXPECT_KVT(kvt_connector_wait_paused(&p, r.c, 10), KVT_ERR_INVALID_ARGUMENT);
 }
+
+// kvt_event_log_replay on seed 003's log: into a fresh manager, the same registry as the
+// recorded one, every slot finished, every batch ended, the same transitions. A log with a
+// record taken out is caught (a gap, and a slot that moves from where it is not).
+TEST(Replay, SeedLogReplaysIntoAFreshManagerAndAMissingRecordIsCaught) {
+  TempDir dir;
+  const std::string log = dir.path + "/seed.kvtlog", cut = dir.path + "/cut.kvtlog";
+  Rig r;
+  ASSERT_KVT_OK(kvt_recorder_open(r.m.get(), log.c_str()));
+  run_seed(r);
+  ASSERT_KVT_OK(kvt_recorder_close(r.m.get()));
+
+  auto fresh = make(seed_manager_config());
+  kvt_log_replay out{};
+  out.struct_size = sizeof out;
+  ASSERT_KVT_OK(kvt_event_log_replay(&out, fresh.get(), log.c_str()));
+  EXPECT_EQ(out.violations, 0u);
+  EXPECT_EQ(out.torn, 0u);
+  EXPECT_EQ(out.live_slots, 0u);
+  EXPECT_EQ(out.finished_slots, 2u);
+  EXPECT_EQ(out.open_batches, 0u);
+  EXPECT_EQ(out.loaded_blocks, 2u);
+  EXPECT_EQ(out.registered[KVT_TIER_G2], 3u);
+  kvt_connector_stats s = r.stats();
+  EXPECT_EQ(std::memcmp(out.transitions, s.transitions, sizeof s.transitions), 0);
+  auto hashes = [](kvt_manager *m, kvt_tier t) {
+    size_t n = 0;
+    EXPECT_EQ(kvt_tier_hashes(nullptr, 0, &n, m, t), KVT_OK) << kvt_last_error();
+    std::vector<uint64_t> h(n);
+    EXPECT_EQ(kvt_tier_hashes(h.data(), h.size(), &n, m, t), KVT_OK);
+    return std::set<uint64_t>(h.begin(), h.end());
+  };
+  auto hb = hashes_of(seed_b());
+  EXPECT_EQ(hashes(fresh.get(), KVT_TIER_G2), std::set<uint64_t>(hb.begin(), hb.end()));
+  EXPECT_EQ(hashes(fresh.get(), KVT_TIER_G2), hashes(r.m.get(), KVT_TIER_G2));
+  kvt_log_replay again{};
+  again.struct_size = sizeof again;
+  EXPECT_KVT(kvt_event_log_replay(&again, fresh.get(), log.c_str()), KVT_ERR_CORRUPT);
+  EXPECT_NE(std::string(kvt_last_error()).find("it is not fresh"), std::string::npos)
+      << kvt_last_error();
+
+  // Take out the first SLOT record after the header: B's or A's history breaks there.
+  const std::string bytes = slurp(log);
+  const size_t first = 16, len = 8 + (uint8_t(bytes[first]) | uint8_t(bytes[first + 1]) << 8);
+  spit(cut, bytes.substr(0, first) + bytes.substr(first + len));
+  kvt_log_replay bad{};
+  bad.struct_size = sizeof bad;
+  EXPECT_KVT(kvt_event_log_replay(&bad, nullptr, cut.c_str()), KVT_ERR_CORRUPT);
+  EXPECT_GT(bad.violations, 0u);
+  const std::string why = kvt_last_error();
+  EXPECT_NE(why.find("request 'A' moves from"), std::string::npos) << why;
+
+  EXPECT_KVT(kvt_event_log_replay(nullptr, nullptr, log.c_str()), KVT_ERR_INVALID_ARGUMENT);
+  EXPECT_KVT(kvt_event_log_replay(&bad, nullptr, nullptr), KVT_ERR_INVALID_ARGUMENT);
+  EXPECT_KVT(kvt_event_log_replay(&bad, nullptr, (dir.path + "/none").c_str()), KVT_ERR_IO);
+  bad.struct_size = 4;
+  EXPECT_KVT(kvt_event_log_replay(&bad, nullptr, log.c_str()), KVT_ERR_INVALID_ARGUMENT);
+  size_t n = 0;
+  EXPECT_KVT(kvt_tier_hashes(nullptr, 0, &n, r.m.get(), KVT_TIER_G4), KVT_ERR_INVALID_ARGUMENT);
+  EXPECT_KVT(kvt_tier_hashes(nullptr, 1, &n, r.m.get(), KVT_TIER_G2), KVT_ERR_INVALID_ARGUMENT);
+}

@@ -4,6 +4,8 @@
 #define KVT_NO_INLINE
 #include <algorithm>
 #include <cstring>
+#include <string>
+#include <vector>
 
 #include "abi/guard.hpp"
 #include "abi/objects.hpp"
@@ -104,6 +106,22 @@ KVT_API kvt_status kvt_tier_stats_get(kvt_tier_stats *out, kvt_manager *m, kvt_t
       r.block_bytes = mgr.block_bytes();
     }
     write_versioned(out, r);
+    return KVT_OK;
+  });
+}
+
+KVT_API kvt_status kvt_tier_hashes(uint64_t *out, size_t cap, size_t *n, kvt_manager *m,
+                                   kvt_tier tier) {
+  static constexpr const char *fn = "kvt_tier_hashes";
+  return on_manager(fn, m, [&](Manager &mgr) {
+    if (n == nullptr) return null_arg(fn, "n");
+    if (kvt_status s = check_array(fn, "out", out, cap); s != KVT_OK) return s;
+    Tier *t = mgr.tier(tier_number(tier));
+    if (t == nullptr)
+      return fail(KVT_ERR_INVALID_ARGUMENT, "%s: %s", fn, std::string(kvt_last_error()).c_str());
+    std::vector<uint64_t> h = t->hashes();
+    std::copy_n(h.begin(), std::min(cap, h.size()), out);
+    *n = h.size();
     return KVT_OK;
   });
 }

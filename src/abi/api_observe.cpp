@@ -3,6 +3,8 @@
 
 #include "abi/guard.hpp"
 #include "abi/objects.hpp"
+#include "common/versioned.hpp"
+#include "connector/log_replay.hpp"
 #include "observe/bus.hpp"
 #include "observe/log_file.hpp"
 #include "observe/subscriber.hpp"
@@ -150,6 +152,37 @@ KVT_API void kvt_event_log_close(kvt_event_log *l) {
   if (l == nullptr || live("kvt_event_log_close", l, "event log", &st) == nullptr) return;
   l->magic = 0;
   delete l;
+}
+
+KVT_API kvt_status kvt_event_log_replay(kvt_log_replay *out, kvt_manager *m, const char *path) {
+  static constexpr const char *fn = "kvt_event_log_replay";
+  if (out == nullptr) return null_arg(fn, "out");
+  if (path == nullptr) return null_arg(fn, "path");
+  return guard(fn, [&] {
+    if (kvt_status s = check_struct_size<kvt_log_replay>(fn, "out", out->struct_size);
+        s != KVT_OK)
+      return s;
+    Manager *fresh = nullptr;
+    if (m != nullptr) {
+      kvt_status st;
+      if ((fresh = manager(fn, m, &st)) == nullptr) return st;
+    }
+    obs::LogReader reader;
+    if (kvt_status st = reader.open(path); st != KVT_OK)
+      return fail(st, "%s: %s", fn, std::string(kvt_last_error()).c_str());
+    conn::LogReplay replay(fresh);
+    kvt_log_replay r{};
+    kvt_obs_event e;
+    kvt_status st;
+    while ((st = reader.next(&e)) == KVT_OK) replay.apply(e);
+    if (st == KVT_ERR_IO) return fail(st, "%s: %s", fn, std::string(kvt_last_error()).c_str());
+    r.torn = st == KVT_ERR_CORRUPT;
+    std::string first;
+    replay.result(&r, &first);
+    write_versioned(out, r);
+    if (r.violations) return fail(KVT_ERR_CORRUPT, "%s: %s", fn, first.c_str());
+    return KVT_OK;
+  });
 }
 
 KVT_API const char *kvt_obs_kind_str(uint32_t kind) {

@@ -537,6 +537,15 @@ void Tier::remove(kvt_block b) {
   sl.state = uint32_t(State::Removed);
 }
 
+std::vector<uint64_t> Tier::hashes() {
+  std::vector<uint64_t> out;
+  std::lock_guard lock(mu_);
+  out.reserve(registry_.size());
+  for (uint32_t s = 0; s < high_water_; ++s)
+    if (is_registered(State(slots_[s].state))) out.push_back(slots_[s].seq_hash);
+  return out;
+}
+
 uint64_t Tier::clear() {
   Locked lock(*this);
   uint64_t removed = 0;

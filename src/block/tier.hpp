@@ -87,6 +87,8 @@ class Tier {
   // (BLOCK_REMOVED each): inactive ones are freed, held ones freed at their last release.
   // Then TIER_CLEARED. Mutable blocks stay as they are. Returns how many left.
   uint64_t clear();
+  // The hashes registered now (kvt_tier_hashes), in slot order.
+  std::vector<uint64_t> hashes();
   // Host-visible address checks for kvt_block_data / kvt_block_chunk.
   kvt_status data(void **out_ptr, kvt_block b);
   kvt_status chunk(void **out_ptr, kvt_block b, uint32_t layer, uint32_t outer);

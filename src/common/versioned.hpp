@@ -54,6 +54,10 @@ template <> struct Versioned<kvt_g4_stats> {  // 0.4.0
   static constexpr const char *name = "kvt_g4_stats";
   static constexpr size_t first = 96;
 };
+template <> struct Versioned<kvt_log_replay> {  // 0.4.0
+  static constexpr const char *name = "kvt_log_replay";
+  static constexpr size_t first = 1056;
+};
 template <> struct Versioned<kvt_pause_info> {  // 0.4.0
   static constexpr const char *name = "kvt_pause_info";
   static constexpr size_t first = 288;

@@ -217,3 +217,28 @@ def test_a_busy_metrics_port_is_a_clear_error(trace):
                            capture_output=True, text=True, timeout=60)
     assert p.returncode != 0
     assert f"--metrics-port {port}: Address already in use" in p.stderr
+
+
+@pytest.mark.parametrize("extra", [[], ["--offload", "lazy"], ["--g2-blocks", "0"]])
+def test_a_recorded_engine_run_replays_into_a_fresh_manager_to_the_same_state(trace, tmp_path,
+                                                                              extra):
+    """--verify-record: the log of the run, replayed into a fresh manager, rebuilds the same
+    registry in every tier, ends every slot and batch, and counts the same transitions, with
+    every transition one of seed 004's and every batch ended once."""
+    log = tmp_path / "engine.kvtlog"
+    r = replay_json("--trace", trace, "--mode", "engine", "--g1-blocks", 400, "--max-running",
+                    32, "--g2-blocks", 3000, "--g3-blocks", 6000, "--g3-path", tmp_path,
+                    "--record", log, "--verify-record", *TINY, *extra)
+    v = r["record_replay"]
+    assert v["violations"] == 0, v["first_violation"]
+    assert v["same_registry"] and v["same_transitions"], v
+    assert v["live_slots"] == 0 and v["open_batches"] == 0 and not v["torn"]
+    assert v["finished_slots"] == 600
+    assert v["registered"]["G2" if not extra or extra[0] != "--g2-blocks" else "G3"] > 0
+    assert v["events"] > 10000
+
+
+def test_verify_record_needs_a_record():
+    p = subprocess.run([REPLAY, "--trace", TRACE, "--mode", "engine", "--verify-record"],
+                       capture_output=True, text=True)
+    assert p.returncode != 0 and "--verify-record needs --record and --mode engine" in p.stderr

@@ -124,6 +124,7 @@ class Engine {
 
  private:
   bool create(std::string *error);
+  bool verify_record(std::string *error);
   bool step();
   bool schedule();
   bool admit(Req &r, uint64_t budget, bool *admitted);
@@ -147,6 +148,7 @@ class Engine {
   const uint64_t bb_;
   kvt_manager *m_ = nullptr;
   kvt_connector *c_ = nullptr;
+  kvt_manager_config cfg_{};  // m_'s, for --verify-record's fresh manager
   MetricsServer metrics_;
   kvt_endpoint *endpoint_ = nullptr;
   char *g1_ = nullptr;  // the engine's G1: g1_blocks blocks of bb_ bytes, block-contiguous
@@ -200,6 +202,7 @@ bool Engine::create(std::string *error) {
     *error = std::string("cannot create the manager: ") + kvt_last_error();
     return false;
   }
+  cfg_ = c;
   if (!start_recording(m_, o_, error)) return false;
   kvt_hash_salt(&salt_, "kvtier-replay", 13);
 
@@ -560,7 +563,53 @@ bool Engine::run(EngineResult *out, std::string *error) {
     *error = std::string("kvt_manager_check after the replay: ") + kvt_last_error();
     return false;
   }
+  if (o_.verify_record && !verify_record(error)) return false;
   *out = res_;
+  return true;
+}
+
+// The log replayed into a fresh manager of the same shape: its registry must be this run's,
+// every slot finished, every batch ended, and the transitions counted alike.
+bool Engine::verify_record(std::string *error) {
+  auto &v = res_.record_replay;
+  if (kvt_recorder_close(m_) != KVT_OK) {
+    *error = std::string("--verify-record: closing the log: ") + kvt_last_error();
+    return false;
+  }
+  kvt_manager_config c = cfg_;
+  c.g3_path = nullptr;  // a temporary G3 of its own
+  c.kv_events_endpoint = nullptr;
+  c.kv_events_replay_endpoint = nullptr;
+  kvt_manager *fresh = nullptr;
+  if (kvt_manager_create(&fresh, &c) != KVT_OK) {
+    *error = std::string("--verify-record: the fresh manager: ") + kvt_last_error();
+    return false;
+  }
+  const auto t0 = Clock::now();
+  v.r.struct_size = sizeof v.r;
+  kvt_status st = kvt_event_log_replay(&v.r, fresh, o_.record.c_str());
+  v.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  if (st != KVT_OK && st != KVT_ERR_CORRUPT) {
+    *error = std::string("--verify-record: ") + kvt_last_error();
+    kvt_manager_destroy(fresh);
+    return false;
+  }
+  if (st == KVT_ERR_CORRUPT) v.first_violation = kvt_last_error();
+  auto hashes = [](kvt_manager *m, kvt_tier t) {
+    size_t n = 0;
+    kvt_tier_hashes(nullptr, 0, &n, m, t);
+    std::vector<uint64_t> h(n);
+    kvt_tier_hashes(h.data(), h.size(), &n, m, t);
+    h.resize(std::min(n, h.size()));
+    std::sort(h.begin(), h.end());
+    return h;
+  };
+  v.same_registry = true;
+  for (kvt_tier t : {KVT_TIER_G1, KVT_TIER_G2, KVT_TIER_G3})
+    v.same_registry = v.same_registry && hashes(m_, t) == hashes(fresh, t);
+  v.same_transitions = std::memcmp(v.r.transitions, res_.transitions, sizeof res_.transitions) == 0;
+  v.done = true;
+  kvt_manager_destroy(fresh);
   return true;
 }
 

@@ -24,6 +24,14 @@ struct EngineResult {
   uint64_t transitions[11][11] = {};      // kvt_connector_stats.transitions
   DirectionTotals dir[kDirections];       // the worker's copies (kvt_transfer_stats)
   double seconds = 0, prefault_seconds = 0;
+  // --verify-record: the log replayed into a fresh manager, against this run's end state.
+  struct RecordReplay {
+    bool done = false;
+    kvt_log_replay r{};
+    std::string first_violation;
+    bool same_registry = false, same_transitions = false;
+    double seconds = 0;
+  } record_replay;
 };
 
 // Replays the trace; false with *error when a connector call fails or the engine cannot make

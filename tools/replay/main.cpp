@@ -106,6 +106,9 @@ int main(int argc, char **argv) {
       ->check(CLI::Range(1, 65535));
   app.add_option("--console-socket", o.console_socket, "serve the management endpoint on this "
                  "Unix-domain socket while the replay runs; watch it with kvtier-console");
+  app.add_flag("--verify-record", o.verify_record, "with --record, engine mode: at the end, "
+               "replay the log into a fresh manager and compare the registries, the slots and "
+               "the transition counts with the run's (JSON: record_replay)");
   app.add_option("--record", o.record, "write every event of the run (slots, candidates, "
                  "blocks, transfers) to this event log; read it with kvtier-events");
   app.add_option("--dump-registry", o.dump_registry, "at the end, write the hashes each tier "
@@ -224,6 +227,8 @@ int main(int argc, char **argv) {
     return usage_error("--kv-events-hold must be in 0..3600 seconds");
   if (o.mode == Mode::Engine && (!o.dump_registry.empty() || o.kv_events_hold_s > 0))
     return usage_error("--dump-registry and --kv-events-hold apply to --mode blocks only");
+  if (o.verify_record && (o.record.empty() || o.mode != Mode::Engine))
+    return usage_error("--verify-record needs --record and --mode engine");
 
   Trace trace;
   if (!load_trace(o.trace, &trace, &err)) return usage_error(err);

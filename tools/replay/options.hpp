@@ -29,6 +29,7 @@ struct Options {
   std::string g4_url;          // --g4: G4 on Redis (blocks mode); empty: no G4
   bool json = false;
   std::string record;          // --record: the run's event log (docs/EVENTS.md)
+  bool verify_record = false;  // --verify-record: replay it into a fresh manager and compare
   std::string console_socket;  // --console-socket: the management endpoint (kvtier-console)
   uint16_t metrics_port = 0;   // --metrics-port: serve /metrics on 127.0.0.1 (0: off)
   std::string dump_registry;   // --dump-registry: each tier's hashes at the end, as JSON

@@ -194,6 +194,20 @@ void print_engine_json(std::FILE *f, const Options &o, const Trace &t, const Eng
     for (uint32_t to = 0; to < 11; ++to)
       if (r.transitions[from][to]) tr[slot_name(from) + "->" + slot_name(to)] = r.transitions[from][to];
   j["slot_transitions"] = tr;
+  if (const auto &v = r.record_replay; v.done)
+    j["record_replay"] = {{"events", v.r.events},
+                          {"violations", v.r.violations},
+                          {"first_violation", v.first_violation},
+                          {"torn", v.r.torn != 0},
+                          {"live_slots", v.r.live_slots},
+                          {"finished_slots", v.r.finished_slots},
+                          {"open_batches", v.r.open_batches},
+                          {"loaded_blocks", v.r.loaded_blocks},
+                          {"registered", {{"G1", v.r.registered[1]}, {"G2", v.r.registered[2]},
+                                          {"G3", v.r.registered[3]}}},
+                          {"same_registry", v.same_registry},
+                          {"same_transitions", v.same_transitions},
+                          {"seconds", v.seconds}};
   j["seconds"] = r.seconds;
   j["prefault_seconds"] = r.prefault_seconds;
   j["config"] = {{"page_size", o.page_size},       {"g1_blocks", o.g1_blocks},
