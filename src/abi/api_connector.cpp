@@ -55,18 +55,23 @@ kvt_status validate(kvt_connector_config *c, const Manager &m, const char *fn) {
   return KVT_OK;
 }
 
+// c's scheduler half, or nullptr with *st set (not a connector, or a WORKER one).
+Scheduler *scheduler_half(const char *fn, kvt_connector *c, kvt_status *st) {
+  if (connector(fn, c, st) == nullptr) return nullptr;
+  if (c->sched) return c->sched.get();
+  *st = fail(KVT_ERR_STATE, "%s: this connector has no scheduler half (its role is WORKER)", fn);
+  return nullptr;
+}
 
 // op on the scheduler half, under the connector's lock.
 template <class Op>
 kvt_status on_scheduler(const char *fn, kvt_connector *c, Op &&op) noexcept {
   return guard(fn, [&] {
     kvt_status st;
-    if (connector(fn, c, &st) == nullptr) return st;
-    if (!c->sched)
-      return fail(KVT_ERR_STATE, "%s: this connector has no scheduler half (its role is WORKER)",
-                  fn);
+    Scheduler *s = scheduler_half(fn, c, &st);
+    if (s == nullptr) return st;
     std::lock_guard lk(c->mu);
-    return op(*c->sched);
+    return op(*s);
   });
 }
 
@@ -85,17 +90,13 @@ kvt_status on_worker(const char *fn, kvt_connector *c, Op &&op) noexcept {
 
 kvt_status with_id(const char *fn, const char *id) { return check_id(fn, id); }
 
-
 // op on the breakpoints of c's scheduler half, without c->mu (a pause holds it).
 template <class Op>
 kvt_status on_breakpoints(const char *fn, kvt_connector *c, Op &&op) noexcept {
   return guard(fn, [&] {
     kvt_status st;
-    if (connector(fn, c, &st) == nullptr) return st;
-    if (!c->sched)
-      return fail(KVT_ERR_STATE, "%s: this connector has no scheduler half (its role is WORKER)",
-                  fn);
-    return op(c->sched->breakpoints());
+    Scheduler *s = scheduler_half(fn, c, &st);
+    return s ? op(s->breakpoints()) : st;
   });
 }
 

@@ -71,18 +71,21 @@ kvt_status Scheduler::transition_error(const char *fn, const Slot &s, SlotState 
 
 void Scheduler::move(Slot &s, SlotState to) {
   ++stats_.transitions[s.state][to];
-  if (m_.bus().on()) {
-    ObsEvent e = obs_event(KVT_OBS_SLOT, s.id);
-    e.prev = s.state;
-    e.state = to;
-    e.trigger = trigger_;
-    e.tokens = s.seq.tokens();
-    e.computed = s.computed;
-    m_.bus().emit(e);
-  }
   const uint32_t prev = s.state;
+  slot_event(s, prev, to);
   if (s.state != to) s.to(to);
   stop_point(s.id, prev, to);
+}
+
+void Scheduler::slot_event(const Slot &s, uint32_t prev, uint32_t to) {
+  if (!m_.bus().on()) return;
+  ObsEvent e = obs_event(KVT_OBS_SLOT, s.id);
+  e.prev = prev;
+  e.state = to;
+  e.trigger = trigger_;
+  e.tokens = s.seq.tokens();
+  e.computed = s.computed;
+  m_.bus().emit(e);
 }
 
 void Scheduler::candidate(const Slot &s, kvt_candidate_state state, uint64_t batch, int src,
@@ -279,13 +282,7 @@ kvt_status Scheduler::get_num_new_matched_tokens(uint64_t *out, std::string_view
     s = fresh.get();
     ++stats_.transitions[0][KVT_SLOT_INITIALIZED];
     slots_.emplace(s->id, std::move(fresh));
-    if (m_.bus().on()) {
-      ObsEvent e = obs_event(KVT_OBS_SLOT, s->id);
-      e.state = KVT_SLOT_INITIALIZED;
-      e.trigger = trigger_;
-      e.tokens = s->seq.tokens();
-      m_.bus().emit(e);
-    }
+    slot_event(*s, 0, KVT_SLOT_INITIALIZED);
     stop_point(s->id, 0, KVT_SLOT_INITIALIZED);
   } else {
     drop_staged(*s);

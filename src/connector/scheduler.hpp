@@ -87,6 +87,7 @@ class Scheduler {
   Slot *find(const char *fn, std::string_view id, kvt_status *st) const;
   kvt_status transition_error(const char *fn, const Slot &s, SlotState to) const;
   void move(Slot &s, SlotState to);
+  void slot_event(const Slot &s, uint32_t prev, uint32_t to);  // observe SLOT
   // An observe CANDIDATE event for a batch of s (0: blocks not in a batch).
   void candidate(const Slot &s, kvt_candidate_state state, uint64_t batch, int src, int dst,
                  uint64_t blocks, kvt_status st = KVT_OK);

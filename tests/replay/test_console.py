@@ -39,6 +39,20 @@ def wait_for(session, pred, what, timeout=30):
     pytest.fail(f"the console never showed {what}; last screen:\n{screen(session)}")
 
 
+def wait_for_socket(replay, sock):
+    deadline = time.monotonic() + 30
+    while not sock.exists():
+        assert replay.poll() is None, replay.stderr.read().decode()
+        assert time.monotonic() < deadline, "no socket within 30 s"
+        time.sleep(0.02)
+
+
+def start_replay(sock):
+    return subprocess.Popen([REPLAY, "--trace", TRACE, "--mode", "engine", "--chunk-bytes", "64",
+                             "--no-progress", "--console-socket", sock],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+
+
 def slot_state(s, req):
     m = re.search(rf"^[> ] {re.escape(req)}\s+(\S+)", s, re.M)
     return m.group(1) if m else None
@@ -48,15 +62,9 @@ def slot_state(s, req):
 def test_a_breakpoint_set_in_the_console_pauses_the_replay_at_onboarding(tmp_path):
     sock = tmp_path / "kvtier.sock"
     session = f"kvtier-console-test-{os.getpid()}"
-    replay = subprocess.Popen([REPLAY, "--trace", TRACE, "--mode", "engine", "--chunk-bytes",
-                               "64", "--no-progress", "--console-socket", sock],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    replay = start_replay(sock)
     try:
-        deadline = time.monotonic() + 30
-        while not sock.exists():
-            assert replay.poll() is None, replay.stderr.read().decode()
-            assert time.monotonic() < deadline, "no socket"
-            time.sleep(0.02)
+        wait_for_socket(replay, sock)
         tmux("new-session", "-d", "-s", session, "-x", "160", "-y", "50", f"{CONSOLE} {sock}")
         wait_for(session, lambda s: "RUNNING" in s and "SLOTS (" in s, "the running replay")
 
@@ -99,14 +107,9 @@ def ask(f, req):
 
 def test_the_endpoint_refuses_bad_requests_and_survives_clients_that_vanish(tmp_path):
     sock = tmp_path / "kvtier.sock"
-    replay = subprocess.Popen([REPLAY, "--trace", TRACE, "--mode", "engine", "--chunk-bytes",
-                               "64", "--no-progress", "--console-socket", sock],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    replay = start_replay(sock)
     try:
-        deadline = time.monotonic() + 30
-        while not sock.exists():
-            assert replay.poll() is None and time.monotonic() < deadline
-            time.sleep(0.02)
+        wait_for_socket(replay, sock)
         # A subscriber that reads two events and vanishes, and one that never reads.
         for _ in range(3):
             s = socket.socket(socket.AF_UNIX)
