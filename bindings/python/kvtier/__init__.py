@@ -39,7 +39,7 @@ __all__ = [
     "CancelledError", "UnsupportedError", "IoError", "CorruptError", "NoMemoryError",
     "CudaError", "InternalError", "TimeoutError", "hash_salt", "hash_sequence", "version",
     "G1Layout", "Policy", "set_log_handler", "NotFoundError", "Connector", "ScheduledRequest",
-    "Finished", "slot_state_str", "EVICT_LRU", "EVICT_S3FIFO",
+    "Finished", "slot_state_str", "EVICT_LRU", "EVICT_S3FIFO", "Subscription", "EventLog",
 ]
 
 G1, G2, G3 = C.KVT_TIER_G1, C.KVT_TIER_G2, C.KVT_TIER_G3
@@ -267,6 +267,79 @@ class Seq:
 # ---- events ----
 
 Event = collections.namedtuple("Event", "type status tier user_data hash parent_hash count")
+
+_OBS_FIELDS = ("seq", "time_ns", "state", "prev", "trigger", "src", "dst", "status", "batch",
+               "hash", "parent_hash", "tokens", "computed", "blocks", "bytes", "duration_ns",
+               "count")
+
+
+def _obs_event(e):
+    """A kvt_obs_event as a dict (docs/EVENTS.md), its kind by name."""
+    d = {f: getattr(e, f) for f in _OBS_FIELDS}
+    d["kind"] = ffi.string(C.kvt_obs_kind_str(e.kind)).decode()
+    d["req_id"] = ffi.string(e.req_id).decode("utf-8", "replace")
+    return d
+
+
+class Subscription:
+    """A reader of a manager's observe events (kvt_subscribe) with a queue of `capacity`:
+    drain() returns the queued events as dicts, oldest first (a DROPPED event first when
+    the queue overflowed); fileno() is readable while events are queued."""
+
+    def __init__(self, manager, capacity):
+        out = ffi.new("kvt_subscription **")
+        _check(C.kvt_subscribe(out, manager._live(), capacity))
+        self._s = out[0]
+
+    def _live(self):
+        if self._s is None:
+            raise StateError("the subscription is closed", CONST["KVT_ERR_STATE"])
+        return self._s
+
+    def drain(self, max_events=1024):
+        buf = ffi.new("kvt_obs_event[]", max_events)
+        n = C.kvt_subscription_drain(self._live(), buf, max_events)
+        return [_obs_event(e) for e in buf[0:n]]
+
+    def fileno(self):
+        return C.kvt_subscription_fd(self._live())
+
+    def close(self):
+        if self._s is not None:
+            C.kvt_subscription_destroy(self._s)
+            self._s = None
+
+    def __del__(self):
+        self.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+class EventLog:
+    """Iterates the records of an event log (kvt_recorder_open, kvtier-replay --record) as
+    dicts. A torn tail ends the iteration; `torn` then says so and `why` where."""
+
+    def __init__(self, path):
+        out = ffi.new("kvt_event_log **")
+        _check(C.kvt_event_log_open(out, os.fsencode(path)))
+        self._l = ffi.gc(out[0], C.kvt_event_log_close)
+        self.torn, self.why = False, ""
+
+    def __iter__(self):
+        e = ffi.new("kvt_obs_event *")
+        while True:
+            st = C.kvt_event_log_next(self._l, e)
+            if st == CONST["KVT_ERR_NOT_FOUND"]:
+                return
+            if st == CONST["KVT_ERR_CORRUPT"]:
+                self.torn, self.why = True, ffi.string(C.kvt_last_error()).decode()
+                return
+            _check(st)
+            yield _obs_event(e)
 XFER_DONE, BLOCK_STORED, BLOCK_REMOVED, EVENTS_DROPPED, TIER_CLEARED = (
     C.KVT_EVENT_XFER_DONE, C.KVT_EVENT_BLOCK_STORED, C.KVT_EVENT_BLOCK_REMOVED,
     C.KVT_EVENT_EVENTS_DROPPED, C.KVT_EVENT_TIER_CLEARED)
@@ -538,6 +611,34 @@ class Manager:
 
     def check(self):
         _check(C.kvt_manager_check(self._live()))
+
+    # observe (docs/EVENTS.md)
+    def subscribe(self, capacity=65536):
+        return Subscription(self, capacity)
+
+    def record(self, path):
+        """Appends every event from now on to a new event log at path."""
+        _check(C.kvt_recorder_open(self._live(), os.fsencode(path)))
+
+    def stop_recording(self):
+        _check(C.kvt_recorder_close(self._live()))
+
+    def metrics_text(self, connector=None):
+        """Prometheus text of the counters (and of the connector's slots, when given)."""
+        c = connector._c if connector is not None else ffi.NULL
+        n = ffi.new("size_t *")
+        C.kvt_metrics_text(ffi.NULL, 0, n, self._live(), c)
+        buf = ffi.new("char[]", n[0] + 4096)
+        _check(C.kvt_metrics_text(buf, len(buf), n, self._live(), c))
+        return ffi.string(buf, n[0]).decode()
+
+    def tier_hashes(self, tier=G1):
+        """The hashes the tier holds registered now."""
+        n = ffi.new("size_t *")
+        _check(C.kvt_tier_hashes(ffi.NULL, 0, n, self._live(), tier))
+        buf = ffi.new("uint64_t[]", n[0])
+        _check(C.kvt_tier_hashes(buf, n[0], n, self._live(), tier))
+        return list(buf[0:min(n[0], len(buf))])
 
     def reset(self, tier=0):
         """Empties one tier's registry, or every tier's (0): transfers not yet committed that
