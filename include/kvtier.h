@@ -1208,6 +1208,24 @@ KVT_API kvt_status kvt_connector_slots(kvt_slot_info *out, size_t cap, size_t *n
 KVT_API kvt_status kvt_connector_batches(kvt_batch_info *out, size_t cap, size_t *n,
                                          kvt_connector *c);
 
+/* Interceptors around the scheduler half, for tracing and tests: will_call at the start of
+ * each of its six calls (get_num_new_matched_tokens ... request_preempted; req_id NULL for
+ * build_connector_meta and update_connector_output), finished_call at its end with its
+ * status, transition after each slot transition (from 0 for a new slot). They run on the
+ * calling thread under the connector's lock, so they must not call into this connector.
+ * NULL members are skipped; hooks NULL removes them all. Without hooks, a call site costs
+ * one branch. */
+typedef struct kvt_connector_hooks {
+  uint32_t struct_size;   /* set by the caller: sizeof(kvt_connector_hooks) */
+  uint32_t reserved;
+  void (*will_call)(void *user, uint32_t trigger, const char *req_id);
+  void (*finished_call)(void *user, uint32_t trigger, const char *req_id, kvt_status status);
+  void (*transition)(void *user, const char *req_id, uint32_t from, uint32_t to,
+                     uint32_t trigger);
+  void *user;
+} kvt_connector_hooks;
+KVT_API kvt_status kvt_connector_set_hooks(kvt_connector *c, const kvt_connector_hooks *hooks);
+
 /* Breakpoints. A breakpoint pauses the thread inside a call of c's scheduler half when a slot
  * has entered `state` (0: any state), for request `req_id` (NULL: any request; with state 0,
  * at the start of every scheduler call that names it). kvt_connector_pause pauses it at the

@@ -4,6 +4,7 @@
 #include <poll.h>
 
 #include <atomic>
+#include <algorithm>
 #include <fstream>
 #include <map>
 #include <set>
@@ -91,7 +92,8 @@ TEST(Observe, SeedScenarioStreamsSlotsCandidatesBlocksAndTransfers) {
     auto &h = states[e.req_id];
     if (h.empty()) EXPECT_EQ(e.prev, 0u) << "a slot's first event is its creation";
     else EXPECT_EQ(kvt_slot_state_str(e.prev), h.back()) << e.req_id;
-    if (h.empty() || h.back() != kvt_slot_state_str(e.state)) h.push_back(kvt_slot_state_str(e.state));
+    if (h.empty() || h.back() != kvt_slot_state_str(e.state))
+      h.push_back(kvt_slot_state_str(e.state));
     triggers[e.req_id].push_back(e.trigger);
   }
   EXPECT_EQ(states["A"], history(r.c, "A"));
@@ -562,4 +564,59 @@ TEST(Replay, SeedLogReplaysIntoAFreshManagerAndAMissingRecordIsCaught) {
   size_t n = 0;
   EXPECT_KVT(kvt_tier_hashes(nullptr, 0, &n, r.m.get(), KVT_TIER_G4), KVT_ERR_INVALID_ARGUMENT);
   EXPECT_KVT(kvt_tier_hashes(nullptr, 1, &n, r.m.get(), KVT_TIER_G2), KVT_ERR_INVALID_ARGUMENT);
+}
+
+// kvt_connector_set_hooks: will_call and finished_call pair up around each of the six
+// scheduler calls, with the call's status; transition sees every slot move, in order.
+TEST(Hooks, InterceptorsSeeEveryCallAndTransition) {
+  struct Seen {
+    std::vector<std::string> calls;
+    std::map<std::string, std::vector<std::string>> moves;
+    int open = 0;
+    bool nested = false;
+  } seen;
+  kvt_connector_hooks h{};
+  h.struct_size = sizeof h;
+  h.user = &seen;
+  h.will_call = [](void *u, uint32_t trigger, const char *id) {
+    auto *s = static_cast<Seen *>(u);
+    s->nested |= s->open++ != 0;
+    s->calls.push_back(std::string("will ") + kvt_obs_trigger_str(trigger) + " " + (id ? id : "-"));
+  };
+  h.finished_call = [](void *u, uint32_t trigger, const char *id, kvt_status st) {
+    auto *s = static_cast<Seen *>(u);
+    --s->open;
+    s->calls.push_back(std::string("done ") + kvt_obs_trigger_str(trigger) + " " +
+                       (id ? id : "-") + " " + kvt_status_str(st));
+  };
+  h.transition = [](void *u, const char *id, uint32_t from, uint32_t to, uint32_t) {
+    auto &m = static_cast<Seen *>(u)->moves[id];
+    if (m.empty()) m.push_back(from ? kvt_slot_state_str(from) : "NEW");
+    if (m.back() != kvt_slot_state_str(to)) m.push_back(kvt_slot_state_str(to));
+  };
+  Rig r;
+  ASSERT_KVT_OK(kvt_connector_set_hooks(r.c, &h));
+  run_seed(r);
+  int32_t delay = 0;
+  EXPECT_KVT(kvt_connector_request_finished(&delay, r.c, "nobody"), KVT_ERR_NOT_FOUND);
+  EXPECT_FALSE(seen.nested);
+  EXPECT_EQ(seen.open, 0);
+  ASSERT_GE(seen.calls.size(), 6u);
+  EXPECT_EQ(seen.calls[0], "will GET_NUM_NEW_MATCHED_TOKENS A");
+  EXPECT_EQ(seen.calls[1], "done GET_NUM_NEW_MATCHED_TOKENS A KVT_OK");
+  EXPECT_EQ(seen.calls.back(), "done REQUEST_FINISHED nobody KVT_ERR_NOT_FOUND");
+  EXPECT_NE(std::find(seen.calls.begin(), seen.calls.end(), "will BUILD_CONNECTOR_META -"),
+            seen.calls.end());
+  EXPECT_NE(std::find(seen.calls.begin(), seen.calls.end(), "will UPDATE_CONNECTOR_OUTPUT -"),
+            seen.calls.end());
+  auto b = history(r.c, "B");
+  b.insert(b.begin(), "NEW");
+  EXPECT_EQ(seen.moves["B"], b);
+
+  const size_t before = seen.calls.size();
+  ASSERT_KVT_OK(kvt_connector_set_hooks(r.c, nullptr));
+  r.match("C", seed_a());
+  EXPECT_EQ(seen.calls.size(), before) << "removed hooks still ran";
+  h.struct_size = 8;
+  EXPECT_KVT(kvt_connector_set_hooks(r.c, &h), KVT_ERR_INVALID_ARGUMENT);
 }

@@ -90,6 +90,20 @@ kvt_status on_worker(const char *fn, kvt_connector *c, Op &&op) noexcept {
 
 kvt_status with_id(const char *fn, const char *id) { return check_id(fn, id); }
 
+// on_scheduler for the six calls of the scheduler half, with the host's hooks around op.
+template <class Op>
+kvt_status on_call(const char *fn, kvt_connector *c, kvt_obs_trigger trigger,
+                   const char *req_id, Op &&op) noexcept {
+  return on_scheduler(fn, c, [&](Scheduler &s) {
+    const kvt_connector_hooks &h = s.hooks();
+    const char *id = req_id && check_id(fn, req_id) == KVT_OK ? req_id : nullptr;
+    if (h.will_call) h.will_call(h.user, trigger, id);
+    kvt_status st = op(s);
+    if (h.finished_call) h.finished_call(h.user, trigger, id, st);
+    return st;
+  });
+}
+
 // op on the breakpoints of c's scheduler half, without c->mu (a pause holds it).
 template <class Op>
 kvt_status on_breakpoints(const char *fn, kvt_connector *c, Op &&op) noexcept {
@@ -166,7 +180,7 @@ KVT_API kvt_status kvt_connector_get_num_new_matched_tokens(
     uint64_t *out_num_tokens, int32_t *out_load_async, kvt_connector *c, const char *req_id,
     const uint32_t *tokens, size_t num_tokens, uint64_t num_computed_tokens) {
   static constexpr const char *fn = "kvt_connector_get_num_new_matched_tokens";
-  return on_scheduler(fn, c, [&](Scheduler &s) {
+  return on_call(fn, c, KVT_TRIGGER_GET_NUM_NEW_MATCHED_TOKENS, req_id, [&](Scheduler &s) {
     if (out_num_tokens == nullptr) return null_arg(fn, "out_num_tokens");
     if (kvt_status e = with_id(fn, req_id); e != KVT_OK) return e;
     if (kvt_status e = check_array(fn, "tokens", tokens, num_tokens); e != KVT_OK) return e;
@@ -185,7 +199,7 @@ KVT_API kvt_status kvt_connector_update_state_after_alloc(
     kvt_connector *c, const char *req_id, const uint32_t *block_ids, size_t num_block_ids,
     uint64_t num_external_tokens) {
   static constexpr const char *fn = "kvt_connector_update_state_after_alloc";
-  return on_scheduler(fn, c, [&](Scheduler &s) {
+  return on_call(fn, c, KVT_TRIGGER_UPDATE_STATE_AFTER_ALLOC, req_id, [&](Scheduler &s) {
     if (kvt_status e = with_id(fn, req_id); e != KVT_OK) return e;
     if (kvt_status e = check_array(fn, "block_ids", block_ids, num_block_ids); e != KVT_OK)
       return e;
@@ -198,7 +212,7 @@ KVT_API kvt_status kvt_connector_build_connector_meta(const void **out_meta, siz
                                                       const kvt_scheduled_request *reqs,
                                                       size_t num_reqs) {
   static constexpr const char *fn = "kvt_connector_build_connector_meta";
-  return on_scheduler(fn, c, [&](Scheduler &s) {
+  return on_call(fn, c, KVT_TRIGGER_BUILD_CONNECTOR_META, nullptr, [&](Scheduler &s) {
     if (out_meta == nullptr) return null_arg(fn, "out_meta");
     if (out_len == nullptr) return null_arg(fn, "out_len");
     if (kvt_status e = check_array(fn, "reqs", reqs, num_reqs); e != KVT_OK) return e;
@@ -224,7 +238,7 @@ KVT_API kvt_status kvt_connector_build_connector_meta(const void **out_meta, siz
 KVT_API kvt_status kvt_connector_update_connector_output(kvt_connector *c, const void *report,
                                                          size_t len) {
   static constexpr const char *fn = "kvt_connector_update_connector_output";
-  return on_scheduler(fn, c, [&](Scheduler &s) {
+  return on_call(fn, c, KVT_TRIGGER_UPDATE_CONNECTOR_OUTPUT, nullptr, [&](Scheduler &s) {
     if (kvt_status e = check_array(fn, "report", static_cast<const char *>(report), len);
         e != KVT_OK)
       return e;
@@ -238,7 +252,7 @@ KVT_API kvt_status kvt_connector_update_connector_output(kvt_connector *c, const
 KVT_API kvt_status kvt_connector_request_finished(int32_t *out_delay_free, kvt_connector *c,
                                                   const char *req_id) {
   static constexpr const char *fn = "kvt_connector_request_finished";
-  return on_scheduler(fn, c, [&](Scheduler &s) {
+  return on_call(fn, c, KVT_TRIGGER_REQUEST_FINISHED, req_id, [&](Scheduler &s) {
     if (out_delay_free == nullptr) return null_arg(fn, "out_delay_free");
     if (kvt_status e = with_id(fn, req_id); e != KVT_OK) return e;
     bool delay = false;
@@ -250,7 +264,7 @@ KVT_API kvt_status kvt_connector_request_finished(int32_t *out_delay_free, kvt_c
 
 KVT_API kvt_status kvt_connector_request_preempted(kvt_connector *c, const char *req_id) {
   static constexpr const char *fn = "kvt_connector_request_preempted";
-  return on_scheduler(fn, c, [&](Scheduler &s) {
+  return on_call(fn, c, KVT_TRIGGER_REQUEST_PREEMPTED, req_id, [&](Scheduler &s) {
     if (kvt_status e = with_id(fn, req_id); e != KVT_OK) return e;
     return s.request_preempted(req_id);
   });
@@ -367,6 +381,21 @@ KVT_API kvt_status kvt_connector_get_finished(kvt_finished *out, kvt_connector *
 }
 
 KVT_API const char *kvt_slot_state_str(uint32_t state) { return state_name(state); }
+
+KVT_API kvt_status kvt_connector_set_hooks(kvt_connector *c, const kvt_connector_hooks *hooks) {
+  static constexpr const char *fn = "kvt_connector_set_hooks";
+  return on_scheduler(fn, c, [&](Scheduler &s) {
+    kvt_connector_hooks h{};
+    if (hooks != nullptr) {
+      if (kvt_status e = check_struct_size<kvt_connector_hooks>(fn, "hooks", hooks->struct_size);
+          e != KVT_OK)
+        return e;
+      std::memcpy(&h, hooks, hooks->struct_size);
+    }
+    s.hooks() = h;
+    return KVT_OK;
+  });
+}
 
 KVT_API kvt_status kvt_connector_slots(kvt_slot_info *out, size_t cap, size_t *n,
                                        kvt_connector *c) {

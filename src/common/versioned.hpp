@@ -58,6 +58,10 @@ template <> struct Versioned<kvt_log_replay> {  // 0.4.0
   static constexpr const char *name = "kvt_log_replay";
   static constexpr size_t first = 1056;
 };
+template <> struct Versioned<kvt_connector_hooks> {  // 0.4.0
+  static constexpr const char *name = "kvt_connector_hooks";
+  static constexpr size_t first = 40;
+};
 template <> struct Versioned<kvt_pause_info> {  // 0.4.0
   static constexpr const char *name = "kvt_pause_info";
   static constexpr size_t first = 288;

@@ -78,6 +78,7 @@ void Scheduler::move(Slot &s, SlotState to) {
 }
 
 void Scheduler::slot_event(const Slot &s, uint32_t prev, uint32_t to) {
+  if (hooks_.transition) hooks_.transition(hooks_.user, s.id.c_str(), prev, to, trigger_);
   if (!m_.bus().on()) return;
   ObsEvent e = obs_event(KVT_OBS_SLOT, s.id);
   e.prev = prev;
@@ -678,7 +679,8 @@ Snapshot Scheduler::snapshot() const {
     kvt_slot_info i{};
     set_id(i.req_id, s->id);
     i.state = s->state;
-    i.age_ns = uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(now - s->born).count());
+    i.age_ns = uint64_t(
+        std::chrono::duration_cast<std::chrono::nanoseconds>(now - s->born).count());
     i.tokens = s->seq.tokens();
     i.computed = s->computed;
     i.blocks = s->blocks.size();

@@ -56,6 +56,8 @@ class Scheduler {
   Snapshot snapshot() const;
   // Synchronized by itself: callable without the connector's lock, which a pause holds.
   Breakpoints &breakpoints() noexcept { return bp_; }
+  // kvt_connector_set_hooks; the ABI runs will_call and finished_call around each call.
+  kvt_connector_hooks &hooks() noexcept { return hooks_; }
   const Shape &shape() const noexcept { return shape_; }
   bool load_async() const noexcept { return cfg_.load_async != 0; }
 
@@ -139,6 +141,7 @@ class Scheduler {
   kvt_connector_stats stats_{};
   kvt_obs_trigger trigger_ = KVT_TRIGGER_GET_NUM_NEW_MATCHED_TOKENS;  // the call in progress
   Breakpoints bp_;
+  kvt_connector_hooks hooks_{};
   // At a call's start (prev = state = 0) or after a transition: a breakpoint may pause here.
   void stop_point(std::string_view id, uint32_t prev, uint32_t state) {
     if (bp_.armed()) bp_.check(trigger_, id, prev, state, [this] { return snapshot(); });

@@ -226,7 +226,8 @@ void Endpoint::run() {
         c->in.erase(0, nl + 1);
       }
       if (c->in.size() > kMaxLine) {
-        c->out += nlohmann::json({{"ok", false}, {"error", "request longer than 64 KiB"}}).dump() + "\n";
+        c->out += nlohmann::json({{"ok", false}, {"error", "request longer than 64 KiB"}}).dump();
+        c->out += "\n";
         c->in.clear();
         c->closing = true;
       }
@@ -236,7 +237,8 @@ void Endpoint::run() {
         while (c->out.size() < kStreamBehind) {
           size_t n = c->sub->drain(ev, 64);
           if (n == 0) break;
-          for (size_t i = 0; i < n; ++i) c->out += nlohmann::json({{"event", event_json(ev[i])}}).dump() + "\n";
+          for (size_t i = 0; i < n; ++i)
+            c->out += nlohmann::json({{"event", event_json(ev[i])}}).dump() + "\n";
         }
       }
       while (!c->out.empty()) {

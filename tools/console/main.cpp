@@ -87,9 +87,9 @@ std::string event_line(const json &e) {
   const std::string kind = str(e, "kind");
   char b[256];
   if (kind == "SLOT")
-    std::snprintf(b, sizeof b, "#%llu SLOT %s -> %s by %s", (unsigned long long)e.value("seq", 0ull),
-                  state_name(e["from"]).c_str(), state_name(e["to"]).c_str(),
-                  str(e, "trigger").c_str());
+    std::snprintf(b, sizeof b, "#%llu SLOT %s -> %s by %s",
+                  (unsigned long long)e.value("seq", 0ull), state_name(e["from"]).c_str(),
+                  state_name(e["to"]).c_str(), str(e, "trigger").c_str());
   else if (kind == "CANDIDATE")
     std::snprintf(b, sizeof b, "#%llu CANDIDATE %s batch %llu G%u -> G%u %llu blocks",
                   (unsigned long long)e.value("seq", 0ull), str(e, "state").c_str(),

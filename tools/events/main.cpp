@@ -41,7 +41,8 @@ std::string text(const kvt_obs_event &e, uint64_t t0) {
                     kvt_obs_trigger_str(e.trigger), e.tokens, e.computed);
       break;
     case KVT_OBS_CANDIDATE:
-      std::snprintf(body, sizeof body, "%s  %s  batch %" PRIu64 "  %s -> %s  %" PRIu64 " blocks%s%s",
+      std::snprintf(body, sizeof body,
+                    "%s  %s  batch %" PRIu64 "  %s -> %s  %" PRIu64 " blocks%s%s",
                     e.req_id, kvt_candidate_state_str(e.state), e.batch, tier(e.src), tier(e.dst),
                     e.blocks, e.status ? "  " : "", e.status ? kvt_status_str(e.status) : "");
       break;

@@ -358,6 +358,15 @@ typedef struct kvt_batch_info {
 } kvt_batch_info;
 kvt_status kvt_connector_slots(kvt_slot_info *out, size_t cap, size_t *n, kvt_connector *c);
 kvt_status kvt_connector_batches(kvt_batch_info *out, size_t cap, size_t *n, kvt_connector *c);
+typedef struct kvt_connector_hooks {
+  uint32_t struct_size;
+  uint32_t reserved;
+  void (*will_call)(void *user, uint32_t trigger, const char *req_id);
+  void (*finished_call)(void *user, uint32_t trigger, const char *req_id, kvt_status status);
+  void (*transition)(void *user, const char *req_id, uint32_t from, uint32_t to, uint32_t trigger);
+  void *user;
+} kvt_connector_hooks;
+kvt_status kvt_connector_set_hooks(kvt_connector *c, const kvt_connector_hooks *hooks);
 typedef struct kvt_pause_info {
   uint32_t struct_size;
   uint32_t trigger;
