@@ -24,12 +24,14 @@ use kvtier_sys as sys;
 mod config;
 mod connector;
 mod log;
+mod observe;
 pub use config::{Config, CudaCopy, G1Layout, G3Fault, IoEngine, MemoryKind, Policy};
 pub use connector::{
     Connector, ConnectorConfig, ConnectorStats, Finished, OffloadMode, Role, ScheduledRequest,
     SlotState,
 };
 pub use log::{clear_log_handler, set_log_handler, LogLevel};
+pub use observe::{read_event_log, EventLog, ObsEvent, Subscription};
 
 /// A kvt_status that is an error, kept as an enum.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
