@@ -715,9 +715,4 @@ Snapshot Scheduler::snapshot() const {
   return out;
 }
 
-void Scheduler::slot_counts(uint64_t out[kSlotStates]) const {
-  std::fill(out, out + kSlotStates, 0);
-  for (const auto &[id, s] : slots_) ++out[s->state];
-}
-
 }  // namespace kvt::conn

@@ -50,8 +50,6 @@ class Scheduler {
   kvt_status slot_state(uint32_t *state, const std::vector<uint32_t> **history,
                         std::string_view id) const;
   void stats(kvt_connector_stats *out) const;
-  // Live slots per state (finished ones are gone).
-  void slot_counts(uint64_t out[kSlotStates]) const;
   // The slots, the batches in flight and the counters, for inspection.
   Snapshot snapshot() const;
   // Synchronized by itself: callable without the connector's lock, which a pause holds.

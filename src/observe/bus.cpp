@@ -44,7 +44,7 @@ void Bus::stamp_locked(ObsEvent &e, uint64_t time_ns) noexcept {
 void Bus::emit(ObsEvent &e) noexcept {
   std::lock_guard lock(mu_);
   stamp_locked(e, now_ns());  // the time read under the lock, so that it follows seq
-  if (!log_.is_open()) update_on_locked();  // a write failed
+  if (log_.failed()) update_on_locked();  // the log stopped: it no longer keeps on_ up
 }
 
 void Bus::emit_tier_events(const kvt_event *ev, size_t n) noexcept {
@@ -60,7 +60,7 @@ void Bus::emit_tier_events(const kvt_event *ev, size_t n) noexcept {
     e.parent_hash = ev[i].parent_hash;
     stamp_locked(e, t);
   }
-  if (!log_.is_open()) update_on_locked();
+  if (log_.failed()) update_on_locked();
 }
 
 void Bus::subscribe(std::shared_ptr<Subscriber> s) {

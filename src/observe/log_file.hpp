@@ -28,6 +28,8 @@ class LogWriter {
   // Writes everything appended so far; KVT_ERR_IO if a write failed.
   kvt_status close() noexcept;
   bool is_open() const noexcept { return open_ && !failed_.load(std::memory_order_relaxed); }
+  // Open, but stopped by a failed write (until close).
+  bool failed() const noexcept { return open_ && failed_.load(std::memory_order_relaxed); }
   uint64_t dropped_total() const noexcept { return dropped_total_; }
 
  private:
