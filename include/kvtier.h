@@ -1079,7 +1079,8 @@ KVT_API const char *kvt_slot_state_str(uint32_t state);
  * them, a call site costs one branch.
  * ------------------------------------------------------------------------------------ */
 
-#define KVT_OBS_SCHEMA_VERSION 1
+/* 2 added CALL events; readers take logs of schema 1 and 2. */
+#define KVT_OBS_SCHEMA_VERSION 2
 
 typedef enum kvt_obs_kind {
   KVT_OBS_SLOT = 1,           /* a slot entered `state` from `prev` (the same for a repeat) */
@@ -1088,7 +1089,9 @@ typedef enum kvt_obs_kind {
   KVT_OBS_BLOCK_REMOVED = 4,  /* tier `dst` dropped `hash` (eviction or removal) */
   KVT_OBS_TIER_CLEARED = 5,   /* kvt_manager_reset emptied tier `dst` */
   KVT_OBS_TRANSFER = 6,       /* a transfer src -> dst ended with `status` */
-  KVT_OBS_DROPPED = 7         /* this reader lost `count` events before this one */
+  KVT_OBS_DROPPED = 7,        /* this reader lost `count` events before this one */
+  KVT_OBS_CALL = 8            /* a call of the connector's scheduler half ended with `status`
+                                 (schema 2); an event log keeps its arguments too */
 } kvt_obs_kind;
 
 /* The connector call that moved a slot. */
@@ -1113,23 +1116,27 @@ typedef struct kvt_obs_event {
   uint32_t   kind;         /* kvt_obs_kind */
   uint32_t   state;        /* SLOT: the state entered; CANDIDATE: kvt_candidate_state */
   uint32_t   prev;         /* SLOT: the state left, 0 for a new slot */
-  uint32_t   trigger;      /* SLOT: kvt_obs_trigger */
+  uint32_t   trigger;      /* SLOT: kvt_obs_trigger; CALL: the call */
   uint32_t   src;          /* CANDIDATE, TRANSFER: the source tier */
   uint32_t   dst;          /* CANDIDATE, TRANSFER: the destination tier; BLOCK_*, TIER_CLEARED:
                               the tier */
-  kvt_status status;       /* TRANSFER, and CANDIDATE FAILED: how it ended */
+  kvt_status status;       /* TRANSFER, CALL, and CANDIDATE FAILED: how it ended */
   uint32_t   reserved;
   uint64_t   batch;        /* CANDIDATE, and TRANSFER of a connector worker: the batch id */
   uint64_t   hash;         /* BLOCK_*: the sequence hash */
   uint64_t   parent_hash;  /* BLOCK_STORED: the parent's sequence hash, 0 for a first block */
-  uint64_t   tokens;       /* SLOT: the request's tokens */
-  uint64_t   computed;     /* SLOT: its tokens computed or loaded */
-  uint64_t   blocks;       /* CANDIDATE: blocks; TRANSFER: blocks that arrived */
-  uint64_t   bytes;        /* TRANSFER: bytes that arrived */
+  uint64_t   tokens;       /* SLOT: the request's tokens; CALL: get_num_new_matched_tokens'
+                              num_tokens */
+  uint64_t   computed;     /* SLOT: its tokens computed or loaded; CALL: num_computed_tokens
+                              (get_num_...), num_external_tokens (update_state_after_alloc) */
+  uint64_t   blocks;       /* CANDIDATE: blocks; TRANSFER: blocks that arrived; CALL:
+                              num_block_ids (update_state_after_alloc), num_reqs (build_...) */
+  uint64_t   bytes;        /* TRANSFER: bytes that arrived; CALL: its arguments' bytes in a
+                              log */
   uint64_t   duration_ns;  /* TRANSFER: enqueue (a worker: the batch's start) to end */
   uint64_t   count;        /* DROPPED: events lost */
-  char       req_id[KVT_REQ_ID_MAX + 1]; /* SLOT, CANDIDATE, a worker's TRANSFER: the request;
-                                            "" otherwise */
+  char       req_id[KVT_REQ_ID_MAX + 1]; /* SLOT, CANDIDATE, a worker's TRANSFER, CALL of a
+                                            request: the request; "" otherwise */
 } kvt_obs_event;
 
 typedef struct kvt_subscription kvt_subscription;
@@ -1297,8 +1304,22 @@ typedef struct kvt_log_replay {
   uint64_t loaded_blocks;        /* blocks of completed loads */
   uint64_t transitions[11][11];  /* as kvt_connector_stats.transitions */
   uint64_t registered[4];        /* hashes registered at the end, by tier */
+  uint64_t calls;                /* kvt_event_log_rerun: the calls made again */
 } kvt_log_replay;
 KVT_API kvt_status kvt_event_log_replay(kvt_log_replay *out, kvt_manager *m, const char *path);
+
+/* Re-execution of an event log that a manager recorded from its creation on (kvt_recorder_open
+ * before its connector's first call). Every CALL event's call is made again, in order and
+ * with its recorded arguments, on c's scheduler half, and must end with the recorded status.
+ * c: a new connector with the recorded one's config, over a new manager with the recorded
+ * one's config (its G3 anywhere); the worker's recorded reports stand in for a worker. The
+ * log's events are checked as kvt_event_log_replay checks them (without a manager), and at
+ * the end c and its manager must hold the state they describe: the same live slots in the
+ * same states, the same hashes in each tier, the same transition counts. KVT_OK when all of
+ * it agrees; KVT_ERR_CORRUPT otherwise, with the first difference in kvt_last_error and the
+ * number of differences and violations in out->violations. A log recorded before schema 2
+ * holds no calls (KVT_ERR_UNSUPPORTED). */
+KVT_API kvt_status kvt_event_log_rerun(kvt_log_replay *out, kvt_connector *c, const char *path);
 
 /* Names for printing: "SLOT", "PROMOTED", "UPDATE_STATE_AFTER_ALLOC"; "UNKNOWN" otherwise. */
 KVT_API const char *kvt_obs_kind_str(uint32_t kind);

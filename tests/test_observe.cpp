@@ -229,13 +229,19 @@ TEST(Observe, ALogTornAtAnyByteIsReadToItsLastWholeRecord) {
     EXPECT_EQ(end, KVT_ERR_CORRUPT) << "flip at " << at;
     EXPECT_EQ(got.size(), 3u) << "flip at " << at;
   }
-  // Another format version is refused, not misread.
-  std::string v2 = bytes;
-  v2[8] = 2;
-  spit(cut, v2);
+  // A later format version is refused, not misread; format 1 (schema 1) logs still read.
+  std::string v3 = bytes;
+  v3[8] = 3;
+  spit(cut, v3);
   read_log(cut, &end);
   EXPECT_EQ(end, KVT_ERR_UNSUPPORTED);
-  EXPECT_NE(std::string(kvt_last_error()).find("format 2"), std::string::npos) << kvt_last_error();
+  EXPECT_NE(std::string(kvt_last_error()).find("format 3"), std::string::npos) << kvt_last_error();
+  std::string v1 = bytes;
+  v1[8] = 1;
+  v1[12] = 1;
+  spit(cut, v1);
+  EXPECT_EQ(read_log(cut, &end).size(), bounds.size() - 1);
+  EXPECT_EQ(end, KVT_ERR_NOT_FOUND) << kvt_last_error();
 }
 
 TEST(Observe, BadArgumentsGetAStatusAndAMessage) {
@@ -564,6 +570,78 @@ TEST(Replay, SeedLogReplaysIntoAFreshManagerAndAMissingRecordIsCaught) {
   size_t n = 0;
   EXPECT_KVT(kvt_tier_hashes(nullptr, 0, &n, r.m.get(), KVT_TIER_G4), KVT_ERR_INVALID_ARGUMENT);
   EXPECT_KVT(kvt_tier_hashes(nullptr, 1, &n, r.m.get(), KVT_TIER_G2), KVT_ERR_INVALID_ARGUMENT);
+}
+
+// kvt_event_log_rerun: seed 003's calls, a refused call and a request left staged, made
+// again from the log on a fresh scheduler-only connector: the same slots, registry and
+// counters as the recorded connector. The same log on a connector with another salt, or on
+// one that has run it already, differs, and the first difference is named.
+TEST(Replay, RerunMakesTheRecordedCallsAgainOnAFreshConnector) {
+  TempDir dir;
+  const std::string log = dir.path + "/seed.kvtlog";
+  Rig r;
+  ASSERT_KVT_OK(kvt_recorder_open(r.m.get(), log.c_str()));
+  run_seed(r);
+  EXPECT_KVT(r.alloc("nobody", {1}, 0), KVT_ERR_NOT_FOUND);
+  EXPECT_EQ(r.match("C", seed_b()).first, 48u);
+  ASSERT_KVT_OK(kvt_recorder_close(r.m.get()));
+
+  kvt_status end;
+  size_t calls = 0;
+  for (const kvt_obs_event &e : read_log(log, &end)) {
+    if (e.kind != KVT_OBS_CALL) continue;
+    ++calls;
+    if (e.trigger == KVT_TRIGGER_UPDATE_STATE_AFTER_ALLOC && std::string(e.req_id) == "nobody")
+      EXPECT_EQ(e.status, KVT_ERR_NOT_FOUND);
+    if (e.trigger == KVT_TRIGGER_GET_NUM_NEW_MATCHED_TOKENS && std::string(e.req_id) == "C") {
+      EXPECT_EQ(e.count, 48u) << "the call's result";
+      EXPECT_EQ(e.tokens, seed_b().size());
+      EXPECT_GT(e.bytes, 0u) << "its arguments are in the log";
+    }
+  }
+  EXPECT_EQ(end, KVT_ERR_NOT_FOUND);
+
+  kvt_connector_config cc = connector_config();
+  cc.role = KVT_ROLE_SCHEDULER;
+  Rig fresh(cc);
+  kvt_log_replay out{};
+  out.struct_size = sizeof out;
+  ASSERT_KVT_OK(kvt_event_log_rerun(&out, fresh.c, log.c_str()));
+  EXPECT_EQ(out.calls, calls);
+  EXPECT_EQ(out.violations, 0u);
+  EXPECT_EQ(out.live_slots, 1u);
+  EXPECT_EQ(slot_state(fresh.c, "C"), uint32_t(KVT_SLOT_ONBOARD_STAGED));
+  EXPECT_EQ(history(fresh.c, "B"), history(r.c, "B"));
+  kvt_connector_stats a = r.stats(), b = fresh.stats();
+  EXPECT_EQ(std::memcmp(&a, &b, sizeof a), 0) << "the same counters";
+  size_t n1 = 0, n2 = 0;
+  std::vector<uint64_t> h1(16), h2(16);
+  ASSERT_KVT_OK(kvt_tier_hashes(h1.data(), h1.size(), &n1, r.m.get(), KVT_TIER_G2));
+  ASSERT_KVT_OK(kvt_tier_hashes(h2.data(), h2.size(), &n2, fresh.m.get(), KVT_TIER_G2));
+  h1.resize(n1);
+  h2.resize(n2);
+  EXPECT_EQ(n1, 3u);
+  EXPECT_EQ(std::set<uint64_t>(h1.begin(), h1.end()), std::set<uint64_t>(h2.begin(), h2.end()));
+
+  kvt_log_replay again{};
+  again.struct_size = sizeof again;
+  EXPECT_KVT(kvt_event_log_rerun(&again, fresh.c, log.c_str()), KVT_ERR_CORRUPT);
+  EXPECT_GT(again.violations, 0u);
+
+  cc.salt_hash ^= 1;  // other hashes: A's first step stores other hashes than recorded
+  Rig salted(cc);
+  EXPECT_KVT(kvt_event_log_rerun(&again, salted.c, log.c_str()), KVT_ERR_CORRUPT);
+  const std::string why = kvt_last_error();
+  EXPECT_NE(why.find("call 3 (BUILD_CONNECTOR_META, event #"), std::string::npos) << why;
+  EXPECT_NE(why.find("the metadata differs from the recorded one"), std::string::npos) << why;
+
+  kvt_connector_config wc = connector_config();
+  wc.role = KVT_ROLE_WORKER;
+  Rig worker(wc);
+  EXPECT_KVT(kvt_event_log_rerun(&again, worker.c, log.c_str()), KVT_ERR_STATE);
+  EXPECT_KVT(kvt_event_log_rerun(nullptr, fresh.c, log.c_str()), KVT_ERR_INVALID_ARGUMENT);
+  EXPECT_KVT(kvt_event_log_rerun(&again, nullptr, log.c_str()), KVT_ERR_INVALID_ARGUMENT);
+  EXPECT_KVT(kvt_event_log_rerun(&again, fresh.c, (dir.path + "/none").c_str()), KVT_ERR_IO);
 }
 
 // kvt_connector_set_hooks: will_call and finished_call pair up around each of the six

@@ -1,10 +1,12 @@
 // Observe: subscriptions, the recorder and event logs.
 #include <string>
 
+#include "abi/connector_object.hpp"
 #include "abi/guard.hpp"
 #include "abi/objects.hpp"
 #include "common/versioned.hpp"
 #include "connector/log_replay.hpp"
+#include "connector/log_rerun.hpp"
 #include "observe/bus.hpp"
 #include "observe/log_file.hpp"
 #include "observe/subscriber.hpp"
@@ -185,29 +187,40 @@ KVT_API kvt_status kvt_event_log_replay(kvt_log_replay *out, kvt_manager *m, con
   });
 }
 
-KVT_API const char *kvt_obs_kind_str(uint32_t kind) {
-  static constexpr const char *names[] = {"UNKNOWN",       "SLOT",          "CANDIDATE",
-                                          "BLOCK_STORED",  "BLOCK_REMOVED", "TIER_CLEARED",
-                                          "TRANSFER",      "DROPPED"};
-  return kind < std::size(names) ? names[kind] : names[0];
+KVT_API kvt_status kvt_event_log_rerun(kvt_log_replay *out, kvt_connector *c, const char *path) {
+  static constexpr const char *fn = "kvt_event_log_rerun";
+  if (out == nullptr) return null_arg(fn, "out");
+  if (path == nullptr) return null_arg(fn, "path");
+  return guard(fn, [&] {
+    if (kvt_status s = check_struct_size<kvt_log_replay>(fn, "out", out->struct_size);
+        s != KVT_OK)
+      return s;
+    kvt_status st;
+    if (connector(fn, c, &st) == nullptr) return st;
+    if (!c->sched)
+      return fail(KVT_ERR_STATE, "%s: this connector has no scheduler half (its role is WORKER)",
+                  fn);
+    obs::LogReader reader;
+    if ((st = reader.open(path)) != KVT_OK)
+      return fail(st, "%s: %s", fn, std::string(kvt_last_error()).c_str());
+    std::lock_guard lock(c->mu);
+    conn::LogRerun rerun(*c->sched, *c->mgr);
+    kvt_obs_event e;
+    std::string args;
+    while ((st = reader.next(&e, &args)) == KVT_OK) rerun.apply(e, args);
+    if (st == KVT_ERR_IO) return fail(st, "%s: %s", fn, std::string(kvt_last_error()).c_str());
+    kvt_log_replay r{};
+    r.torn = st == KVT_ERR_CORRUPT;
+    std::string first;
+    rerun.finish(&r, &first);
+    write_versioned(out, r);
+    if (r.violations) return fail(KVT_ERR_CORRUPT, "%s: %s", fn, first.c_str());
+    return KVT_OK;
+  });
 }
 
-KVT_API const char *kvt_candidate_state_str(uint32_t state) {
-  static constexpr const char *names[] = {"UNKNOWN",   "PENDING_EVALUATION", "PROMOTED",
-                                          "SKIPPED",   "COMPLETED",          "FAILED",
-                                          "CANCELLED"};
-  return state < std::size(names) ? names[state] : names[0];
-}
-
-KVT_API const char *kvt_obs_trigger_str(uint32_t trigger) {
-  static constexpr const char *names[] = {"UNKNOWN",
-                                          "GET_NUM_NEW_MATCHED_TOKENS",
-                                          "UPDATE_STATE_AFTER_ALLOC",
-                                          "BUILD_CONNECTOR_META",
-                                          "UPDATE_CONNECTOR_OUTPUT",
-                                          "REQUEST_FINISHED",
-                                          "REQUEST_PREEMPTED"};
-  return trigger < std::size(names) ? names[trigger] : names[0];
-}
+KVT_API const char *kvt_obs_kind_str(uint32_t kind) { return obs_kind_name(kind); }
+KVT_API const char *kvt_candidate_state_str(uint32_t state) { return candidate_name(state); }
+KVT_API const char *kvt_obs_trigger_str(uint32_t trigger) { return trigger_name(trigger); }
 
 }  // extern "C"

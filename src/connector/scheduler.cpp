@@ -3,8 +3,11 @@
 #include <algorithm>
 #include <cstring>
 
+#include <xxhash.h>
+
 #include "block/handle.hpp"
 #include "block/tier.hpp"
+#include "connector/call_args.hpp"
 #include "common/error.hpp"
 #include "manager/manager.hpp"
 
@@ -238,9 +241,8 @@ void Scheduler::plan_eager(Slot &s, Batch *batch) {
   candidate(s, KVT_CANDIDATE_PROMOTED, batch->id, KVT_TIER_G1, dst, batch->ops.size());
 }
 
-kvt_status Scheduler::get_num_new_matched_tokens(uint64_t *out, std::string_view id,
-                                                 const uint32_t *tokens, size_t n,
-                                                 uint64_t computed) {
+kvt_status Scheduler::matched_tokens(uint64_t *out, std::string_view id,
+                                     const uint32_t *tokens, size_t n, uint64_t computed) {
   static constexpr const char *fn = "kvt_connector_get_num_new_matched_tokens";
   trigger_ = KVT_TRIGGER_GET_NUM_NEW_MATCHED_TOKENS;
   stop_point(id, 0, 0);
@@ -300,8 +302,8 @@ kvt_status Scheduler::get_num_new_matched_tokens(uint64_t *out, std::string_view
   return KVT_OK;
 }
 
-kvt_status Scheduler::update_state_after_alloc(std::string_view id, const uint32_t *blocks,
-                                               size_t n, uint64_t external) {
+kvt_status Scheduler::after_alloc(std::string_view id, const uint32_t *blocks, size_t n,
+                                  uint64_t external) {
   static constexpr const char *fn = "kvt_connector_update_state_after_alloc";
   trigger_ = KVT_TRIGGER_UPDATE_STATE_AFTER_ALLOC;
   stop_point(id, 0, 0);
@@ -366,8 +368,8 @@ kvt_status Scheduler::update_state_after_alloc(std::string_view id, const uint32
   return KVT_OK;
 }
 
-kvt_status Scheduler::build_meta(std::string *out, const kvt_scheduled_request *reqs,
-                                 size_t n) {
+kvt_status Scheduler::meta_for(std::string *out, const kvt_scheduled_request *reqs,
+                               size_t n) {
   static constexpr const char *fn = "kvt_connector_build_connector_meta";
   trigger_ = KVT_TRIGGER_BUILD_CONNECTOR_META;
   if (bp_.armed()) {
@@ -486,7 +488,7 @@ kvt_status Scheduler::build_meta(std::string *out, const kvt_scheduled_request *
   return KVT_OK;
 }
 
-kvt_status Scheduler::update_output(const Report &r) {
+kvt_status Scheduler::take_output(const Report &r) {
   static constexpr const char *fn = "kvt_connector_update_connector_output";
   trigger_ = KVT_TRIGGER_UPDATE_CONNECTOR_OUTPUT;
   stop_point({}, 0, 0);
@@ -613,7 +615,7 @@ void Scheduler::finish(Slot &s) {
   slots_.erase(s.id);
 }
 
-kvt_status Scheduler::request_finished(bool *delay_free, std::string_view id) {
+kvt_status Scheduler::finished(bool *delay_free, std::string_view id) {
   static constexpr const char *fn = "kvt_connector_request_finished";
   trigger_ = KVT_TRIGGER_REQUEST_FINISHED;
   stop_point(id, 0, 0);
@@ -631,7 +633,7 @@ kvt_status Scheduler::request_finished(bool *delay_free, std::string_view id) {
   return KVT_OK;
 }
 
-kvt_status Scheduler::request_preempted(std::string_view id) {
+kvt_status Scheduler::preempted(std::string_view id) {
   static constexpr const char *fn = "kvt_connector_request_preempted";
   trigger_ = KVT_TRIGGER_REQUEST_PREEMPTED;
   stop_point(id, 0, 0);
@@ -648,6 +650,87 @@ kvt_status Scheduler::request_preempted(std::string_view id) {
   ++stats_.preemptions;
   move(*s, KVT_SLOT_PREEMPTED);
   return KVT_OK;
+}
+
+// The six calls: each body, then its CALL event, with its arguments when a log keeps them
+// (kvt_event_log_rerun makes the calls again from those).
+ObsEvent Scheduler::call_event(std::string_view id, kvt_status st) const {
+  ObsEvent e = obs_event(KVT_OBS_CALL, id);
+  e.trigger = trigger_;
+  e.status = st;
+  return e;
+}
+
+void Scheduler::emit_call(ObsEvent &e) {
+  e.bytes = e.args.size();
+  m_.bus().emit(e);
+}
+
+kvt_status Scheduler::get_num_new_matched_tokens(uint64_t *out, std::string_view id,
+                                                 const uint32_t *tokens, size_t n,
+                                                 uint64_t computed) {
+  kvt_status st = matched_tokens(out, id, tokens, n, computed);
+  if (!m_.bus().on()) return st;
+  ObsEvent e = call_event(id, st);
+  e.tokens = n;
+  e.computed = computed;
+  e.count = st == KVT_OK ? *out : 0;
+  if (m_.bus().keeps_calls()) encode_matched(&e.args, tokens, n, computed);
+  emit_call(e);
+  return st;
+}
+
+kvt_status Scheduler::update_state_after_alloc(std::string_view id, const uint32_t *blocks,
+                                               size_t n, uint64_t external) {
+  kvt_status st = after_alloc(id, blocks, n, external);
+  if (!m_.bus().on()) return st;
+  ObsEvent e = call_event(id, st);
+  e.computed = external;
+  e.blocks = n;
+  if (m_.bus().keeps_calls()) encode_alloc(&e.args, blocks, n, external);
+  emit_call(e);
+  return st;
+}
+
+kvt_status Scheduler::build_meta(std::string *out, const kvt_scheduled_request *reqs,
+                                 size_t n) {
+  kvt_status st = meta_for(out, reqs, n);
+  if (!m_.bus().on()) return st;
+  ObsEvent e = call_event({}, st);
+  e.blocks = n;
+  if (st == KVT_OK) {
+    e.count = out->size();
+    e.hash = XXH64(out->data(), out->size(), 0);
+  }
+  if (m_.bus().keeps_calls()) encode_schedule(&e.args, reqs, n);
+  emit_call(e);
+  return st;
+}
+
+kvt_status Scheduler::update_output(const Report &r) {
+  kvt_status st = take_output(r);
+  if (!m_.bus().on()) return st;
+  ObsEvent e = call_event({}, st);
+  if (m_.bus().keeps_calls()) e.args = encode(r);
+  emit_call(e);
+  return st;
+}
+
+kvt_status Scheduler::request_finished(bool *delay_free, std::string_view id) {
+  kvt_status st = finished(delay_free, id);
+  if (!m_.bus().on()) return st;
+  ObsEvent e = call_event(id, st);
+  e.count = st == KVT_OK && *delay_free;
+  emit_call(e);
+  return st;
+}
+
+kvt_status Scheduler::request_preempted(std::string_view id) {
+  kvt_status st = preempted(id);
+  if (!m_.bus().on()) return st;
+  ObsEvent e = call_event(id, st);
+  emit_call(e);
+  return st;
 }
 
 kvt_status Scheduler::slot_state(uint32_t *state, const std::vector<uint32_t> **history,

@@ -15,6 +15,7 @@
 #include "connector/breakpoints.hpp"
 #include "connector/metadata.hpp"
 #include "connector/slot.hpp"
+#include "event/obs_sink.hpp"
 #include "kvtier.h"
 
 namespace kvt {
@@ -37,6 +38,7 @@ class Scheduler {
   Scheduler(const Scheduler &) = delete;
   Scheduler &operator=(const Scheduler &) = delete;
 
+  // The six calls of the scheduler half; each emits a CALL event when the stream is on.
   kvt_status get_num_new_matched_tokens(uint64_t *out, std::string_view id,
                                         const uint32_t *tokens, size_t n, uint64_t computed);
   kvt_status update_state_after_alloc(std::string_view id, const uint32_t *blocks, size_t n,
@@ -77,6 +79,18 @@ class Scheduler {
     std::vector<kvt_block> dst;    // Empty blocks of the store tier, held until the report
     std::vector<uint64_t> hash, parent;
   };
+
+  // The calls' bodies.
+  kvt_status matched_tokens(uint64_t *out, std::string_view id, const uint32_t *tokens,
+                            size_t n, uint64_t computed);
+  kvt_status after_alloc(std::string_view id, const uint32_t *blocks, size_t n,
+                         uint64_t external);
+  kvt_status meta_for(std::string *out, const kvt_scheduled_request *reqs, size_t n);
+  kvt_status take_output(const Report &r);
+  kvt_status finished(bool *delay_free, std::string_view id);
+  kvt_status preempted(std::string_view id);
+  ObsEvent call_event(std::string_view id, kvt_status st) const;
+  void emit_call(ObsEvent &e);
 
   StoreRec store_rec(Slot &s) {
     StoreRec r;

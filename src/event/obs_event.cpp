@@ -52,4 +52,29 @@ ObsEvent from_c(const kvt_obs_event &e) {
   return o;
 }
 
+const char *obs_kind_name(uint32_t kind) noexcept {
+  static constexpr const char *names[] = {"UNKNOWN",       "SLOT",          "CANDIDATE",
+                                          "BLOCK_STORED",  "BLOCK_REMOVED", "TIER_CLEARED",
+                                          "TRANSFER",      "DROPPED",       "CALL"};
+  return kind < std::size(names) ? names[kind] : names[0];
+}
+
+const char *candidate_name(uint32_t state) noexcept {
+  static constexpr const char *names[] = {"UNKNOWN",   "PENDING_EVALUATION", "PROMOTED",
+                                          "SKIPPED",   "COMPLETED",          "FAILED",
+                                          "CANCELLED"};
+  return state < std::size(names) ? names[state] : names[0];
+}
+
+const char *trigger_name(uint32_t trigger) noexcept {
+  static constexpr const char *names[] = {"UNKNOWN",
+                                          "GET_NUM_NEW_MATCHED_TOKENS",
+                                          "UPDATE_STATE_AFTER_ALLOC",
+                                          "BUILD_CONNECTOR_META",
+                                          "UPDATE_CONNECTOR_OUTPUT",
+                                          "REQUEST_FINISHED",
+                                          "REQUEST_PREEMPTED"};
+  return trigger < std::size(names) ? names[trigger] : names[0];
+}
+
 }  // namespace kvt

@@ -22,11 +22,14 @@ struct ObsEvent {
   uint64_t batch = 0, hash = 0, parent_hash = 0, tokens = 0, computed = 0, blocks = 0,
            bytes = 0, duration_ns = 0, count = 0;
   std::string req_id;  // at most KVT_REQ_ID_MAX bytes, no NUL
+  std::string args;    // CALL: the call's arguments (connector/call_args.hpp), for the log
 };
 
 class ObsSink {
  public:
   bool on() const noexcept { return on_.load(std::memory_order_relaxed); }
+  // Whether a log or the ring keeps events, so that CALL events need their arguments.
+  bool keeps_calls() const noexcept { return keeps_calls_.load(std::memory_order_relaxed); }
   // Stamps e with the next sequence number and the time, and hands it to every reader.
   // Never waits for a reader; may be called under a tier's lock.
   virtual void emit(ObsEvent &e) noexcept = 0;
@@ -36,6 +39,7 @@ class ObsSink {
  protected:
   ~ObsSink() = default;
   std::atomic<bool> on_{false};
+  std::atomic<bool> keeps_calls_{false};
 };
 
 // An event of kind k for request id (ids are checked to be 1..KVT_REQ_ID_MAX bytes before).
@@ -47,6 +51,11 @@ inline ObsEvent obs_event(kvt_obs_kind k, std::string_view id = {}) {
 }
 
 void to_c(const ObsEvent &e, kvt_obs_event *out) noexcept;  // zeroes what e does not set
+
+// kvt_obs_kind_str, kvt_candidate_state_str, kvt_obs_trigger_str.
+const char *obs_kind_name(uint32_t kind) noexcept;
+const char *candidate_name(uint32_t state) noexcept;
+const char *trigger_name(uint32_t trigger) noexcept;
 ObsEvent from_c(const kvt_obs_event &e);
 
 }  // namespace kvt

@@ -12,7 +12,9 @@ namespace kvt::obs {
 Bus::~Bus() { log_.close(); }
 
 void Bus::update_on_locked() noexcept {
-  on_.store(!subs_.empty() || !ring_.empty() || log_.is_open(), std::memory_order_relaxed);
+  const bool keeps = !ring_.empty() || log_.is_open();
+  keeps_calls_.store(keeps, std::memory_order_relaxed);
+  on_.store(keeps || !subs_.empty(), std::memory_order_relaxed);
 }
 
 namespace {
@@ -28,7 +30,11 @@ uint64_t now_ns() noexcept {
 void Bus::stamp_locked(ObsEvent &e, uint64_t time_ns) noexcept {
   e.seq = ++seq_;
   e.time_ns = time_ns;
-  for (const auto &s : subs_) subscriber_drops_ += !s->push(e);
+  if (!subs_.empty()) {
+    std::string args = std::move(e.args);  // subscribers get no call arguments: not copied
+    for (const auto &s : subs_) subscriber_drops_ += !s->push(e);
+    e.args = std::move(args);
+  }
   if (!ring_.empty()) {
     try {
       ring_[ring_next_] = e;

@@ -21,18 +21,18 @@ constexpr size_t kHistoryEvents = 64, kHistoryRequests = 8192;
 
 nlohmann::json event_json(const kvt_obs_event &e) {
   nlohmann::json j = {{"seq", e.seq},       {"time_ns", e.time_ns},
-                      {"kind", kvt_obs_kind_str(e.kind)}};
+                      {"kind", obs_kind_name(e.kind)}};
   if (e.req_id[0]) j["req_id"] = e.req_id;
   switch (e.kind) {
     case KVT_OBS_SLOT:
       j["from"] = e.prev;
       j["to"] = e.state;
-      j["trigger"] = kvt_obs_trigger_str(e.trigger);
+      j["trigger"] = trigger_name(e.trigger);
       j["tokens"] = e.tokens;
       j["computed"] = e.computed;
       break;
     case KVT_OBS_CANDIDATE:
-      j["state"] = kvt_candidate_state_str(e.state);
+      j["state"] = candidate_name(e.state);
       j["batch"] = e.batch;
       j["src"] = e.src;
       j["dst"] = e.dst;
@@ -48,6 +48,11 @@ nlohmann::json event_json(const kvt_obs_event &e) {
       break;
     case KVT_OBS_DROPPED:
       j["count"] = e.count;
+      break;
+    case KVT_OBS_CALL:
+      j["trigger"] = trigger_name(e.trigger);
+      j["status"] = kvt_status_str(e.status);
+      j["result"] = e.count;
       break;
     default:
       j["tier"] = e.dst;

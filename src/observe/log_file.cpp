@@ -159,9 +159,15 @@ bool LogReader::fill(size_t need) {
   return true;
 }
 
-kvt_status LogReader::next(kvt_obs_event *out) {
+kvt_status LogReader::next(kvt_obs_event *out, std::string *args) {
   if (done_) return fail(KVT_ERR_NOT_FOUND, "'%s': no more records", path_.c_str());
   fill(kRecordHeadBytes + kPayloadFixed + KVT_REQ_ID_MAX);
+  // A CALL's arguments may make a record longer: buffer all of it (the length is checked
+  // against kMaxPayload first, so that a damaged one asks for no more than that).
+  if (buf_.size() - pos_ >= kRecordHeadBytes) {
+    const size_t len = record_length(buf_.data() + pos_);
+    if (len <= kMaxPayload) fill(kRecordHeadBytes + len);
+  }
   if (std::ferror(f_)) {
     done_ = true;
     return fail(KVT_ERR_IO, "cannot read the event log '%s'", path_.c_str());
@@ -172,7 +178,7 @@ kvt_status LogReader::next(kvt_obs_event *out) {
   }
   size_t used = 0;
   const char *why = "";
-  Decoded d = decode_record(buf_.data() + pos_, buf_.size() - pos_, out, &used, &why);
+  Decoded d = decode_record(buf_.data() + pos_, buf_.size() - pos_, out, args, &used, &why);
   if (d != Decoded::Ok) {
     done_ = true;
     return fail(KVT_ERR_CORRUPT, "'%s': %s at byte %llu; the log is cut there", path_.c_str(),

@@ -58,7 +58,8 @@ class LogReader {
   ~LogReader();
   kvt_status open(const std::string &path);  // checks the header
   // KVT_OK; KVT_ERR_NOT_FOUND at the end; KVT_ERR_CORRUPT once at a torn or bad record.
-  kvt_status next(kvt_obs_event *out);
+  // args (may be null): a CALL's arguments.
+  kvt_status next(kvt_obs_event *out, std::string *args = nullptr);
 
  private:
   bool fill(size_t need);  // at least need bytes buffered, unless the file ends first

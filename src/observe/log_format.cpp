@@ -37,11 +37,11 @@ void encode_header(std::string *out) {
 kvt_status check_header(const uint8_t *p, size_t n) {
   if (n < kLogHeaderBytes || std::memcmp(p, kLogMagic, sizeof kLogMagic) != 0)
     return fail(KVT_ERR_CORRUPT, "not a kvtier event log (no KVTEVLOG header)");
-  if (uint32_t f = get32(p + 8); f != kLogFormat)
-    return fail(KVT_ERR_UNSUPPORTED, "event log format %u; this kvtier reads format %u", f,
+  if (uint32_t f = get32(p + 8); f < 1 || f > kLogFormat)
+    return fail(KVT_ERR_UNSUPPORTED, "event log format %u; this kvtier reads formats 1 to %u", f,
                 kLogFormat);
-  if (uint32_t s = get32(p + 12); s != KVT_OBS_SCHEMA_VERSION)
-    return fail(KVT_ERR_UNSUPPORTED, "event schema %u; this kvtier reads schema %u", s,
+  if (uint32_t s = get32(p + 12); s < 1 || s > KVT_OBS_SCHEMA_VERSION)
+    return fail(KVT_ERR_UNSUPPORTED, "event schema %u; this kvtier reads schemas 1 to %u", s,
                 unsigned(KVT_OBS_SCHEMA_VERSION));
   return KVT_OK;
 }
@@ -50,6 +50,7 @@ void encode_record(const ObsEvent &e, std::string *out) {
   // Built in place and appended once: this runs for every event while a log is open.
   uint8_t b[kRecordHeadBytes + kPayloadFixed + KVT_REQ_ID_MAX];
   const size_t id = std::min<size_t>(e.req_id.size(), KVT_REQ_ID_MAX);
+  const size_t args = e.args.size() <= kMaxArgs ? e.args.size() : 0;
   uint8_t *p = b + kRecordHeadBytes;
   auto put = [&p](uint64_t v, int bytes) {
     for (int i = 0; i < bytes; ++i) *p++ = uint8_t(v >> (8 * i));
@@ -63,21 +64,36 @@ void encode_record(const ObsEvent &e, std::string *out) {
     put(v, 8);
   put(id, 2);
   std::memcpy(p, e.req_id.data(), id);
-  const size_t len = kPayloadFixed + id;
+  const size_t len = kPayloadFixed + id + args;
+  uint32_t sum;
+  if (args == 0) {
+    sum = XXH32(b + kRecordHeadBytes, len, 0);
+  } else {  // a CALL's arguments follow: the checksum runs over both parts
+    XXH32_state_t *st = XXH32_createState();
+    if (st == nullptr) return;  // no memory: the record is not written
+    XXH32_reset(st, 0);
+    XXH32_update(st, b + kRecordHeadBytes, kPayloadFixed + id);
+    XXH32_update(st, e.args.data(), args);
+    sum = XXH32_digest(st);
+    XXH32_freeState(st);
+  }
   p = b;
   put(len, 4);
-  put(XXH32(b + kRecordHeadBytes, len, 0), 4);
-  out->append(reinterpret_cast<const char *>(b), kRecordHeadBytes + len);
+  put(sum, 4);
+  out->append(reinterpret_cast<const char *>(b), kRecordHeadBytes + kPayloadFixed + id);
+  out->append(e.args.data(), args);
 }
 
-Decoded decode_record(const uint8_t *p, size_t n, kvt_obs_event *out, size_t *used,
-                      const char **why) {
+uint32_t record_length(const uint8_t *p) { return get32(p); }
+
+Decoded decode_record(const uint8_t *p, size_t n, kvt_obs_event *out, std::string *args,
+                      size_t *used, const char **why) {
   if (n < kRecordHeadBytes) {
     *why = "the bytes end inside a record's length and checksum";
     return Decoded::Short;
   }
   const uint32_t len = get32(p);
-  if (len < kPayloadFixed || len > kPayloadFixed + KVT_REQ_ID_MAX) {
+  if (len < kPayloadFixed || len > kMaxPayload) {
     *why = "a record's length is out of range";
     return Decoded::Bad;
   }
@@ -100,15 +116,22 @@ Decoded decode_record(const uint8_t *p, size_t n, kvt_obs_event *out, size_t *us
                      &e.blocks, &e.bytes, &e.duration_ns, &e.count};
   for (size_t i = 0; i < 9; ++i) *u64[i] = get64(q + 44 + 8 * i);
   const size_t id = size_t(q[116]) | size_t(q[117]) << 8;
-  if (id != len - kPayloadFixed || std::memchr(q + kPayloadFixed, 0, id) != nullptr) {
+  if (id > KVT_REQ_ID_MAX || id > len - kPayloadFixed ||
+      std::memchr(q + kPayloadFixed, 0, id) != nullptr) {
     *why = "a record's request id is malformed";
     return Decoded::Bad;
   }
-  if (e.kind < KVT_OBS_SLOT || e.kind > KVT_OBS_DROPPED) {
+  if (e.kind < KVT_OBS_SLOT || e.kind > KVT_OBS_CALL) {
     *why = "a record's kind is unknown";
     return Decoded::Bad;
   }
+  const size_t rest = len - kPayloadFixed - id;
+  if (rest != 0 && e.kind != KVT_OBS_CALL) {
+    *why = "a record that is not a CALL carries arguments";
+    return Decoded::Bad;
+  }
   std::memcpy(e.req_id, q + kPayloadFixed, id);
+  if (args) args->assign(reinterpret_cast<const char *>(q) + kPayloadFixed + id, rest);
   *out = e;
   *used = kRecordHeadBytes + len;
   return Decoded::Ok;

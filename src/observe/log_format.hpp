@@ -1,5 +1,6 @@
 // The event log's bytes (docs/EVENTS.md): a 16-byte file header, then one record per event,
 // each a little-endian u32 payload length and u32 XXH32 of the payload before the payload.
+// Format 2 lets a CALL record carry its call's arguments after the request id.
 // A reader trusts a record only when its length, checksum and fields all hold, so a tail
 // torn by a killed writer is cut, never misread.
 #pragma once
@@ -14,10 +15,12 @@
 namespace kvt::obs {
 
 inline constexpr char kLogMagic[8] = {'K', 'V', 'T', 'E', 'V', 'L', 'O', 'G'};
-inline constexpr uint32_t kLogFormat = 1;
+inline constexpr uint32_t kLogFormat = 2;  // this kvtier writes 2 and reads 1 and 2
 inline constexpr size_t kLogHeaderBytes = 16;  // magic, format, schema
 inline constexpr size_t kRecordHeadBytes = 8;  // length, checksum
 inline constexpr size_t kPayloadFixed = 118;   // the payload without the request id
+inline constexpr size_t kMaxArgs = 16 << 20;   // a CALL's arguments; more are not logged
+inline constexpr size_t kMaxPayload = kPayloadFixed + KVT_REQ_ID_MAX + kMaxArgs;
 
 void encode_header(std::string *out);
 // KVT_OK, or the status and message for n bytes that do not start an event log.
@@ -25,10 +28,14 @@ kvt_status check_header(const uint8_t *p, size_t n);
 
 void encode_record(const ObsEvent &e, std::string *out);
 
+// The payload length the record at p[0..n) claims (n >= kRecordHeadBytes).
+uint32_t record_length(const uint8_t *p);
+
 enum class Decoded { Ok, Short, Bad };
-// The record at p[0..n): Ok with the event and *used bytes; Short when the bytes end
-// inside it; Bad when its length, checksum or fields are wrong (*why says which).
-Decoded decode_record(const uint8_t *p, size_t n, kvt_obs_event *out, size_t *used,
-                      const char **why);
+// The record at p[0..n): Ok with the event, a CALL's arguments in *args (may be null: not
+// wanted) and *used bytes; Short when the bytes end inside it; Bad when its length,
+// checksum or fields are wrong (*why says which).
+Decoded decode_record(const uint8_t *p, size_t n, kvt_obs_event *out, std::string *args,
+                      size_t *used, const char **why);
 
 }  // namespace kvt::obs

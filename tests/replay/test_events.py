@@ -114,7 +114,12 @@ def test_one_requests_timeline(trace, tmp_path):
     assert out[-1].startswith("time per state:") and "PREFILLING" in out[-1]
     body = out[1:-1]
     assert body and all(" req-3 " in line for line in body)
-    assert "INITIALIZED" in body[0] and "FINISHING -> FINISHED" in body[-1]
+    assert "INITIALIZED" in body[0]
+    slots = [line for line in body if " SLOT " in line]
+    assert "FINISHING -> FINISHED" in slots[-1]
+    calls = [line for line in body if " CALL " in line]
+    assert "GET_NUM_NEW_MATCHED_TOKENS  KVT_OK  tokens 2290" in calls[0], calls
+    assert "REQUEST_FINISHED  KVT_OK" in calls[-1], calls
     j = [json.loads(line) for line in events(log, "--json", "--request", "req-3").stdout.splitlines()]
     assert len(j) == len(body) and {e["req_id"] for e in j} == {"req-3"}
     p = events(log, "--request", "no-such-request", rc=1)
@@ -224,7 +229,9 @@ def test_a_recorded_engine_run_replays_into_a_fresh_manager_to_the_same_state(tr
                                                                               extra):
     """--verify-record: the log of the run, replayed into a fresh manager, rebuilds the same
     registry in every tier, ends every slot and batch, and counts the same transitions, with
-    every transition one of seed 004's and every batch ended once."""
+    every transition one of seed 004's and every batch ended once. Its calls, made again on a
+    fresh manager and connector (kvt_event_log_rerun), end in this run's slots, registry and
+    counters, each call with its recorded status, result and metadata."""
     log = tmp_path / "engine.kvtlog"
     r = replay_json("--trace", trace, "--mode", "engine", "--g1-blocks", 400, "--max-running",
                     32, "--g2-blocks", 3000, "--g3-blocks", 6000, "--g3-path", tmp_path,
@@ -236,6 +243,10 @@ def test_a_recorded_engine_run_replays_into_a_fresh_manager_to_the_same_state(tr
     assert v["finished_slots"] == 600
     assert v["registered"]["G2" if not extra or extra[0] != "--g2-blocks" else "G3"] > 0
     assert v["events"] > 10000
+    rr = v["rerun"]
+    assert rr["violations"] == 0, rr["first_violation"]
+    assert rr["same_slots"] and rr["same_registry"] and rr["same_counters"], rr
+    assert rr["calls"] > 4 * 600  # match, alloc, finished per request; a meta per step
 
 
 def test_verify_record_needs_a_record():

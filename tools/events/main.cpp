@@ -63,6 +63,13 @@ std::string text(const kvt_obs_event &e, uint64_t t0) {
                     kvt_status_str(e.status), e.blocks, e.bytes, ms(e.duration_ns),
                     e.batch ? ("  batch " + std::to_string(e.batch)).c_str() : "");
       break;
+    case KVT_OBS_CALL:
+      std::snprintf(body, sizeof body,
+                    "%s%s%s  %s  tokens %" PRIu64 " computed %" PRIu64 " blocks %" PRIu64
+                    "  -> %" PRIu64 "  (%" PRIu64 " argument bytes)",
+                    e.req_id, e.req_id[0] ? "  " : "", kvt_obs_trigger_str(e.trigger),
+                    kvt_status_str(e.status), e.tokens, e.computed, e.blocks, e.count, e.bytes);
+      break;
     default:
       std::snprintf(body, sizeof body, "%" PRIu64 " events lost", e.count);
   }
@@ -106,6 +113,16 @@ nlohmann::ordered_json to_json(const kvt_obs_event &e) {
       j["blocks"] = e.blocks;
       j["bytes"] = e.bytes;
       j["duration_ns"] = e.duration_ns;
+      break;
+    case KVT_OBS_CALL:
+      j["trigger"] = kvt_obs_trigger_str(e.trigger);
+      j["status"] = kvt_status_str(e.status);
+      j["tokens"] = e.tokens;
+      j["computed"] = e.computed;
+      j["blocks"] = e.blocks;
+      j["result"] = e.count;
+      if (e.hash) j["meta_hash"] = e.hash;
+      j["arg_bytes"] = e.bytes;
       break;
     default:
       j["count"] = e.count;

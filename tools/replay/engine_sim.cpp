@@ -3,11 +3,13 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <deque>
+#include <map>
 #include <memory>
 #include <thread>
 #include <unordered_map>
@@ -125,6 +127,7 @@ class Engine {
  private:
   bool create(std::string *error);
   bool verify_record(std::string *error);
+  kvt_manager *fresh_manager(std::string *error);
   bool step();
   bool schedule();
   bool admit(Req &r, uint64_t budget, bool *admitted);
@@ -149,6 +152,7 @@ class Engine {
   kvt_manager *m_ = nullptr;
   kvt_connector *c_ = nullptr;
   kvt_manager_config cfg_{};  // m_'s, for --verify-record's fresh manager
+  kvt_connector_config ccfg_{};  // c_'s, for its fresh connector
   MetricsServer metrics_;
   kvt_endpoint *endpoint_ = nullptr;
   char *g1_ = nullptr;  // the engine's G1: g1_blocks blocks of bb_ bytes, block-contiguous
@@ -242,6 +246,7 @@ bool Engine::create(std::string *error) {
   cc.num_gpu_blocks = o_.g1_blocks;
   cc.salt_hash = salt_;
   cc.load_async = 0;
+  ccfg_ = cc;
   if (kvt_connector_create(&c_, m_, &cc) != KVT_OK) {
     *error = std::string("cannot create the connector: ") + kvt_last_error();
     return false;
@@ -568,24 +573,65 @@ bool Engine::run(EngineResult *out, std::string *error) {
   return true;
 }
 
-// The log replayed into a fresh manager of the same shape: its registry must be this run's,
-// every slot finished, every batch ended, and the transitions counted alike.
+// A manager with m_'s config and a temporary G3 of its own, for --verify-record.
+kvt_manager *Engine::fresh_manager(std::string *error) {
+  kvt_manager_config c = cfg_;
+  c.g3_path = nullptr;
+  c.kv_events_endpoint = nullptr;
+  c.kv_events_replay_endpoint = nullptr;
+  kvt_manager *m = nullptr;
+  if (kvt_manager_create(&m, &c) != KVT_OK) {
+    *error = std::string("--verify-record: the fresh manager: ") + kvt_last_error();
+    return nullptr;
+  }
+  return m;
+}
+
+namespace {
+
+std::vector<uint64_t> sorted_hashes(kvt_manager *m, kvt_tier t) {
+  size_t n = 0;
+  kvt_tier_hashes(nullptr, 0, &n, m, t);
+  std::vector<uint64_t> h(n);
+  kvt_tier_hashes(h.data(), h.size(), &n, m, t);
+  h.resize(std::min(n, h.size()));
+  std::sort(h.begin(), h.end());
+  return h;
+}
+
+bool same_registry(kvt_manager *a, kvt_manager *b) {
+  for (kvt_tier t : {KVT_TIER_G1, KVT_TIER_G2, KVT_TIER_G3})
+    if (sorted_hashes(a, t) != sorted_hashes(b, t)) return false;
+  return true;
+}
+
+// The live slots by id: state, tokens, computed, blocks, batches.
+std::map<std::string, std::array<uint64_t, 5>> slots_of(kvt_connector *c) {
+  size_t n = 0;
+  kvt_connector_slots(nullptr, 0, &n, c);
+  std::vector<kvt_slot_info> v(n);
+  kvt_connector_slots(v.data(), v.size(), &n, c);
+  std::map<std::string, std::array<uint64_t, 5>> out;
+  for (size_t i = 0; i < std::min(n, v.size()); ++i)
+    out[v[i].req_id] = {v[i].state, v[i].tokens, v[i].computed, v[i].blocks, v[i].batches};
+  return out;
+}
+
+}  // namespace
+
+// The log (1) replayed into a fresh manager of the same shape: its registry must be this
+// run's, every slot finished, every batch ended, and the transitions counted alike; (2) made
+// again, call by call, on a fresh manager and connector, which must end with this run's
+// slots, registry and counters.
 bool Engine::verify_record(std::string *error) {
   auto &v = res_.record_replay;
   if (kvt_recorder_close(m_) != KVT_OK) {
     *error = std::string("--verify-record: closing the log: ") + kvt_last_error();
     return false;
   }
-  kvt_manager_config c = cfg_;
-  c.g3_path = nullptr;  // a temporary G3 of its own
-  c.kv_events_endpoint = nullptr;
-  c.kv_events_replay_endpoint = nullptr;
-  kvt_manager *fresh = nullptr;
-  if (kvt_manager_create(&fresh, &c) != KVT_OK) {
-    *error = std::string("--verify-record: the fresh manager: ") + kvt_last_error();
-    return false;
-  }
-  const auto t0 = Clock::now();
+  kvt_manager *fresh = fresh_manager(error);
+  if (fresh == nullptr) return false;
+  auto t0 = Clock::now();
   v.r.struct_size = sizeof v.r;
   kvt_status st = kvt_event_log_replay(&v.r, fresh, o_.record.c_str());
   v.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
@@ -595,22 +641,39 @@ bool Engine::verify_record(std::string *error) {
     return false;
   }
   if (st == KVT_ERR_CORRUPT) v.first_violation = kvt_last_error();
-  auto hashes = [](kvt_manager *m, kvt_tier t) {
-    size_t n = 0;
-    kvt_tier_hashes(nullptr, 0, &n, m, t);
-    std::vector<uint64_t> h(n);
-    kvt_tier_hashes(h.data(), h.size(), &n, m, t);
-    h.resize(std::min(n, h.size()));
-    std::sort(h.begin(), h.end());
-    return h;
-  };
-  v.same_registry = true;
-  for (kvt_tier t : {KVT_TIER_G1, KVT_TIER_G2, KVT_TIER_G3})
-    v.same_registry = v.same_registry && hashes(m_, t) == hashes(fresh, t);
+  v.same_registry = same_registry(m_, fresh);
   v.same_transitions = std::memcmp(v.r.transitions, res_.transitions, sizeof res_.transitions) == 0;
-  v.done = true;
   kvt_manager_destroy(fresh);
-  return true;
+
+  if ((fresh = fresh_manager(error)) == nullptr) return false;
+  kvt_connector_config cc = ccfg_;
+  cc.role = KVT_ROLE_SCHEDULER;  // the recorded reports stand in for the worker
+  kvt_connector *c = nullptr;
+  if (kvt_connector_create(&c, fresh, &cc) != KVT_OK) {
+    *error = std::string("--verify-record: the fresh connector: ") + kvt_last_error();
+    kvt_manager_destroy(fresh);
+    return false;
+  }
+  t0 = Clock::now();
+  v.rerun.struct_size = sizeof v.rerun;
+  st = kvt_event_log_rerun(&v.rerun, c, o_.record.c_str());
+  v.rerun_seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  if (st == KVT_ERR_CORRUPT) v.rerun_first = kvt_last_error();
+  if (st != KVT_OK && st != KVT_ERR_CORRUPT) {
+    *error = std::string("--verify-record: ") + kvt_last_error();
+  } else {
+    kvt_connector_stats a{}, b{};
+    a.struct_size = b.struct_size = sizeof a;
+    kvt_connector_stats_get(&a, c_);
+    kvt_connector_stats_get(&b, c);
+    v.rerun_same_counters = std::memcmp(&a, &b, sizeof a) == 0;
+    v.rerun_same_slots = slots_of(c_) == slots_of(c);
+    v.rerun_same_registry = same_registry(m_, fresh);
+    v.done = true;
+  }
+  kvt_connector_destroy(c);
+  kvt_manager_destroy(fresh);
+  return v.done;
 }
 
 }  // namespace

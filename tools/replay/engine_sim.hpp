@@ -31,6 +31,11 @@ struct EngineResult {
     std::string first_violation;
     bool same_registry = false, same_transitions = false;
     double seconds = 0;
+    // kvt_event_log_rerun into a fresh manager and connector, compared with this run's.
+    kvt_log_replay rerun{};
+    std::string rerun_first;
+    bool rerun_same_slots = false, rerun_same_registry = false, rerun_same_counters = false;
+    double rerun_seconds = 0;
   } record_replay;
 };
 

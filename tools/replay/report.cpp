@@ -207,7 +207,15 @@ void print_engine_json(std::FILE *f, const Options &o, const Trace &t, const Eng
                                           {"G3", v.r.registered[3]}}},
                           {"same_registry", v.same_registry},
                           {"same_transitions", v.same_transitions},
-                          {"seconds", v.seconds}};
+                          {"seconds", v.seconds},
+                          {"rerun", {{"calls", v.rerun.calls},
+                                     {"violations", v.rerun.violations},
+                                     {"first_violation", v.rerun_first},
+                                     {"live_slots", v.rerun.live_slots},
+                                     {"same_slots", v.rerun_same_slots},
+                                     {"same_registry", v.rerun_same_registry},
+                                     {"same_counters", v.rerun_same_counters},
+                                     {"seconds", v.rerun_seconds}}}};
   j["seconds"] = r.seconds;
   j["prefault_seconds"] = r.prefault_seconds;
   j["config"] = {{"page_size", o.page_size},       {"g1_blocks", o.g1_blocks},

@@ -295,7 +295,7 @@ typedef struct kvt_finished {
 kvt_status kvt_connector_get_finished(kvt_finished *out, kvt_connector *c);
 const char *kvt_slot_state_str(uint32_t state);
 typedef enum kvt_obs_kind {
-  KVT_OBS_SLOT = 1, KVT_OBS_CANDIDATE = 2, KVT_OBS_BLOCK_STORED = 3, KVT_OBS_BLOCK_REMOVED = 4, KVT_OBS_TIER_CLEARED = 5, KVT_OBS_TRANSFER = 6, KVT_OBS_DROPPED = 7
+  KVT_OBS_SLOT = 1, KVT_OBS_CANDIDATE = 2, KVT_OBS_BLOCK_STORED = 3, KVT_OBS_BLOCK_REMOVED = 4, KVT_OBS_TIER_CLEARED = 5, KVT_OBS_TRANSFER = 6, KVT_OBS_DROPPED = 7, KVT_OBS_CALL = 8
 } kvt_obs_kind;
 typedef enum kvt_obs_trigger {
   KVT_TRIGGER_GET_NUM_NEW_MATCHED_TOKENS = 1, KVT_TRIGGER_UPDATE_STATE_AFTER_ALLOC = 2, KVT_TRIGGER_BUILD_CONNECTOR_META = 3, KVT_TRIGGER_UPDATE_CONNECTOR_OUTPUT = 4, KVT_TRIGGER_REQUEST_FINISHED = 5, KVT_TRIGGER_REQUEST_PREEMPTED = 6
@@ -397,8 +397,10 @@ typedef struct kvt_log_replay {
   uint64_t loaded_blocks;
   uint64_t transitions[11][11];
   uint64_t registered[4];
+  uint64_t calls;
 } kvt_log_replay;
 kvt_status kvt_event_log_replay(kvt_log_replay *out, kvt_manager *m, const char *path);
+kvt_status kvt_event_log_rerun(kvt_log_replay *out, kvt_connector *c, const char *path);
 const char *kvt_obs_kind_str(uint32_t kind);
 const char *kvt_candidate_state_str(uint32_t state);
 const char *kvt_obs_trigger_str(uint32_t trigger);
@@ -420,7 +422,7 @@ CONST = {
     'KVT_ERR_UNSUPPORTED': -6,
     'KVT_MAX_MANAGERS': 256,
     'KVT_MAX_TIER_BLOCKS': 67108863,
-    'KVT_OBS_SCHEMA_VERSION': 1,
+    'KVT_OBS_SCHEMA_VERSION': 2,
     'KVT_OK': 0,
     'KVT_POLICY_FREQUENCY': 2,
     'KVT_POLICY_PASS_ALL': 0,

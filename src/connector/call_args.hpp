@@ -1,0 +1,40 @@
+// A scheduler call's arguments as an event log keeps them in its CALL records
+// (docs/EVENTS.md), so that kvt_event_log_rerun can make the call again: little-endian
+// varints, and u32 arrays as runs of consecutive values (what block ids, and synthetic
+// prompts, mostly are). update_connector_output keeps its report's own bytes.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "kvtier.h"
+
+namespace kvt::conn {
+
+struct CallArgs {
+  std::vector<uint32_t> ids;  // get_num_new_matched_tokens: tokens; update_state_after_alloc:
+                              // block ids
+  uint64_t number = 0;        // num_computed_tokens; num_external_tokens
+  struct Scheduled {
+    std::string req_id;
+    uint64_t computed = 0, scheduled = 0;
+    std::vector<uint32_t> blocks, tokens;
+  };
+  std::vector<Scheduled> reqs;  // build_connector_meta
+  std::string report;           // update_connector_output
+
+  // reqs as the call takes them, pointing into reqs.
+  std::vector<kvt_scheduled_request> schedule() const;
+};
+
+void encode_matched(std::string *out, const uint32_t *tokens, size_t n, uint64_t computed);
+void encode_alloc(std::string *out, const uint32_t *blocks, size_t n, uint64_t external);
+void encode_schedule(std::string *out, const kvt_scheduled_request *reqs, size_t n);
+
+// The arguments of a call `trigger` (kvt_obs_trigger) from bytes[0..n): KVT_OK, or
+// KVT_ERR_CORRUPT with what is wrong. Any bytes are safe.
+kvt_status decode_call(CallArgs *out, uint32_t trigger, const uint8_t *bytes, size_t n);
+
+}  // namespace kvt::conn

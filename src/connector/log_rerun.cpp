@@ -1,0 +1,130 @@
+#include "connector/log_rerun.hpp"
+
+#include <xxhash.h>
+
+#include <cstdarg>
+#include <cstdio>
+#include <cstring>
+
+#include "block/tier.hpp"
+#include "common/error.hpp"
+#include "connector/call_args.hpp"
+#include "connector/metadata.hpp"
+#include "connector/scheduler.hpp"
+#include "event/obs_sink.hpp"
+#include "manager/manager.hpp"
+
+namespace kvt::conn {
+
+void LogRerun::differs(const char *fmt, ...) {
+  ++differences_;
+  if (!first_.empty()) return;
+  char b[512];
+  va_list ap;
+  va_start(ap, fmt);
+  std::vsnprintf(b, sizeof b, fmt, ap);
+  va_end(ap);
+  first_ = b;
+}
+
+void LogRerun::apply(const kvt_obs_event &e, const std::string &args) {
+  events_.apply(e);
+  if (e.kind == KVT_OBS_CALL) call(e, args);
+}
+
+void LogRerun::call(const kvt_obs_event &e, const std::string &args) {
+  ++calls_;
+  char what[KVT_REQ_ID_MAX + 96];
+  std::snprintf(what, sizeof what, "call %llu (%s%s%s%s, event #%llu)",
+                (unsigned long long)calls_, trigger_name(e.trigger), e.req_id[0] ? " '" : "",
+                e.req_id, e.req_id[0] ? "'" : "", (unsigned long long)e.seq);
+  CallArgs a;
+  if (decode_call(&a, e.trigger, reinterpret_cast<const uint8_t *>(args.data()), args.size()) !=
+      KVT_OK)
+    return differs("%s: %s", what, last_error());
+  kvt_status st = KVT_OK;
+  uint64_t result = 0;  // what the CALL event's count records
+  switch (e.trigger) {
+    case KVT_TRIGGER_GET_NUM_NEW_MATCHED_TOKENS:
+      st = s_.get_num_new_matched_tokens(&result, e.req_id, a.ids.data(), a.ids.size(),
+                                         a.number);
+      break;
+    case KVT_TRIGGER_UPDATE_STATE_AFTER_ALLOC:
+      st = s_.update_state_after_alloc(e.req_id, a.ids.data(), a.ids.size(), a.number);
+      break;
+    case KVT_TRIGGER_BUILD_CONNECTOR_META: {
+      std::string meta;
+      const std::vector<kvt_scheduled_request> reqs = a.schedule();
+      st = s_.build_meta(&meta, reqs.data(), reqs.size());
+      if (st == KVT_OK && e.status == KVT_OK) {
+        result = meta.size();
+        if (XXH64(meta.data(), meta.size(), 0) != e.hash)
+          return differs("%s: the metadata differs from the recorded one", what);
+      }
+      break;
+    }
+    case KVT_TRIGGER_UPDATE_CONNECTOR_OUTPUT: {
+      Report r;
+      if (decode(&r, a.report.data(), a.report.size()) != KVT_OK)
+        return differs("%s: the recorded report: %s", what, last_error());
+      st = s_.update_output(r);
+      break;
+    }
+    case KVT_TRIGGER_REQUEST_FINISHED: {
+      bool delay = false;
+      st = s_.request_finished(&delay, e.req_id);
+      result = delay;
+      break;
+    }
+    case KVT_TRIGGER_REQUEST_PREEMPTED:
+      st = s_.request_preempted(e.req_id);
+      break;
+  }
+  if (st != e.status)
+    return differs("%s: ends with %s, recorded %s", what, kvt_status_str(st),
+                   kvt_status_str(e.status));
+  if (st == KVT_OK && result != e.count)
+    differs("%s: returns %llu, recorded %llu", what, (unsigned long long)result,
+            (unsigned long long)e.count);
+}
+
+void LogRerun::finish(kvt_log_replay *out, std::string *first) {
+  std::string violation;
+  events_.result(out, &violation);
+  if (calls_ == 0 && out->events > 0)
+    differs("the log holds no CALL events (schema 1, or no connector): nothing to make again");
+
+  const Snapshot snap = s_.snapshot();
+  const auto &want = events_.slots();
+  if (snap.slots.size() != want.size())
+    differs("the rerun ends with %zu live slots; the log's events leave %zu",
+            snap.slots.size(), want.size());
+  for (const kvt_slot_info &si : snap.slots) {
+    auto it = want.find(si.req_id);
+    if (it == want.end())
+      differs("the rerun's slot '%s' is not live in the log's events", si.req_id);
+    else if (it->second != si.state)
+      differs("slot '%s' ends %s in the rerun and %s in the log's events", si.req_id,
+              state_name(si.state), state_name(it->second));
+  }
+  for (int t = KVT_TIER_G1; t <= KVT_TIER_G3; ++t) {
+    Tier *tier = m_.tier_if_present(t);
+    const auto &logged = events_.registered(t);
+    const std::vector<uint64_t> held = tier ? tier->hashes() : std::vector<uint64_t>{};
+    size_t missing = 0;
+    for (uint64_t h : held) missing += !logged.contains(h);
+    if (missing || held.size() != logged.size())
+      differs("G%d holds %zu hashes after the rerun, %zu of them not in the log's %zu", t,
+              held.size(), missing, logged.size());
+  }
+  kvt_connector_stats st{};
+  s_.stats(&st);
+  if (std::memcmp(st.transitions, events_.transitions(), sizeof st.transitions) != 0)
+    differs("the rerun's slot transitions differ from the log's");
+
+  out->calls = calls_;
+  out->violations += differences_;
+  *first = !violation.empty() ? violation : first_;
+}
+
+}  // namespace kvt::conn

@@ -1,0 +1,38 @@
+// kvt_event_log_rerun: a log's CALL events made again, with their recorded arguments, on a
+// fresh scheduler half, while LogReplay checks the log's own events; at the end the fresh
+// scheduler and manager must hold the state those events describe.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "connector/log_replay.hpp"
+#include "kvtier.h"
+
+namespace kvt {
+class Manager;
+}
+
+namespace kvt::conn {
+
+class Scheduler;
+
+class LogRerun {
+ public:
+  LogRerun(Scheduler &s, Manager &m) : s_(s), m_(m), events_(nullptr) {}
+  void apply(const kvt_obs_event &e, const std::string &args);
+  // Compares the end states; the counts into *out, the first difference into *first.
+  void finish(kvt_log_replay *out, std::string *first);
+
+ private:
+  [[gnu::format(printf, 2, 3)]] void differs(const char *fmt, ...);
+  void call(const kvt_obs_event &e, const std::string &args);
+
+  Scheduler &s_;
+  Manager &m_;
+  LogReplay events_;  // the log's events, checked, without a manager
+  uint64_t calls_ = 0, differences_ = 0;
+  std::string first_;
+};
+
+}  // namespace kvt::conn
