@@ -901,6 +901,12 @@ typedef struct kvt_connector_config {
                                    request in finished_recving); 0 (default): they end
                                    before wait_for_layer_load returns, within the step */
   uint32_t reserved;            /* must be 0 */
+  const char *endpoint_path;    /* non-NULL: serve the management endpoint (kvt_endpoint_open)
+                                   on this Unix socket, which must not exist, from create to
+                                   destroy; NULL (default): none. Borrowed */
+  uint32_t pause_timeout_ms;    /* how long a breakpoint's pause waits for a resume before
+                                   it ends itself: 1 ms .. 1 hour (default 30000) */
+  uint32_t reserved2;           /* must be 0 */
 } kvt_connector_config;
 
 /* Sets cfg->struct_size to size and every field within the first size bytes to its default.
@@ -917,7 +923,8 @@ static inline void kvt_connector_config_init(kvt_connector_config *cfg) {
  * names); KVT_ERR_INVALID_ARGUMENT names a field that does not validate. */
 KVT_API kvt_status kvt_connector_create(kvt_connector **out, kvt_manager *m,
                                         const kvt_connector_config *cfg);
-/* Waits for the worker's copies in flight, releases every pin and frees the connector.
+/* Waits for the worker's copies in flight, releases every pin and frees the connector. A
+ * call paused at a breakpoint is resumed and waited for first.
  * NULL is ignored. Must not race with other calls on c. */
 KVT_API void kvt_connector_destroy(kvt_connector *c);
 
@@ -1237,8 +1244,8 @@ KVT_API kvt_status kvt_connector_set_hooks(kvt_connector *c, const kvt_connector
  * has entered `state` (0: any state), for request `req_id` (NULL: any request; with state 0,
  * at the start of every scheduler call that names it). kvt_connector_pause pauses it at the
  * next call or transition. The paused thread waits until kvt_connector_resume, or until the
- * pause timeout (30 s unless set) ends the pause, so that a breakpoint left behind never
- * hangs the engine. With none set and no pause asked for, a call site costs one branch. */
+ * pause timeout (the config's pause_timeout_ms, 30 s by default) ends the pause, so that a
+ * breakpoint left behind never hangs the engine. With none set and no pause asked for, a call site costs one branch. */
 typedef struct kvt_pause_info {
   uint32_t struct_size;  /* set by the caller: sizeof(kvt_pause_info) */
   uint32_t trigger;      /* kvt_obs_trigger: the call that paused */
@@ -1262,11 +1269,12 @@ KVT_API kvt_status kvt_connector_resume(kvt_connector *c);
  * paused in time. */
 KVT_API kvt_status kvt_connector_wait_paused(kvt_pause_info *out, kvt_connector *c,
                                              uint32_t timeout_ms);
-/* 1 ms .. 1 hour. */
+/* Changes the config's pause_timeout_ms: 1 ms .. 1 hour. */
 KVT_API kvt_status kvt_connector_set_pause_timeout(kvt_connector *c, uint32_t timeout_ms);
 
 /* The management endpoint: m (and c, a connector over m, or NULL) served on a Unix-domain
- * socket at path, which must not exist, for kvtier-console and scripts. One JSON object per
+ * socket at path, which must not exist, for kvtier-console and scripts. A connector whose
+ * config names an endpoint_path opens one of its own. One JSON object per
  * line each way (docs/EVENTS.md): slots, batches, tiers, break, clear, pause, resume,
  * paused, metrics, subscribe. Malformed requests get an error reply; a client that stops
  * reading is dropped. kvt_endpoint_close stops it and removes the socket; close it before

@@ -2,6 +2,9 @@
 // the connector, seen by a subscriber, the recorder's ring and an event log; a subscriber
 // that falls behind; logs torn or damaged at every byte; bad arguments.
 #include <poll.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <algorithm>
@@ -511,6 +514,31 @@ TEST(Breakpoints, RequestBreakpointsTimeoutsAndPauseNext) {
   EXPECT_KVT(kvt_connector_wait_paused(&p, r.c, 10), KVT_ERR_INVALID_ARGUMENT);
 }
 
+// A connector destroyed while a call is paused at a breakpoint lets the call finish first,
+// rather than freeing the slots under it.
+TEST(Breakpoints, DestroyResumesAPausedCallAndWaitsForIt) {
+  auto m = make(seed_manager_config());
+  kvt_connector *c = nullptr;
+  kvt_connector_config cc = connector_config(KVT_ROLE_SCHEDULER);
+  ASSERT_KVT_OK(kvt_connector_create(&c, m.get(), &cc));
+  uint64_t bp = 0;
+  ASSERT_KVT_OK(kvt_breakpoint_add(&bp, c, KVT_SLOT_INITIALIZED, nullptr));
+  std::atomic<kvt_status> st{KVT_ERR_INTERNAL};
+  std::thread engine([&] {
+    uint64_t n = 0;
+    const auto tokens = seed_a();
+    st = kvt_connector_get_num_new_matched_tokens(&n, nullptr, c, "A", tokens.data(),
+                                                  tokens.size(), 0);
+  });
+  kvt_pause_info p{};
+  p.struct_size = sizeof p;
+  ASSERT_KVT_OK(kvt_connector_wait_paused(&p, c, 20000));
+  EXPECT_EQ(p.state, uint32_t(KVT_SLOT_INITIALIZED));
+  kvt_connector_destroy(c);  // no resume: destroy's own
+  engine.join();
+  EXPECT_EQ(st.load(), KVT_OK);
+}
+
 // kvt_event_log_replay on seed 003's log: into a fresh manager, the same registry as the
 // recorded one, every slot finished, every batch ended, the same transitions. A log with a
 // record taken out is caught (a gap, and a slot that moves from where it is not).
@@ -642,6 +670,72 @@ TEST(Replay, RerunMakesTheRecordedCallsAgainOnAFreshConnector) {
   EXPECT_KVT(kvt_event_log_rerun(nullptr, fresh.c, log.c_str()), KVT_ERR_INVALID_ARGUMENT);
   EXPECT_KVT(kvt_event_log_rerun(&again, nullptr, log.c_str()), KVT_ERR_INVALID_ARGUMENT);
   EXPECT_KVT(kvt_event_log_rerun(&again, fresh.c, (dir.path + "/none").c_str()), KVT_ERR_IO);
+}
+
+// One request to a management endpoint at path, and its reply line ("" when none came).
+static std::string ask_endpoint(const std::string &path, const std::string &line) {
+  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_un a{};
+  a.sun_family = AF_UNIX;
+  std::snprintf(a.sun_path, sizeof a.sun_path, "%s", path.c_str());
+  std::string reply;
+  if (connect(fd, reinterpret_cast<sockaddr *>(&a), sizeof a) == 0 &&
+      write(fd, line.data(), line.size()) == ssize_t(line.size())) {
+    char ch;
+    pollfd p{fd, POLLIN, 0};
+    while (poll(&p, 1, 5000) == 1 && read(fd, &ch, 1) == 1 && ch != '\n') reply += ch;
+  }
+  close(fd);
+  return reply;
+}
+
+// The connector's config opens the management endpoint for the connector's life and sets
+// the pause timeout; bad values are refused by name, and a refused create leaves the manager
+// free for another connector.
+TEST(Observe, ConnectorConfigServesTheEndpointAndSetsThePauseTimeout) {
+  TempDir dir;
+  const std::string sock = dir.path + "/k.sock";
+  kvt_connector_config cc = connector_config();
+  cc.endpoint_path = sock.c_str();
+  cc.pause_timeout_ms = 40;
+  {
+    Rig r(cc);
+    ASSERT_NE(r.c, nullptr);
+    EXPECT_EQ(r.match("A", seed_a()).first, 0u);
+    const std::string reply = ask_endpoint(sock, "{\"cmd\": \"slots\"}\n");
+    EXPECT_NE(reply.find("\"req_id\":\"A\""), std::string::npos) << reply;
+    EXPECT_NE(reply.find("\"state\":\"INITIALIZED\""), std::string::npos) << reply;
+    EXPECT_NE(ask_endpoint(sock, "nonsense\n").find("\"error\""), std::string::npos);
+
+    uint64_t bp = 0;
+    ASSERT_KVT_OK(kvt_breakpoint_add(&bp, r.c, 0, "B"));
+    const auto t0 = std::chrono::steady_clock::now();
+    r.match("B", seed_b());  // paused at its start, released by the config's 40 ms
+    const auto took = std::chrono::steady_clock::now() - t0;
+    EXPECT_GE(took, std::chrono::milliseconds(40));
+    EXPECT_LT(took, std::chrono::seconds(10)) << "not the default 30 s";
+  }
+  EXPECT_FALSE(std::ifstream(sock).good()) << "the connector's destroy removes its socket";
+
+  auto m = make(seed_manager_config());
+  kvt_connector *c = nullptr;
+  cc.pause_timeout_ms = 0;
+  EXPECT_KVT(kvt_connector_create(&c, m.get(), &cc), KVT_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(kvt_last_error()).find("pause_timeout_ms"), std::string::npos);
+  cc.pause_timeout_ms = 3600u * 1000u + 1;
+  EXPECT_KVT(kvt_connector_create(&c, m.get(), &cc), KVT_ERR_INVALID_ARGUMENT);
+  cc.pause_timeout_ms = 100;
+  cc.endpoint_path = "";
+  EXPECT_KVT(kvt_connector_create(&c, m.get(), &cc), KVT_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(kvt_last_error()).find("endpoint_path"), std::string::npos);
+  spit(sock, "in the way");
+  cc.endpoint_path = sock.c_str();
+  EXPECT_NE(kvt_connector_create(&c, m.get(), &cc), KVT_OK);
+  EXPECT_NE(std::string(kvt_last_error()).find("cfg->endpoint_path"), std::string::npos)
+      << kvt_last_error();
+  cc.endpoint_path = nullptr;
+  ASSERT_KVT_OK(kvt_connector_create(&c, m.get(), &cc));  // the refused creates let go
+  kvt_connector_destroy(c);
 }
 
 // kvt_connector_set_hooks: will_call and finished_call pair up around each of the six

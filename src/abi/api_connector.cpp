@@ -22,6 +22,8 @@ using namespace kvt::conn;
 
 namespace {
 
+constexpr uint32_t kMaxPauseMs = 3600u * 1000u;
+
 void defaults(kvt_connector_config *c) {
   std::memset(c, 0, sizeof *c);
   c->struct_size = sizeof *c;
@@ -29,6 +31,7 @@ void defaults(kvt_connector_config *c) {
   c->offload = KVT_OFFLOAD_EAGER;
   c->store_tier = KVT_TIER_G2;
   c->salt_hash = hash_salt(nullptr, 0);
+  c->pause_timeout_ms = 30000;
 }
 
 kvt_status validate(kvt_connector_config *c, const Manager &m, const char *fn) {
@@ -44,6 +47,12 @@ kvt_status validate(kvt_connector_config *c, const Manager &m, const char *fn) {
     return bad("store_tier", c->store_tier, "KVT_TIER_G2 (2) or KVT_TIER_G3 (3)");
   if (c->load_async > 1) return bad("load_async", c->load_async, "0 or 1");
   if (c->reserved != 0) return bad("reserved", c->reserved, "0");
+  if (c->reserved2 != 0) return bad("reserved2", c->reserved2, "0");
+  if (c->pause_timeout_ms < 1 || c->pause_timeout_ms > kMaxPauseMs)
+    return bad("pause_timeout_ms", c->pause_timeout_ms, "1 .. 3600000 (1 ms .. 1 hour)");
+  if (c->endpoint_path != nullptr && c->endpoint_path[0] == '\0')
+    return fail(KVT_ERR_INVALID_ARGUMENT, "%s: cfg->endpoint_path is empty (NULL: no endpoint)",
+                fn);
   if (c->num_gpu_blocks == 0) c->num_gpu_blocks = m.config().g1_blocks;
   if (c->num_gpu_blocks > KVT_MAX_TIER_BLOCKS)
     return bad("num_gpu_blocks", c->num_gpu_blocks, "at most KVT_MAX_TIER_BLOCKS");
@@ -162,6 +171,15 @@ KVT_API kvt_status kvt_connector_create(kvt_connector **out, kvt_manager *m,
       mgr.give_connector();
       throw;
     }
+    if (c.endpoint_path != nullptr) {
+      if (kvt_status st = endpoint_open(&conn->endpoint, m, mgr, conn.get(), c.endpoint_path);
+          st != KVT_OK) {
+        conn->sched.reset();
+        conn->worker.reset();
+        mgr.give_connector();
+        return fail(st, "%s: cfg->endpoint_path: %s", fn, std::string(last_error()).c_str());
+      }
+    }
     *out = conn.release();
     return KVT_OK;
   });
@@ -170,7 +188,13 @@ KVT_API kvt_status kvt_connector_create(kvt_connector **out, kvt_manager *m,
 KVT_API void kvt_connector_destroy(kvt_connector *c) {
   if (c == nullptr || c->magic != kvt_connector::kMagic) return;
   c->magic = 0;
-  c->worker.reset();  // first: its copies end before the scheduler drops their pins
+  endpoint_close(c->endpoint);  // first: its clients inspect the halves
+  if (c->sched) {
+    // A call paused at a breakpoint is let go and waited for, never freed under.
+    c->sched->breakpoints().release();
+    std::lock_guard lk(c->mu);
+  }
+  c->worker.reset();  // its copies end before the scheduler drops their pins
   c->sched.reset();
   c->mgr->give_connector();
   delete c;
@@ -473,7 +497,7 @@ KVT_API kvt_status kvt_connector_wait_paused(kvt_pause_info *out, kvt_connector 
 KVT_API kvt_status kvt_connector_set_pause_timeout(kvt_connector *c, uint32_t timeout_ms) {
   static constexpr const char *fn = "kvt_connector_set_pause_timeout";
   return on_breakpoints(fn, c, [&](Breakpoints &bp) {
-    if (timeout_ms < 1 || timeout_ms > 3600u * 1000u)
+    if (timeout_ms < 1 || timeout_ms > kMaxPauseMs)
       return fail(KVT_ERR_INVALID_ARGUMENT, "%s: %u ms is not in 1 ms .. 1 hour", fn,
                   timeout_ms);
     bp.set_timeout(std::chrono::milliseconds(timeout_ms));

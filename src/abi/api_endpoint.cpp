@@ -146,18 +146,31 @@ KVT_API kvt_status kvt_endpoint_open(kvt_endpoint **out, kvt_manager *m, kvt_con
       if (c->mgr != &mgr)
         return fail(KVT_ERR_INVALID_ARGUMENT, "%s: the connector belongs to another manager", fn);
     }
-    auto e = std::make_unique<kvt_endpoint>();
-    if (kvt_status st = e->impl.open(path, mgr.bus_ptr(), ops_for(m, &mgr, c)); st != KVT_OK)
+    if (kvt_status st = endpoint_open(out, m, mgr, c, path); st != KVT_OK)
       return fail(st, "%s: %s", fn, std::string(kvt_last_error()).c_str());
-    *out = e.release();
     return KVT_OK;
   });
 }
 
-KVT_API void kvt_endpoint_close(kvt_endpoint *e) {
+KVT_API void kvt_endpoint_close(kvt_endpoint *e) { endpoint_close(e); }
+
+}  // extern "C"
+
+namespace kvt::abi {
+
+kvt_status endpoint_open(kvt_endpoint **out, kvt_manager *m, Manager &mgr, kvt_connector *c,
+                         const char *path) {
+  auto e = std::make_unique<kvt_endpoint>();
+  if (kvt_status st = e->impl.open(path, mgr.bus_ptr(), ops_for(m, &mgr, c)); st != KVT_OK)
+    return st;
+  *out = e.release();
+  return KVT_OK;
+}
+
+void endpoint_close(kvt_endpoint *e) noexcept {
   if (e == nullptr || e->magic != kvt_endpoint::kMagic) return;
   e->magic = 0;
   delete e;
 }
 
-}  // extern "C"
+}  // namespace kvt::abi

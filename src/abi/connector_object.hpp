@@ -19,6 +19,7 @@ struct kvt_connector {
   std::unique_ptr<kvt::conn::Scheduler> sched;
   std::unique_ptr<kvt::conn::Worker> worker;
   std::string meta;  // the last build_connector_meta's bytes
+  kvt_endpoint *endpoint = nullptr;  // the config's endpoint_path, while the connector lives
 };
 
 namespace kvt::abi {
@@ -31,6 +32,11 @@ inline kvt_connector *connector(const char *fn, kvt_connector *c, kvt_status *st
   *st = KVT_OK;
   return c;
 }
+
+// kvt_endpoint_open and _close, for the connector's own endpoint (config.endpoint_path).
+kvt_status endpoint_open(kvt_endpoint **out, kvt_manager *m, Manager &mgr, kvt_connector *c,
+                         const char *path);
+void endpoint_close(kvt_endpoint *e) noexcept;
 
 // What inspection shows: the state at the pause while the scheduler is paused (its thread
 // holds c->mu), else the state now, under c->mu.

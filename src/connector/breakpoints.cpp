@@ -28,6 +28,17 @@ void Breakpoints::clear() {
   rearm_locked();
 }
 
+void Breakpoints::release() {
+  std::lock_guard lock(mu_);
+  points_.clear();
+  pause_next_ = false;
+  rearm_locked();
+  if (!paused_) return;
+  paused_ = false;
+  ++resumes_;
+  cv_.notify_all();
+}
+
 void Breakpoints::pause_next() {
   std::lock_guard lock(mu_);
   pause_next_ = true;

@@ -34,6 +34,7 @@ class Breakpoints {
   uint64_t add(uint32_t state, std::string req_id);
   bool remove(uint64_t id);
   void clear();  // every breakpoint; a paused thread stays paused until resumed
+  void release();  // every breakpoint, a pause asked for, and a thread paused now
   void pause_next();
   kvt_status resume();
   // KVT_OK with *out once a thread is paused; KVT_AGAIN after timeout.

@@ -42,6 +42,8 @@ Scheduler::Scheduler(Manager &m, const kvt_connector_config &c)
   shape_ = shape_of(m);
   if (c.offload == KVT_OFFLOAD_LAZY) content_.resize(c.num_gpu_blocks);
   stats_.struct_size = sizeof stats_;
+  cfg_.endpoint_path = nullptr;  // borrowed for create only; the ABI serves it
+  bp_.set_timeout(std::chrono::milliseconds(c.pause_timeout_ms));
 }
 
 Scheduler::~Scheduler() {

@@ -115,7 +115,6 @@ class Engine {
       : o_(o), t_(t), ps_(o.page_size), bb_(o.block_bytes()), pool_(uint32_t(o.g1_blocks)) {}
   ~Engine() {
     metrics_.stop();
-    kvt_endpoint_close(endpoint_);
     for (Req &r : reqs_) kvt_seq_destroy(r.seq);
     kvt_connector_destroy(c_);
     kvt_manager_destroy(m_);
@@ -154,7 +153,6 @@ class Engine {
   kvt_manager_config cfg_{};  // m_'s, for --verify-record's fresh manager
   kvt_connector_config ccfg_{};  // c_'s, for its fresh connector
   MetricsServer metrics_;
-  kvt_endpoint *endpoint_ = nullptr;
   char *g1_ = nullptr;  // the engine's G1: g1_blocks blocks of bb_ bytes, block-contiguous
   uint64_t salt_ = 0;
   BlockPool pool_;
@@ -247,16 +245,15 @@ bool Engine::create(std::string *error) {
   cc.salt_hash = salt_;
   cc.load_async = 0;
   ccfg_ = cc;
+  // The connector serves the management endpoint itself, from its config.
+  if (!o_.console_socket.empty()) cc.endpoint_path = o_.console_socket.c_str();
   if (kvt_connector_create(&c_, m_, &cc) != KVT_OK) {
-    *error = std::string("cannot create the connector: ") + kvt_last_error();
+    *error = std::string(o_.console_socket.empty() ? "cannot create the connector: "
+                                                   : "--console-socket: ") +
+             kvt_last_error();
     return false;
   }
   if (o_.metrics_port && !metrics_.start(o_.metrics_port, m_, c_, error)) return false;
-  if (!o_.console_socket.empty() &&
-      kvt_endpoint_open(&endpoint_, m_, c_, o_.console_socket.c_str()) != KVT_OK) {
-    *error = std::string("--console-socket: ") + kvt_last_error();
-    return false;
-  }
   // One chunk per (layer, K/V) at its offset within each block: block-contiguous G1.
   const size_t chunks = size_t(o_.layers) * o_.outer;
   std::vector<const void *> bases(chunks);

@@ -239,6 +239,9 @@ typedef struct kvt_connector_config {
   uint64_t salt_hash;
   uint32_t load_async;
   uint32_t reserved;
+  const char *endpoint_path;
+  uint32_t pause_timeout_ms;
+  uint32_t reserved2;
 } kvt_connector_config;
 void kvt_connector_config_init_sized(kvt_connector_config *cfg, size_t size);
 kvt_status kvt_connector_create(kvt_connector **out, kvt_manager *m, const kvt_connector_config *cfg);

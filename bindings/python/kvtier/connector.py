@@ -17,6 +17,7 @@ metadata and reports are bytes in and out. Errors are kvtier.Error subclasses ca
 status and kvt_last_error(), as everywhere in the binding.
 """
 import collections
+import os
 import threading
 import types
 
@@ -90,7 +91,7 @@ def _strings(ptr, n):
 
 
 _CONFIG_FIELDS = frozenset(name for name, _ in ffi.typeof("kvt_connector_config").fields
-                           if name not in ("struct_size", "reserved"))
+                           if name not in ("struct_size", "reserved", "reserved2"))
 
 
 class Connector:
@@ -101,13 +102,20 @@ class Connector:
     def __init__(self, manager, **config):
         """config: any field of kvt_connector_config by name (role=ROLE_SCHEDULER,
         offload=OFFLOAD_LAZY, store_tier=G3, num_gpu_blocks=100, salt_hash=...,
-        load_async=True); the others keep the library's defaults."""
+        load_async=True, endpoint_path="/run/kvtier.sock", pause_timeout_ms=5000); the
+        others keep the library's defaults."""
         cfg = ffi.new("kvt_connector_config *")
         C.kvt_connector_config_init_sized(cfg, ffi.sizeof("kvt_connector_config"))
+        strings = []  # borrowed by the config until create returns
         for k, v in config.items():
             if k not in _CONFIG_FIELDS:
                 raise InvalidArgumentError("unknown connector config field %r" % k,
                                            CONST["KVT_ERR_INVALID_ARGUMENT"])
+            if k == "endpoint_path":
+                if v is not None:
+                    strings.append(ffi.new("char[]", os.fsencode(v)))
+                    cfg.endpoint_path = strings[-1]
+                continue
             try:
                 setattr(cfg, k, int(v))
             except (OverflowError, TypeError, ValueError) as e:
@@ -291,3 +299,73 @@ class Connector:
                         ffi.unpack(f.load_error_block_ids, f.num_load_errors)
                         if f.num_load_errors else [],
                         ffi.buffer(f.report, f.report_len)[:] if f.report_len else b"")
+
+    # inspection, breakpoints and rerun (kvtier.h, "Observe")
+    def _listed(self, fn, ctype, convert):
+        n = ffi.new("size_t *")
+        _call(fn, ffi.NULL, 0, n, self._live())
+        while True:
+            cap = n[0]
+            buf = ffi.new(ctype + "[]", max(cap, 1))
+            _call(fn, buf, cap, n, self._live())
+            if n[0] <= cap:
+                return [convert(buf[i]) for i in range(n[0])]
+
+    def slots(self):
+        """The live slots as dicts: req_id, state, age_ns, tokens, computed, blocks, batches
+        (answered from the pause while the scheduler is paused)."""
+        return self._listed(C.kvt_connector_slots, "kvt_slot_info", lambda s: {
+            "req_id": ffi.string(s.req_id).decode(errors="replace"), "state": s.state,
+            "age_ns": s.age_ns, "tokens": s.tokens, "computed": s.computed,
+            "blocks": s.blocks, "batches": s.batches})
+
+    def batches(self):
+        """The batches in flight as dicts: req_id, src, dst, batch, blocks, step."""
+        return self._listed(C.kvt_connector_batches, "kvt_batch_info", lambda b: {
+            "req_id": ffi.string(b.req_id).decode(errors="replace"), "src": b.src,
+            "dst": b.dst, "batch": b.batch, "blocks": b.blocks, "step": b.step})
+
+    def add_breakpoint(self, state=0, req_id=None):
+        """A breakpoint on a slot entering `state` (0: any) and/or on a request; its id."""
+        out = ffi.new("uint64_t *")
+        rid = ffi.NULL if req_id is None else _req_id(req_id)
+        _call(C.kvt_breakpoint_add, out, self._live(), state, rid)
+        return out[0]
+
+    def remove_breakpoint(self, breakpoint_id):
+        _call(C.kvt_breakpoint_remove, self._live(), breakpoint_id)
+
+    def pause(self):
+        """Pauses the next scheduler call or transition."""
+        _call(C.kvt_connector_pause, self._live())
+
+    def resume(self):
+        _call(C.kvt_connector_resume, self._live())
+
+    def wait_paused(self, timeout_ms):
+        """A dict describing the pause (trigger, prev, state, breakpoint, pauses, req_id) once
+        a thread is paused; None when none paused within timeout_ms."""
+        p = ffi.new("kvt_pause_info *")
+        p.struct_size = ffi.sizeof("kvt_pause_info")
+        status = C.kvt_connector_wait_paused(p, self._live(), timeout_ms)
+        if status == CONST["KVT_AGAIN"]:
+            return None
+        _check(status)
+        return {"trigger": p.trigger, "prev": p.prev, "state": p.state,
+                "breakpoint": p.breakpoint, "pauses": p.pauses,
+                "req_id": ffi.string(p.req_id).decode(errors="replace")}
+
+    def set_pause_timeout(self, timeout_ms):
+        _call(C.kvt_connector_set_pause_timeout, self._live(), timeout_ms)
+
+    def rerun(self, path):
+        """kvt_event_log_rerun: the log's calls made again on this (fresh) connector. The
+        counts as a dict (calls, violations, live_slots, registered, ...); CorruptError with
+        the first difference when the end state differs from the log's."""
+        r = ffi.new("kvt_log_replay *")
+        r.struct_size = ffi.sizeof("kvt_log_replay")
+        _call(C.kvt_event_log_rerun, r, self._live(), os.fsencode(path))
+        out = _fields(r)
+        out["transitions"] = [list(row) for row in r.transitions]
+        out["registered"] = list(r.registered)
+        return out
