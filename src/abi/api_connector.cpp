@@ -105,6 +105,7 @@ kvt_status on_call(const char *fn, kvt_connector *c, kvt_obs_trigger trigger,
                    const char *req_id, Op &&op) noexcept {
   return on_scheduler(fn, c, [&](Scheduler &s) {
     const kvt_connector_hooks &h = s.hooks();
+    if (!kObserve || (!h.will_call && !h.finished_call)) return op(s);  // the one branch
     const char *id = req_id && check_id(fn, req_id) == KVT_OK ? req_id : nullptr;
     if (h.will_call) h.will_call(h.user, trigger, id);
     kvt_status st = op(s);

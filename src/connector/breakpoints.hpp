@@ -15,6 +15,7 @@
 #include <string_view>
 #include <vector>
 
+#include "event/obs_sink.hpp"
 #include "kvtier.h"
 
 namespace kvt::conn {
@@ -29,7 +30,7 @@ struct Snapshot {
 class Breakpoints {
  public:
   // One branch for the scheduler while nothing is set.
-  bool armed() const noexcept { return armed_.load(std::memory_order_relaxed); }
+  bool armed() const noexcept { return kObserve && armed_.load(std::memory_order_relaxed); }
 
   uint64_t add(uint32_t state, std::string req_id);
   bool remove(uint64_t id);

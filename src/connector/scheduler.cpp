@@ -83,7 +83,7 @@ void Scheduler::move(Slot &s, SlotState to) {
 }
 
 void Scheduler::slot_event(const Slot &s, uint32_t prev, uint32_t to) {
-  if (hooks_.transition) hooks_.transition(hooks_.user, s.id.c_str(), prev, to, trigger_);
+  if (kObserve && hooks_.transition) hooks_.transition(hooks_.user, s.id.c_str(), prev, to, trigger_);
   if (!m_.bus().on()) return;
   ObsEvent e = obs_event(KVT_OBS_SLOT, s.id);
   e.prev = prev;

@@ -13,6 +13,14 @@
 
 namespace kvt {
 
+// False only in the baseline build of bench/observe_cost.sh (cmake -DKVT_NO_OBSERVE=ON): every
+// observe call site (the stream, breakpoints, hooks) is then compiled out.
+#ifdef KVT_NO_OBSERVE
+inline constexpr bool kObserve = false;
+#else
+inline constexpr bool kObserve = true;
+#endif
+
 // kvt_obs_event as the library carries it: the request id as a string rather than a
 // 256-byte array, so that an event costs its fields, not the id's room.
 struct ObsEvent {
@@ -27,7 +35,7 @@ struct ObsEvent {
 
 class ObsSink {
  public:
-  bool on() const noexcept { return on_.load(std::memory_order_relaxed); }
+  bool on() const noexcept { return kObserve && on_.load(std::memory_order_relaxed); }
   // Whether a log or the ring keeps events, so that CALL events need their arguments.
   bool keeps_calls() const noexcept { return keeps_calls_.load(std::memory_order_relaxed); }
   // Stamps e with the next sequence number and the time, and hands it to every reader.
