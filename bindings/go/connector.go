@@ -63,6 +63,11 @@ type ConnectorConfig struct {
 	// true: loads are asynchronous (the engine waits for the request in FinishedRecving);
 	// false: they end within the step, before WaitForLayerLoad returns.
 	LoadAsync bool
+	// Serve the management endpoint on this Unix socket (which must not exist) for the
+	// connector's life; "": none.
+	EndpointPath string
+	// How long a breakpoint's pause waits for a resume: 1 ms .. 1 hour.
+	PauseTimeoutMs uint32
 }
 
 func initConnectorConfig(c *C.kvt_connector_config) {
@@ -76,6 +81,7 @@ func DefaultConnectorConfig() ConnectorConfig {
 	return ConnectorConfig{
 		Role: ConnectorRole(c.role), Offload: OffloadMode(c.offload), StoreTier: Tier(c.store_tier),
 		NumGPUBlocks: uint64(c.num_gpu_blocks), SaltHash: uint64(c.salt_hash), LoadAsync: c.load_async != 0,
+		PauseTimeoutMs: uint32(c.pause_timeout_ms),
 	}
 }
 
@@ -139,6 +145,12 @@ func (m *Manager) NewConnector(cfg ConnectorConfig) (*Connector, error) {
 	c.num_gpu_blocks, c.salt_hash = C.uint64_t(cfg.NumGPUBlocks), C.uint64_t(cfg.SaltHash)
 	if cfg.LoadAsync {
 		c.load_async = 1
+	}
+	c.pause_timeout_ms = C.uint32_t(cfg.PauseTimeoutMs)
+	if cfg.EndpointPath != "" {
+		p := C.CString(cfg.EndpointPath)
+		defer C.free(unsafe.Pointer(p))
+		c.endpoint_path = p
 	}
 	var conn *Connector
 	err := m.with(func(cm *C.kvt_manager) C.kvt_status {

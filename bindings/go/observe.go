@@ -126,6 +126,32 @@ func (m *Manager) MetricsText() (string, error) {
 	return C.GoStringN(buf, C.int(n)), nil
 }
 
+// Rerun is what Connector.Rerun made again: the calls, and the state the log's events leave.
+type Rerun struct {
+	Calls, Events, LiveSlots, FinishedSlots uint64
+	Registered                              [4]uint64 // hashes at the end, by tier (1 = G1 .. 3 = G3)
+}
+
+// Rerun (kvt_event_log_rerun) makes the recorded calls of the log at path again on this
+// fresh connector; an error (StatusCorrupt) names the first difference from the log.
+func (c *Connector) Rerun(path string) (Rerun, error) {
+	p := C.CString(path)
+	defer C.free(unsafe.Pointer(p))
+	var r C.kvt_log_replay
+	r.struct_size = C.uint32_t(unsafe.Sizeof(r))
+	if err := c.with(func(cc *C.kvt_connector) C.kvt_status {
+		return C.kvt_event_log_rerun(&r, cc, p)
+	}); err != nil {
+		return Rerun{}, err
+	}
+	out := Rerun{Calls: uint64(r.calls), Events: uint64(r.events), LiveSlots: uint64(r.live_slots),
+		FinishedSlots: uint64(r.finished_slots)}
+	for i := range out.Registered {
+		out.Registered[i] = uint64(r.registered[i])
+	}
+	return out, nil
+}
+
 // ReadEventLog returns the records of an event log. A torn tail (a writer killed
 // mid-write) ends the records; torn then says so and why where.
 func ReadEventLog(path string) (events []ObsEvent, torn bool, why string, err error) {

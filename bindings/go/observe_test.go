@@ -1,6 +1,7 @@
 package kvtier_test
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -82,5 +83,72 @@ func TestObserveSubscriptionLogAndMetrics(t *testing.T) {
 	}
 	if _, _, _, err := kvtier.ReadEventLog(filepath.Join(t.TempDir(), "missing")); err == nil {
 		t.Fatal("a missing log was read")
+	}
+}
+
+// A connector whose config serves the management endpoint (its socket lives as long as the
+// connector), and its recorded calls, made again on a fresh connector, ending in the same
+// slot states; a connector with too few G1 blocks differs, and says where.
+func TestConnectorEndpointAndRerun(t *testing.T) {
+	dir := t.TempDir()
+	log, sock := filepath.Join(dir, "run.kvtlog"), filepath.Join(dir, "k.sock")
+	tokens := []uint32{0, 1, 2, 3, 4, 5, 6, 7, 8, 9}
+	cfg := kvtier.DefaultConnectorConfig()
+	cfg.Role, cfg.NumGPUBlocks = kvtier.RoleScheduler, 8
+	m := newManager(t)
+	withEndpoint := cfg
+	withEndpoint.EndpointPath, withEndpoint.PauseTimeoutMs = sock, 500
+	c, err := m.NewConnector(withEndpoint)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(sock); err != nil {
+		t.Fatalf("no endpoint socket: %v", err)
+	}
+	if err := m.Record(log); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := c.GetNumNewMatchedTokens("r1", tokens, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.UpdateStateAfterAlloc("r1", []uint32{5, 6, 7}, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.StopRecording(); err != nil {
+		t.Fatal(err)
+	}
+	c.Close()
+	m.Close()
+	if _, err := os.Stat(sock); !os.IsNotExist(err) {
+		t.Fatalf("the socket outlived its connector: %v", err)
+	}
+
+	m2 := newManager(t)
+	defer m2.Close()
+	fresh, err := m2.NewConnector(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := fresh.Rerun(log)
+	if err != nil || r.Calls != 2 || r.LiveSlots != 1 {
+		t.Fatalf("rerun: %+v %v", r, err)
+	}
+	if st, _, err := fresh.SlotState("r1"); err != nil || st != kvtier.SlotInitialized {
+		t.Fatalf("r1 is %v (%v)", st, err)
+	}
+	fresh.Close()
+
+	small := cfg
+	small.NumGPUBlocks = 6
+	sc, err := m2.NewConnector(small)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sc.Close()
+	_, err = sc.Rerun(log)
+	var e *kvtier.Error
+	if !errors.As(err, &e) || e.Status != kvtier.StatusCorrupt ||
+		!strings.Contains(e.Message, "UPDATE_STATE_AFTER_ALLOC 'r1'") {
+		t.Fatalf("rerun on 6 G1 blocks: %v", err)
 	}
 }

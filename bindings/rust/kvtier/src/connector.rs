@@ -87,6 +87,11 @@ pub struct ConnectorConfig {
     /// true: loads are asynchronous (the engine waits for the request in
     /// finished_recving); false: they end within the step, before wait_for_layer_load returns.
     pub load_async: bool,
+    /// Serve the management endpoint on this Unix socket (which must not exist) for the
+    /// connector's life; None: none.
+    pub endpoint_path: Option<std::path::PathBuf>,
+    /// How long a breakpoint's pause waits for a resume: 1 ms ..= 1 hour.
+    pub pause_timeout_ms: u32,
 }
 
 fn config_defaults() -> sys::kvt_connector_config {
@@ -114,6 +119,8 @@ impl Default for ConnectorConfig {
             num_gpu_blocks: c.num_gpu_blocks,
             salt_hash: c.salt_hash,
             load_async: c.load_async != 0,
+            endpoint_path: None,
+            pause_timeout_ms: c.pause_timeout_ms,
         }
     }
 }
@@ -187,7 +194,7 @@ fn strings(p: *const *const std::os::raw::c_char, n: usize) -> Vec<String> {
 /// thread and the other on another. build_connector_meta and get_finished copy out buffers that the connector owns
 /// until its next such call; `buffers` keeps that next call waiting until the copy is made.
 pub struct Connector<'m> {
-    c: *mut sys::kvt_connector,
+    pub(crate) c: *mut sys::kvt_connector,
     buffers: Mutex<()>,
     _m: PhantomData<&'m Manager>,
 }
@@ -205,6 +212,11 @@ impl<'m> Connector<'m> {
         c.num_gpu_blocks = cfg.num_gpu_blocks;
         c.salt_hash = cfg.salt_hash;
         c.load_async = cfg.load_async as u32;
+        c.pause_timeout_ms = cfg.pause_timeout_ms;
+        let endpoint = cfg.endpoint_path.as_deref().map(crate::observe::c_path).transpose()?;
+        if let Some(p) = &endpoint {
+            c.endpoint_path = p.as_ptr();
+        }
         let mut out = ptr::null_mut();
         check(unsafe { sys::kvt_connector_create(&mut out, m.m, &c) })?;
         Ok(Connector { c: out, buffers: Mutex::new(()), _m: PhantomData })

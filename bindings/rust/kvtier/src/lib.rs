@@ -31,7 +31,7 @@ pub use connector::{
     SlotState,
 };
 pub use log::{clear_log_handler, set_log_handler, LogLevel};
-pub use observe::{read_event_log, EventLog, ObsEvent, Subscription};
+pub use observe::{read_event_log, EventLog, ObsEvent, Rerun, Subscription};
 
 /// A kvt_status that is an error, kept as an enum.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

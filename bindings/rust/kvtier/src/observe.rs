@@ -6,7 +6,7 @@ use std::ptr;
 
 use kvtier_sys as sys;
 
-use crate::{check, invalid, Manager, Result, Status};
+use crate::{check, invalid, Connector, Manager, Result, Status};
 
 /// One event of the observe stream; `kind` is its kvt_obs_kind by name ("SLOT",
 /// "CANDIDATE", "BLOCK_STORED", ...), the other fields as in kvtier.h.
@@ -57,7 +57,7 @@ fn obs_event(e: &sys::kvt_obs_event) -> ObsEvent {
     }
 }
 
-fn c_path(path: &Path) -> Result<CString> {
+pub(crate) fn c_path(path: &Path) -> Result<CString> {
     CString::new(path.as_os_str().as_bytes()).map_err(|_| invalid("the path holds a NUL byte"))
 }
 
@@ -150,4 +150,29 @@ pub fn read_event_log(path: &Path) -> Result<EventLog> {
     };
     unsafe { sys::kvt_event_log_close(l) };
     result.map(|()| out)
+}
+
+/// What [`Connector::rerun`] made again: the calls, and the state the log's events leave.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Rerun {
+    pub calls: u64,
+    pub events: u64,
+    pub live_slots: u64,
+    pub finished_slots: u64,
+    /// Hashes registered at the end, by tier (index 1 = G1 .. 3 = G3).
+    pub registered: [u64; 4],
+}
+
+impl Connector<'_> {
+    /// kvt_event_log_rerun: the recorded calls of the log at `path`, made again on this
+    /// fresh connector; an error (Corrupt) names the first difference from the log.
+    pub fn rerun(&self, path: &Path) -> Result<Rerun> {
+        let p = c_path(path)?;
+        let mut r = std::mem::MaybeUninit::<sys::kvt_log_replay>::zeroed();
+        unsafe { (*r.as_mut_ptr()).struct_size = std::mem::size_of::<sys::kvt_log_replay>() as u32 };
+        check(unsafe { sys::kvt_event_log_rerun(r.as_mut_ptr(), self.c, p.as_ptr()) })?;
+        let r = unsafe { r.assume_init() };
+        Ok(Rerun { calls: r.calls, events: r.events, live_slots: r.live_slots,
+                   finished_slots: r.finished_slots, registered: r.registered })
+    }
 }
