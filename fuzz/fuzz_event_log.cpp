@@ -1,10 +1,10 @@
 // fuzz_event_log: the event log's decoder (src/observe/log_format.cpp, compiled in) on bytes
 // as a crashed writer or a damaged disk could leave them, and a CALL record's arguments
-// through the decoder kvt_event_log_rerun uses (src/connector/call_args.cpp). The first byte picks a mode: 0
-// reads the rest as a log (header, then records to the first one refused); 1 writes a
-// correct checksum into each record first, to get past it to the field checks. Whatever is
-// accepted must encode back to exactly the bytes it was read from, and arguments that
-// decode must encode back to theirs (for the calls whose arguments have one encoding).
+// through the decoder kvt_event_log_rerun uses (src/connector/call_args.cpp). The first
+// byte picks a mode: 0 reads the rest as a log (header, then records to the first one
+// refused); 1 writes a correct checksum into each record first, to get past it to the
+// field checks. Whatever is accepted must encode back to exactly the bytes it was read
+// from, and so must a call's arguments that decode (they have one encoding).
 #include <xxhash.h>
 
 #include <cstdio>

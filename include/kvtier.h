@@ -1130,7 +1130,8 @@ typedef struct kvt_obs_event {
   kvt_status status;       /* TRANSFER, CALL, and CANDIDATE FAILED: how it ended */
   uint32_t   reserved;
   uint64_t   batch;        /* CANDIDATE, and TRANSFER of a connector worker: the batch id */
-  uint64_t   hash;         /* BLOCK_*: the sequence hash */
+  uint64_t   hash;         /* BLOCK_*: the sequence hash; CALL of build_connector_meta: XXH64
+                              of the metadata */
   uint64_t   parent_hash;  /* BLOCK_STORED: the parent's sequence hash, 0 for a first block */
   uint64_t   tokens;       /* SLOT: the request's tokens; CALL: get_num_new_matched_tokens'
                               num_tokens */
@@ -1141,7 +1142,8 @@ typedef struct kvt_obs_event {
   uint64_t   bytes;        /* TRANSFER: bytes that arrived; CALL: its arguments' bytes in a
                               log */
   uint64_t   duration_ns;  /* TRANSFER: enqueue (a worker: the batch's start) to end */
-  uint64_t   count;        /* DROPPED: events lost */
+  uint64_t   count;        /* DROPPED: events lost; CALL: the result (tokens matched,
+                              delay_free, the metadata's bytes) */
   char       req_id[KVT_REQ_ID_MAX + 1]; /* SLOT, CANDIDATE, a worker's TRANSFER, CALL of a
                                             request: the request; "" otherwise */
 } kvt_obs_event;
@@ -1245,7 +1247,8 @@ KVT_API kvt_status kvt_connector_set_hooks(kvt_connector *c, const kvt_connector
  * at the start of every scheduler call that names it). kvt_connector_pause pauses it at the
  * next call or transition. The paused thread waits until kvt_connector_resume, or until the
  * pause timeout (the config's pause_timeout_ms, 30 s by default) ends the pause, so that a
- * breakpoint left behind never hangs the engine. With none set and no pause asked for, a call site costs one branch. */
+ * breakpoint left behind never hangs the engine. With none set and no pause asked for, a
+ * call site costs one branch. */
 typedef struct kvt_pause_info {
   uint32_t struct_size;  /* set by the caller: sizeof(kvt_pause_info) */
   uint32_t trigger;      /* kvt_obs_trigger: the call that paused */
@@ -1323,10 +1326,11 @@ KVT_API kvt_status kvt_event_log_replay(kvt_log_replay *out, kvt_manager *m, con
  * one's config (its G3 anywhere); the worker's recorded reports stand in for a worker. The
  * log's events are checked as kvt_event_log_replay checks them (without a manager), and at
  * the end c and its manager must hold the state they describe: the same live slots in the
- * same states, the same hashes in each tier, the same transition counts. KVT_OK when all of
+ * same states, the same hashes in each tier, the same transition counts, and, once every
+ * slot finished and every batch ended, no block still pinned. KVT_OK when all of
  * it agrees; KVT_ERR_CORRUPT otherwise, with the first difference in kvt_last_error and the
- * number of differences and violations in out->violations. A log recorded before schema 2
- * holds no calls (KVT_ERR_UNSUPPORTED). */
+ * number of differences and violations in out->violations. A log without CALL events
+ * (schema 1, or no connector) is such a difference. */
 KVT_API kvt_status kvt_event_log_rerun(kvt_log_replay *out, kvt_connector *c, const char *path);
 
 /* Names for printing: "SLOT", "PROMOTED", "UPDATE_STATE_AFTER_ALLOC"; "UNKNOWN" otherwise. */

@@ -520,21 +520,30 @@ TEST(Breakpoints, DestroyResumesAPausedCallAndWaitsForIt) {
   auto m = make(seed_manager_config());
   kvt_connector *c = nullptr;
   kvt_connector_config cc = connector_config(KVT_ROLE_SCHEDULER);
+  cc.pause_timeout_ms = 3600u * 1000u;  // only destroy can end this pause in time
   ASSERT_KVT_OK(kvt_connector_create(&c, m.get(), &cc));
   uint64_t bp = 0;
   ASSERT_KVT_OK(kvt_breakpoint_add(&bp, c, KVT_SLOT_INITIALIZED, nullptr));
   std::atomic<kvt_status> st{KVT_ERR_INTERNAL};
+  std::atomic<bool> returned{false};
   std::thread engine([&] {
     uint64_t n = 0;
     const auto tokens = seed_a();
     st = kvt_connector_get_num_new_matched_tokens(&n, nullptr, c, "A", tokens.data(),
                                                   tokens.size(), 0);
+    returned = true;
   });
   kvt_pause_info p{};
   p.struct_size = sizeof p;
   ASSERT_KVT_OK(kvt_connector_wait_paused(&p, c, 20000));
   EXPECT_EQ(p.state, uint32_t(KVT_SLOT_INITIALIZED));
+  const auto t0 = std::chrono::steady_clock::now();
   kvt_connector_destroy(c);  // no resume: destroy's own
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(10));
+  // The call left the connector's lock before destroy freed it; at most its return remains.
+  for (int i = 0; i < 1000 && !returned; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  EXPECT_TRUE(returned.load());
   engine.join();
   EXPECT_EQ(st.load(), KVT_OK);
 }
@@ -619,8 +628,9 @@ TEST(Replay, RerunMakesTheRecordedCallsAgainOnAFreshConnector) {
   for (const kvt_obs_event &e : read_log(log, &end)) {
     if (e.kind != KVT_OBS_CALL) continue;
     ++calls;
-    if (e.trigger == KVT_TRIGGER_UPDATE_STATE_AFTER_ALLOC && std::string(e.req_id) == "nobody")
+    if (e.trigger == KVT_TRIGGER_UPDATE_STATE_AFTER_ALLOC && std::string(e.req_id) == "nobody") {
       EXPECT_EQ(e.status, KVT_ERR_NOT_FOUND);
+    }
     if (e.trigger == KVT_TRIGGER_GET_NUM_NEW_MATCHED_TOKENS && std::string(e.req_id) == "C") {
       EXPECT_EQ(e.count, 48u) << "the call's result";
       EXPECT_EQ(e.tokens, seed_b().size());

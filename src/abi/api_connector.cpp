@@ -173,8 +173,13 @@ KVT_API kvt_status kvt_connector_create(kvt_connector **out, kvt_manager *m,
       throw;
     }
     if (c.endpoint_path != nullptr) {
-      if (kvt_status st = endpoint_open(&conn->endpoint, m, mgr, conn.get(), c.endpoint_path);
-          st != KVT_OK) {
+      kvt_status st;
+      try {
+        st = endpoint_open(&conn->endpoint, m, mgr, conn.get(), c.endpoint_path);
+      } catch (...) {
+        st = fail(KVT_ERR_NO_MEMORY, "no memory for the endpoint");
+      }
+      if (st != KVT_OK) {
         conn->sched.reset();
         conn->worker.reset();
         mgr.give_connector();

@@ -33,7 +33,8 @@ void Breakpoints::release() {
   points_.clear();
   pause_next_ = false;
   rearm_locked();
-  if (!paused_) return;
+  // Counted even with nobody paused: a thread between its match and its pause (taking the
+  // snapshot) sees it and does not wait.
   paused_ = false;
   ++resumes_;
   cv_.notify_all();
@@ -90,9 +91,11 @@ void Breakpoints::check(kvt_obs_trigger trigger, std::string_view req_id, uint32
   if (!matched) return;
   pause_next_ = false;
   rearm_locked();
+  const uint64_t resumes = resumes_;
   lock.unlock();
   Snapshot snap = snapshot();  // outside mu_: it may take a while
   lock.lock();
+  if (resumes_ != resumes) return;  // released meanwhile
   snap_ = std::move(snap);
   info_ = kvt_pause_info{};
   info_.struct_size = sizeof info_;
@@ -103,7 +106,6 @@ void Breakpoints::check(kvt_obs_trigger trigger, std::string_view req_id, uint32
   info_.pauses = ++pauses_;
   std::memcpy(info_.req_id, req_id.data(), std::min<size_t>(req_id.size(), KVT_REQ_ID_MAX));
   paused_ = true;
-  const uint64_t resumes = resumes_;
   cv_.notify_all();
   if (!cv_.wait_for(lock, timeout_, [&] { return resumes_ != resumes; }))
     log(KVT_LOG_WARN, "connector: the pause at request '%s' timed out after %lld ms; going on",

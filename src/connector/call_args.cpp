@@ -1,5 +1,6 @@
 #include "connector/call_args.hpp"
 
+#include <algorithm>
 #include <cstring>
 
 #include "common/error.hpp"
@@ -8,7 +9,8 @@
 namespace kvt::conn {
 namespace {
 
-// At most this many values in one array: a damaged count must not ask for gigabytes.
+// At most this many values in all of a call's arrays: a few damaged bytes must not ask for
+// gigabytes.
 constexpr uint64_t kMaxValues = 4u << 20;
 
 void put(std::string *out, uint64_t v) {
@@ -22,6 +24,8 @@ void put(std::string *out, uint64_t v) {
 }
 
 // n values as runs of consecutive ones: (start - where the last run ended, zigzagged; length).
+// A run never starts where the last one ended (it would have continued it), so the encoding
+// of an array is unique.
 void put_runs(std::string *out, const uint32_t *v, size_t n) {
   put(out, n);
   int64_t next = 0;
@@ -36,6 +40,8 @@ void put_runs(std::string *out, const uint32_t *v, size_t n) {
   }
 }
 
+// Reads what put and put_runs wrote, and only that: a varint in its shortest form, runs as
+// put_runs makes them, values within u32 and within the call's budget.
 class Reader {
  public:
   Reader(const uint8_t *p, size_t n) : p_(p), end_(p + n) {}
@@ -45,20 +51,25 @@ class Reader {
       if (p_ == end_) return false;
       const uint8_t b = *p_++;
       *v |= uint64_t(b & 0x7f) << shift;
-      if (!(b & 0x80)) return shift < 63 || b <= 1;
+      if (!(b & 0x80)) return (shift == 0 || b != 0) && (shift < 63 || b <= 1);
     }
     return false;
   }
   bool runs(std::vector<uint32_t> *v) {
     uint64_t n;
-    if (!get(&n) || n > kMaxValues) return false;
+    if (!get(&n) || n > budget_) return false;
+    budget_ -= n;
     v->clear();
-    v->reserve(n);
+    v->reserve(std::min<uint64_t>(n, left()));  // grows past that only as runs decode
     int64_t next = 0;
     while (v->size() < n) {
       uint64_t z, len;
       if (!get(&z) || !get(&len) || len == 0 || len > n - v->size()) return false;
-      const int64_t start = next + int64_t((z >> 1) ^ (0 - (z & 1)));
+      if (z == 0 && !v->empty()) return false;  // it would continue the last run
+      const uint64_t mag = z >> 1;  // |delta| - (z & 1): within u32 or refused
+      if (mag > UINT32_MAX) return false;
+      const int64_t delta = (z & 1) ? -int64_t(mag) - 1 : int64_t(mag);
+      const int64_t start = next + delta;
       if (start < 0 || start + int64_t(len) - 1 > int64_t(UINT32_MAX)) return false;
       for (uint64_t k = 0; k < len; ++k) v->push_back(uint32_t(start + int64_t(k)));
       next = start + int64_t(len);
@@ -77,6 +88,7 @@ class Reader {
 
  private:
   const uint8_t *p_, *end_;
+  uint64_t budget_ = kMaxValues;
 };
 
 }  // namespace
@@ -104,7 +116,7 @@ void encode_schedule(std::string *out, const kvt_scheduled_request *reqs, size_t
   put(out, n);
   for (size_t i = 0; i < n; ++i) {
     const kvt_scheduled_request &r = reqs[i];
-    const size_t id = strnlen(r.req_id, KVT_REQ_ID_MAX + 1);
+    const size_t id = strnlen(r.req_id, KVT_REQ_ID_MAX);  // the call checked every id
     put(out, id);
     out->append(r.req_id, id);
     put(out, r.num_computed_tokens);

@@ -31,10 +31,12 @@ struct CallArgs {
 
 void encode_matched(std::string *out, const uint32_t *tokens, size_t n, uint64_t computed);
 void encode_alloc(std::string *out, const uint32_t *blocks, size_t n, uint64_t external);
+// Only for a schedule that build_connector_meta accepted (every id valid).
 void encode_schedule(std::string *out, const kvt_scheduled_request *reqs, size_t n);
 
 // The arguments of a call `trigger` (kvt_obs_trigger) from bytes[0..n): KVT_OK, or
-// KVT_ERR_CORRUPT with what is wrong. Any bytes are safe.
+// KVT_ERR_CORRUPT with what is wrong. Any bytes are safe, and at most 4 Mi values are
+// decoded from one call. Only the encoders' own output decodes (one encoding per value).
 kvt_status decode_call(CallArgs *out, uint32_t trigger, const uint8_t *bytes, size_t n);
 
 }  // namespace kvt::conn

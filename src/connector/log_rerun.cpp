@@ -38,6 +38,14 @@ void LogRerun::call(const kvt_obs_event &e, const std::string &args) {
   std::snprintf(what, sizeof what, "call %llu (%s%s%s%s, event #%llu)",
                 (unsigned long long)calls_, trigger_name(e.trigger), e.req_id[0] ? " '" : "",
                 e.req_id, e.req_id[0] ? "'" : "", (unsigned long long)e.seq);
+  // A refused schedule changed nothing and is logged without its arguments.
+  if (e.trigger == KVT_TRIGGER_BUILD_CONNECTOR_META && e.status != KVT_OK && args.empty())
+    return;
+  const bool needs_args = e.trigger != KVT_TRIGGER_REQUEST_FINISHED &&
+                          e.trigger != KVT_TRIGGER_REQUEST_PREEMPTED;
+  if (needs_args && args.empty())
+    return differs("%s: the log holds no arguments for it (recorded while no log or ring "
+                   "kept events, or too big)", what);
   CallArgs a;
   if (decode_call(&a, e.trigger, reinterpret_cast<const uint8_t *>(args.data()), args.size()) !=
       KVT_OK)
@@ -116,6 +124,16 @@ void LogRerun::finish(kvt_log_replay *out, std::string *first) {
     if (missing || held.size() != logged.size())
       differs("G%d holds %zu hashes after the rerun, %zu of them not in the log's %zu", t,
               held.size(), missing, logged.size());
+  }
+  // With every slot finished and every batch ended, no block may stay protected.
+  for (int t = KVT_TIER_G1; t <= KVT_TIER_G3 && want.empty() && out->open_batches == 0; ++t) {
+    Tier *tier = m_.tier_if_present(t);
+    kvt_tier_stats ts{};
+    ts.struct_size = sizeof ts;
+    if (tier != nullptr) tier->stats(&ts);
+    if (ts.active != 0)
+      differs("G%d still pins %llu blocks with no slot live and no batch in flight", t,
+              (unsigned long long)ts.active);
   }
   kvt_connector_stats st{};
   s_.stats(&st);

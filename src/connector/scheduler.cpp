@@ -7,8 +7,8 @@
 
 #include "block/handle.hpp"
 #include "block/tier.hpp"
-#include "connector/call_args.hpp"
 #include "common/error.hpp"
+#include "connector/call_args.hpp"
 #include "manager/manager.hpp"
 
 namespace kvt::conn {
@@ -83,7 +83,8 @@ void Scheduler::move(Slot &s, SlotState to) {
 }
 
 void Scheduler::slot_event(const Slot &s, uint32_t prev, uint32_t to) {
-  if (kObserve && hooks_.transition) hooks_.transition(hooks_.user, s.id.c_str(), prev, to, trigger_);
+  if (kObserve && hooks_.transition)
+    hooks_.transition(hooks_.user, s.id.c_str(), prev, to, trigger_);
   if (!m_.bus().on()) return;
   ObsEvent e = obs_event(KVT_OBS_SLOT, s.id);
   e.prev = prev;
@@ -654,84 +655,80 @@ kvt_status Scheduler::preempted(std::string_view id) {
   return KVT_OK;
 }
 
-// The six calls: each body, then its CALL event, with its arguments when a log keeps them
-// (kvt_event_log_rerun makes the calls again from those).
-ObsEvent Scheduler::call_event(std::string_view id, kvt_status st) const {
-  ObsEvent e = obs_event(KVT_OBS_CALL, id);
-  e.trigger = trigger_;
-  e.status = st;
-  return e;
-}
-
-void Scheduler::emit_call(ObsEvent &e) {
-  e.bytes = e.args.size();
-  m_.bus().emit(e);
+// The six calls: each body, then its CALL event, with the call's arguments when a log or
+// the ring keeps them (kvt_event_log_rerun makes the calls again from those). fill(e, args)
+// sets the event's counts, and encodes the arguments into e.args when args is true. Short
+// of memory the event is lost (a rerun then stops matching): the call has happened.
+template <class Fill>
+void Scheduler::call_event(std::string_view id, kvt_status st, Fill &&fill) noexcept {
+  if (!m_.bus().on()) return;
+  try {
+    ObsEvent e = obs_event(KVT_OBS_CALL, id);
+    e.trigger = trigger_;
+    e.status = st;
+    fill(e, m_.bus().keeps_calls());
+    if (e.args.size() > kMaxCallArgs) e.args.clear();  // too big to log: a rerun names it
+    e.bytes = e.args.size();
+    m_.bus().emit(e);
+  } catch (...) {
+  }
 }
 
 kvt_status Scheduler::get_num_new_matched_tokens(uint64_t *out, std::string_view id,
                                                  const uint32_t *tokens, size_t n,
                                                  uint64_t computed) {
   kvt_status st = matched_tokens(out, id, tokens, n, computed);
-  if (!m_.bus().on()) return st;
-  ObsEvent e = call_event(id, st);
-  e.tokens = n;
-  e.computed = computed;
-  e.count = st == KVT_OK ? *out : 0;
-  if (m_.bus().keeps_calls()) encode_matched(&e.args, tokens, n, computed);
-  emit_call(e);
+  call_event(id, st, [&](ObsEvent &e, bool args) {
+    e.tokens = n;
+    e.computed = computed;
+    e.count = st == KVT_OK ? *out : 0;
+    if (args) encode_matched(&e.args, tokens, n, computed);
+  });
   return st;
 }
 
 kvt_status Scheduler::update_state_after_alloc(std::string_view id, const uint32_t *blocks,
                                                size_t n, uint64_t external) {
   kvt_status st = after_alloc(id, blocks, n, external);
-  if (!m_.bus().on()) return st;
-  ObsEvent e = call_event(id, st);
-  e.computed = external;
-  e.blocks = n;
-  if (m_.bus().keeps_calls()) encode_alloc(&e.args, blocks, n, external);
-  emit_call(e);
+  call_event(id, st, [&](ObsEvent &e, bool args) {
+    e.computed = external;
+    e.blocks = n;
+    if (args) encode_alloc(&e.args, blocks, n, external);
+  });
   return st;
 }
 
 kvt_status Scheduler::build_meta(std::string *out, const kvt_scheduled_request *reqs,
                                  size_t n) {
   kvt_status st = meta_for(out, reqs, n);
-  if (!m_.bus().on()) return st;
-  ObsEvent e = call_event({}, st);
-  e.blocks = n;
-  if (st == KVT_OK) {
+  // A refused schedule changed nothing, and may hold ids that are not ids: no arguments.
+  call_event({}, st, [&](ObsEvent &e, bool args) {
+    e.blocks = n;
+    if (st != KVT_OK) return;
     e.count = out->size();
     e.hash = XXH64(out->data(), out->size(), 0);
-  }
-  if (m_.bus().keeps_calls()) encode_schedule(&e.args, reqs, n);
-  emit_call(e);
+    if (args) encode_schedule(&e.args, reqs, n);
+  });
   return st;
 }
 
 kvt_status Scheduler::update_output(const Report &r) {
   kvt_status st = take_output(r);
-  if (!m_.bus().on()) return st;
-  ObsEvent e = call_event({}, st);
-  if (m_.bus().keeps_calls()) e.args = encode(r);
-  emit_call(e);
+  call_event({}, st, [&](ObsEvent &e, bool args) {
+    if (args) e.args = encode(r);
+  });
   return st;
 }
 
 kvt_status Scheduler::request_finished(bool *delay_free, std::string_view id) {
   kvt_status st = finished(delay_free, id);
-  if (!m_.bus().on()) return st;
-  ObsEvent e = call_event(id, st);
-  e.count = st == KVT_OK && *delay_free;
-  emit_call(e);
+  call_event(id, st, [&](ObsEvent &e, bool) { e.count = st == KVT_OK && *delay_free; });
   return st;
 }
 
 kvt_status Scheduler::request_preempted(std::string_view id) {
   kvt_status st = preempted(id);
-  if (!m_.bus().on()) return st;
-  ObsEvent e = call_event(id, st);
-  emit_call(e);
+  call_event(id, st, [](ObsEvent &, bool) {});
   return st;
 }
 

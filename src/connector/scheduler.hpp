@@ -89,8 +89,8 @@ class Scheduler {
   kvt_status take_output(const Report &r);
   kvt_status finished(bool *delay_free, std::string_view id);
   kvt_status preempted(std::string_view id);
-  ObsEvent call_event(std::string_view id, kvt_status st) const;
-  void emit_call(ObsEvent &e);
+  template <class Fill>
+  void call_event(std::string_view id, kvt_status st, Fill &&fill) noexcept;
 
   StoreRec store_rec(Slot &s) {
     StoreRec r;

@@ -21,6 +21,10 @@ inline constexpr bool kObserve = false;
 inline constexpr bool kObserve = true;
 #endif
 
+// The most bytes of a CALL event's arguments that a log keeps; a call with more is logged
+// without them.
+inline constexpr size_t kMaxCallArgs = 16 << 20;
+
 // kvt_obs_event as the library carries it: the request id as a string rather than a
 // 256-byte array, so that an event costs its fields, not the id's room.
 struct ObsEvent {

@@ -38,8 +38,9 @@ void Bus::stamp_locked(ObsEvent &e, uint64_t time_ns) noexcept {
   if (!ring_.empty()) {
     try {
       ring_[ring_next_] = e;
-    } catch (...) {  // no memory for the id: the ring keeps the event without it
+    } catch (...) {  // no memory for the id or the arguments: the event without them
       ring_[ring_next_].req_id.clear();
+      ring_[ring_next_].args.clear();
     }
     ring_next_ = (ring_next_ + 1) % ring_.size();
     ++ring_filled_;

@@ -52,6 +52,9 @@ nlohmann::json event_json(const kvt_obs_event &e) {
     case KVT_OBS_CALL:
       j["trigger"] = trigger_name(e.trigger);
       j["status"] = kvt_status_str(e.status);
+      j["tokens"] = e.tokens;
+      j["computed"] = e.computed;
+      j["blocks"] = e.blocks;
       j["result"] = e.count;
       break;
     default:

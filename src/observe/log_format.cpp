@@ -47,10 +47,11 @@ kvt_status check_header(const uint8_t *p, size_t n) {
 }
 
 void encode_record(const ObsEvent &e, std::string *out) {
-  // Built in place and appended once: this runs for every event while a log is open.
+  // Built on the stack and appended, no allocation of its own: this runs for every event
+  // while a log is open.
   uint8_t b[kRecordHeadBytes + kPayloadFixed + KVT_REQ_ID_MAX];
   const size_t id = std::min<size_t>(e.req_id.size(), KVT_REQ_ID_MAX);
-  const size_t args = e.args.size() <= kMaxArgs ? e.args.size() : 0;
+  const size_t args = e.args.size() <= kMaxCallArgs ? e.args.size() : 0;
   uint8_t *p = b + kRecordHeadBytes;
   auto put = [&p](uint64_t v, int bytes) {
     for (int i = 0; i < bytes; ++i) *p++ = uint8_t(v >> (8 * i));
@@ -65,23 +66,16 @@ void encode_record(const ObsEvent &e, std::string *out) {
   put(id, 2);
   std::memcpy(p, e.req_id.data(), id);
   const size_t len = kPayloadFixed + id + args;
-  uint32_t sum;
-  if (args == 0) {
-    sum = XXH32(b + kRecordHeadBytes, len, 0);
-  } else {  // a CALL's arguments follow: the checksum runs over both parts
-    XXH32_state_t *st = XXH32_createState();
-    if (st == nullptr) return;  // no memory: the record is not written
-    XXH32_reset(st, 0);
-    XXH32_update(st, b + kRecordHeadBytes, kPayloadFixed + id);
-    XXH32_update(st, e.args.data(), args);
-    sum = XXH32_digest(st);
-    XXH32_freeState(st);
-  }
   p = b;
   put(len, 4);
-  put(sum, 4);
+  put(0, 4);
+  // The checksum runs over the payload where it lands in *out (a CALL's arguments follow
+  // the fixed part there), then goes into its place in the header.
+  const size_t at = out->size();
   out->append(reinterpret_cast<const char *>(b), kRecordHeadBytes + kPayloadFixed + id);
   out->append(e.args.data(), args);
+  const uint32_t sum = XXH32(out->data() + at + kRecordHeadBytes, len, 0);
+  for (int i = 0; i < 4; ++i) (*out)[at + 4 + size_t(i)] = char(sum >> (8 * i));
 }
 
 uint32_t record_length(const uint8_t *p) { return get32(p); }

@@ -19,8 +19,7 @@ inline constexpr uint32_t kLogFormat = 2;  // this kvtier writes 2 and reads 1 a
 inline constexpr size_t kLogHeaderBytes = 16;  // magic, format, schema
 inline constexpr size_t kRecordHeadBytes = 8;  // length, checksum
 inline constexpr size_t kPayloadFixed = 118;   // the payload without the request id
-inline constexpr size_t kMaxArgs = 16 << 20;   // a CALL's arguments; more are not logged
-inline constexpr size_t kMaxPayload = kPayloadFixed + KVT_REQ_ID_MAX + kMaxArgs;
+inline constexpr size_t kMaxPayload = kPayloadFixed + KVT_REQ_ID_MAX + kMaxCallArgs;
 
 void encode_header(std::string *out);
 // KVT_OK, or the status and message for n bytes that do not start an event log.
