@@ -102,9 +102,14 @@ std::vector<kvt_scheduled_request> CallArgs::schedule() const {
   return v;
 }
 
-void encode_matched(std::string *out, const uint32_t *tokens, size_t n, uint64_t computed) {
+void encode_matched(std::string *out, const uint32_t *tokens, size_t n, uint64_t computed,
+                    bool own) {
+  put(out, own);
   put(out, computed);
-  put_runs(out, tokens, n);
+  if (own)
+    put(out, n);
+  else
+    put_runs(out, tokens, n);
 }
 
 void encode_alloc(std::string *out, const uint32_t *blocks, size_t n, uint64_t external) {
@@ -131,7 +136,14 @@ kvt_status decode_call(CallArgs *out, uint32_t trigger, const uint8_t *bytes, si
   CallArgs a;
   bool ok = true;
   switch (trigger) {
-    case KVT_TRIGGER_GET_NUM_NEW_MATCHED_TOKENS:
+    case KVT_TRIGGER_GET_NUM_NEW_MATCHED_TOKENS: {
+      uint64_t own;
+      ok = in.get(&own) && own <= 1 && in.get(&a.number);
+      a.own_tokens = own == 1;
+      if (ok) ok = a.own_tokens ? in.get(&a.num_tokens) : in.runs(&a.ids);
+      if (!a.own_tokens) a.num_tokens = a.ids.size();
+      break;
+    }
     case KVT_TRIGGER_UPDATE_STATE_AFTER_ALLOC:
       ok = in.get(&a.number) && in.runs(&a.ids);
       break;

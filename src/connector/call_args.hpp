@@ -17,6 +17,10 @@ struct CallArgs {
   std::vector<uint32_t> ids;  // get_num_new_matched_tokens: tokens; update_state_after_alloc:
                               // block ids
   uint64_t number = 0;        // num_computed_tokens; num_external_tokens
+  // get_num_new_matched_tokens with the slot's own tokens (those it matched last, and what
+  // build_connector_meta appended since): their number, not the tokens, is logged.
+  bool own_tokens = false;
+  uint64_t num_tokens = 0;
   struct Scheduled {
     std::string req_id;
     uint64_t computed = 0, scheduled = 0;
@@ -29,7 +33,9 @@ struct CallArgs {
   std::vector<kvt_scheduled_request> schedule() const;
 };
 
-void encode_matched(std::string *out, const uint32_t *tokens, size_t n, uint64_t computed);
+// own: the tokens are the slot's own (see CallArgs::own_tokens); only n is written then.
+void encode_matched(std::string *out, const uint32_t *tokens, size_t n, uint64_t computed,
+                    bool own);
 void encode_alloc(std::string *out, const uint32_t *blocks, size_t n, uint64_t external);
 // Only for a schedule that build_connector_meta accepted (every id valid).
 void encode_schedule(std::string *out, const kvt_scheduled_request *reqs, size_t n);

@@ -53,10 +53,19 @@ void LogRerun::call(const kvt_obs_event &e, const std::string &args) {
   kvt_status st = KVT_OK;
   uint64_t result = 0;  // what the CALL event's count records
   switch (e.trigger) {
-    case KVT_TRIGGER_GET_NUM_NEW_MATCHED_TOKENS:
+    case KVT_TRIGGER_GET_NUM_NEW_MATCHED_TOKENS: {
+      if (a.own_tokens) {
+        auto it = tokens_.find(e.req_id);
+        if (it == tokens_.end() || it->second.size() != a.num_tokens)
+          return differs("%s: logged with the slot's own %llu tokens, which the rerun lacks",
+                         what, (unsigned long long)a.num_tokens);
+        a.ids = it->second;
+      }
       st = s_.get_num_new_matched_tokens(&result, e.req_id, a.ids.data(), a.ids.size(),
                                          a.number);
+      if (st == KVT_OK) tokens_[e.req_id] = std::move(a.ids);
       break;
+    }
     case KVT_TRIGGER_UPDATE_STATE_AFTER_ALLOC:
       st = s_.update_state_after_alloc(e.req_id, a.ids.data(), a.ids.size(), a.number);
       break;
@@ -64,6 +73,10 @@ void LogRerun::call(const kvt_obs_event &e, const std::string &args) {
       std::string meta;
       const std::vector<kvt_scheduled_request> reqs = a.schedule();
       st = s_.build_meta(&meta, reqs.data(), reqs.size());
+      if (st == KVT_OK)
+        for (const CallArgs::Scheduled &r : a.reqs)
+          if (auto it = tokens_.find(r.req_id); it != tokens_.end())
+            it->second.insert(it->second.end(), r.tokens.begin(), r.tokens.end());
       if (st == KVT_OK && e.status == KVT_OK) {
         result = meta.size();
         if (XXH64(meta.data(), meta.size(), 0) != e.hash)
@@ -82,6 +95,7 @@ void LogRerun::call(const kvt_obs_event &e, const std::string &args) {
       bool delay = false;
       st = s_.request_finished(&delay, e.req_id);
       result = delay;
+      if (st == KVT_OK) tokens_.erase(e.req_id);
       break;
     }
     case KVT_TRIGGER_REQUEST_PREEMPTED:

@@ -3,8 +3,11 @@
 // scheduler and manager must hold the state those events describe.
 #pragma once
 
+#include <absl/container/flat_hash_map.h>
+
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "connector/log_replay.hpp"
 #include "kvtier.h"
@@ -31,6 +34,9 @@ class LogRerun {
   Scheduler &s_;
   Manager &m_;
   LogReplay events_;  // the log's events, checked, without a manager
+  // Each live request's tokens, as its slot has them: for the calls logged with the slot's
+  // own tokens (CallArgs::own_tokens).
+  absl::flat_hash_map<std::string, std::vector<uint32_t>> tokens_;
   uint64_t calls_ = 0, differences_ = 0;
   std::string first_;
 };

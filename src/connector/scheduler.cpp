@@ -248,6 +248,7 @@ kvt_status Scheduler::matched_tokens(uint64_t *out, std::string_view id,
                                      const uint32_t *tokens, size_t n, uint64_t computed) {
   static constexpr const char *fn = "kvt_connector_get_num_new_matched_tokens";
   trigger_ = KVT_TRIGGER_GET_NUM_NEW_MATCHED_TOKENS;
+  own_tokens_ = false;
   stop_point(id, 0, 0);
   if (computed > n)
     return fail(KVT_ERR_INVALID_ARGUMENT,
@@ -292,6 +293,9 @@ kvt_status Scheduler::matched_tokens(uint64_t *out, std::string_view id,
     stop_point(s->id, 0, KVT_SLOT_INITIALIZED);
   } else {
     drop_staged(*s);
+    // The same count, chained block hashes and partial block: the same tokens.
+    own_tokens_ = s->seq.tokens() == seq.tokens() && s->seq.partial() == seq.partial() &&
+                  s->seq.seq_hashes() == seq.seq_hashes();
     s->seq = std::move(seq);
   }
   s->matched_from = computed;
@@ -682,7 +686,7 @@ kvt_status Scheduler::get_num_new_matched_tokens(uint64_t *out, std::string_view
     e.tokens = n;
     e.computed = computed;
     e.count = st == KVT_OK ? *out : 0;
-    if (args) encode_matched(&e.args, tokens, n, computed);
+    if (args) encode_matched(&e.args, tokens, n, computed, st == KVT_OK && own_tokens_);
   });
   return st;
 }

@@ -152,6 +152,9 @@ class Scheduler {
 
   kvt_connector_stats stats_{};
   kvt_obs_trigger trigger_ = KVT_TRIGGER_GET_NUM_NEW_MATCHED_TOKENS;  // the call in progress
+  // The last get_num_new_matched_tokens was given the slot's own tokens: its CALL event
+  // logs their number only (a waiting request is asked again at every step).
+  bool own_tokens_ = false;
   Breakpoints bp_;
   kvt_connector_hooks hooks_{};
   // At a call's start (prev = state = 0) or after a transition: a breakpoint may pause here.
