@@ -29,6 +29,28 @@ using namespace kvt::abi;
 
 namespace {
 
+// The log at path through apply(event, call arguments), then result(&counts, &first):
+// the reading and the reporting that replay and rerun share.
+template <class Apply, class Result>
+kvt_status feed_log(const char *fn, kvt_log_replay *out, const char *path, Apply &&apply,
+                    Result &&result) {
+  obs::LogReader reader;
+  if (kvt_status st = reader.open(path); st != KVT_OK)
+    return fail(st, "%s: %s", fn, std::string(kvt_last_error()).c_str());
+  kvt_obs_event e;
+  std::string args;
+  kvt_status st;
+  while ((st = reader.next(&e, &args)) == KVT_OK) apply(e, args);
+  if (st == KVT_ERR_IO) return fail(st, "%s: %s", fn, std::string(kvt_last_error()).c_str());
+  kvt_log_replay r{};
+  r.torn = st == KVT_ERR_CORRUPT;
+  std::string first;
+  result(&r, &first);
+  write_versioned(out, r);
+  if (r.violations) return fail(KVT_ERR_CORRUPT, "%s: %s", fn, first.c_str());
+  return KVT_OK;
+}
+
 constexpr size_t kMaxEvents = size_t{1} << 24;
 
 template <class T>
@@ -169,21 +191,10 @@ KVT_API kvt_status kvt_event_log_replay(kvt_log_replay *out, kvt_manager *m, con
       kvt_status st;
       if ((fresh = manager(fn, m, &st)) == nullptr) return st;
     }
-    obs::LogReader reader;
-    if (kvt_status st = reader.open(path); st != KVT_OK)
-      return fail(st, "%s: %s", fn, std::string(kvt_last_error()).c_str());
     conn::LogReplay replay(fresh);
-    kvt_log_replay r{};
-    kvt_obs_event e;
-    kvt_status st;
-    while ((st = reader.next(&e)) == KVT_OK) replay.apply(e);
-    if (st == KVT_ERR_IO) return fail(st, "%s: %s", fn, std::string(kvt_last_error()).c_str());
-    r.torn = st == KVT_ERR_CORRUPT;
-    std::string first;
-    replay.result(&r, &first);
-    write_versioned(out, r);
-    if (r.violations) return fail(KVT_ERR_CORRUPT, "%s: %s", fn, first.c_str());
-    return KVT_OK;
+    return feed_log(
+        fn, out, path, [&](const kvt_obs_event &e, const std::string &) { replay.apply(e); },
+        [&](kvt_log_replay *r, std::string *first) { replay.result(r, first); });
   });
 }
 
@@ -200,22 +211,12 @@ KVT_API kvt_status kvt_event_log_rerun(kvt_log_replay *out, kvt_connector *c, co
     if (!c->sched)
       return fail(KVT_ERR_STATE, "%s: this connector has no scheduler half (its role is WORKER)",
                   fn);
-    obs::LogReader reader;
-    if ((st = reader.open(path)) != KVT_OK)
-      return fail(st, "%s: %s", fn, std::string(kvt_last_error()).c_str());
     std::lock_guard lock(c->mu);
     conn::LogRerun rerun(*c->sched, *c->mgr);
-    kvt_obs_event e;
-    std::string args;
-    while ((st = reader.next(&e, &args)) == KVT_OK) rerun.apply(e, args);
-    if (st == KVT_ERR_IO) return fail(st, "%s: %s", fn, std::string(kvt_last_error()).c_str());
-    kvt_log_replay r{};
-    r.torn = st == KVT_ERR_CORRUPT;
-    std::string first;
-    rerun.finish(&r, &first);
-    write_versioned(out, r);
-    if (r.violations) return fail(KVT_ERR_CORRUPT, "%s: %s", fn, first.c_str());
-    return KVT_OK;
+    return feed_log(
+        fn, out, path,
+        [&](const kvt_obs_event &e, const std::string &args) { rerun.apply(e, args); },
+        [&](kvt_log_replay *r, std::string *first) { rerun.finish(r, first); });
   });
 }
 

@@ -24,15 +24,19 @@ class LogReplay {
   void apply(const kvt_obs_event &e);
   // The counts so far; the first violation, if any, in *first.
   void result(kvt_log_replay *out, std::string *first) const;
+  // Counts a violation; the first one's message, after "event #N: " (the last event
+  // applied), is kept.
+  [[gnu::format(printf, 2, 3)]] void violation(const char *fmt, ...);
 
   // The state the events describe: live slots and their states, hashes by tier, counts of
   // transitions [from][to].
   const absl::flat_hash_map<std::string, uint32_t> &slots() const { return slots_; }
   const absl::flat_hash_set<uint64_t> &registered(int tier) const { return registered_[tier]; }
   const uint64_t (&transitions() const)[11][11] { return transitions_; }
+  uint64_t events() const { return events_; }
+  size_t open_batches() const { return batches_.size(); }
 
  private:
-  [[gnu::format(printf, 2, 3)]] void violation(const char *fmt, ...);
   void stored(uint32_t tier, uint64_t hash, uint64_t parent);
   void removed(uint32_t tier, uint64_t hash);
 

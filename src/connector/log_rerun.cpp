@@ -2,7 +2,6 @@
 
 #include <xxhash.h>
 
-#include <cstdarg>
 #include <cstdio>
 #include <cstring>
 
@@ -16,17 +15,6 @@
 
 namespace kvt::conn {
 
-void LogRerun::differs(const char *fmt, ...) {
-  ++differences_;
-  if (!first_.empty()) return;
-  char b[512];
-  va_list ap;
-  va_start(ap, fmt);
-  std::vsnprintf(b, sizeof b, fmt, ap);
-  va_end(ap);
-  first_ = b;
-}
-
 void LogRerun::apply(const kvt_obs_event &e, const std::string &args) {
   events_.apply(e);
   if (e.kind == KVT_OBS_CALL) call(e, args);
@@ -35,21 +23,21 @@ void LogRerun::apply(const kvt_obs_event &e, const std::string &args) {
 void LogRerun::call(const kvt_obs_event &e, const std::string &args) {
   ++calls_;
   char what[KVT_REQ_ID_MAX + 96];
-  std::snprintf(what, sizeof what, "call %llu (%s%s%s%s, event #%llu)",
-                (unsigned long long)calls_, trigger_name(e.trigger), e.req_id[0] ? " '" : "",
-                e.req_id, e.req_id[0] ? "'" : "", (unsigned long long)e.seq);
+  std::snprintf(what, sizeof what, "call %llu (%s%s%s%s)", (unsigned long long)calls_,
+                trigger_name(e.trigger), e.req_id[0] ? " '" : "", e.req_id,
+                e.req_id[0] ? "'" : "");
   // A refused schedule changed nothing and is logged without its arguments.
   if (e.trigger == KVT_TRIGGER_BUILD_CONNECTOR_META && e.status != KVT_OK && args.empty())
     return;
   const bool needs_args = e.trigger != KVT_TRIGGER_REQUEST_FINISHED &&
                           e.trigger != KVT_TRIGGER_REQUEST_PREEMPTED;
   if (needs_args && args.empty())
-    return differs("%s: the log holds no arguments for it (recorded while no log or ring "
+    return events_.violation("%s: the log holds no arguments for it (recorded while no log or ring "
                    "kept events, or too big)", what);
   CallArgs a;
   if (decode_call(&a, e.trigger, reinterpret_cast<const uint8_t *>(args.data()), args.size()) !=
       KVT_OK)
-    return differs("%s: %s", what, last_error());
+    return events_.violation("%s: %s", what, last_error());
   kvt_status st = KVT_OK;
   uint64_t result = 0;  // what the CALL event's count records
   switch (e.trigger) {
@@ -57,7 +45,7 @@ void LogRerun::call(const kvt_obs_event &e, const std::string &args) {
       if (a.own_tokens) {
         auto it = tokens_.find(e.req_id);
         if (it == tokens_.end() || it->second.size() != a.num_tokens)
-          return differs("%s: logged with the slot's own %llu tokens, which the rerun lacks",
+          return events_.violation("%s: logged with the slot's own %llu tokens, which the rerun lacks",
                          what, (unsigned long long)a.num_tokens);
         a.ids = it->second;
       }
@@ -80,14 +68,14 @@ void LogRerun::call(const kvt_obs_event &e, const std::string &args) {
       if (st == KVT_OK && e.status == KVT_OK) {
         result = meta.size();
         if (XXH64(meta.data(), meta.size(), 0) != e.hash)
-          return differs("%s: the metadata differs from the recorded one", what);
+          return events_.violation("%s: the metadata differs from the recorded one", what);
       }
       break;
     }
     case KVT_TRIGGER_UPDATE_CONNECTOR_OUTPUT: {
       Report r;
       if (decode(&r, a.report.data(), a.report.size()) != KVT_OK)
-        return differs("%s: the recorded report: %s", what, last_error());
+        return events_.violation("%s: the recorded report: %s", what, last_error());
       st = s_.update_output(r);
       break;
     }
@@ -103,30 +91,29 @@ void LogRerun::call(const kvt_obs_event &e, const std::string &args) {
       break;
   }
   if (st != e.status)
-    return differs("%s: ends with %s, recorded %s", what, kvt_status_str(st),
+    return events_.violation("%s: ends with %s, recorded %s", what, kvt_status_str(st),
                    kvt_status_str(e.status));
   if (st == KVT_OK && result != e.count)
-    differs("%s: returns %llu, recorded %llu", what, (unsigned long long)result,
+    events_.violation("%s: returns %llu, recorded %llu", what, (unsigned long long)result,
             (unsigned long long)e.count);
 }
 
 void LogRerun::finish(kvt_log_replay *out, std::string *first) {
-  std::string violation;
-  events_.result(out, &violation);
-  if (calls_ == 0 && out->events > 0)
-    differs("the log holds no CALL events (schema 1, or no connector): nothing to make again");
+  // The end state against the one the events describe ("event #N" is the log's last).
+  if (calls_ == 0 && events_.events() > 0)
+    events_.violation("the log holds no CALL events (schema 1, or no connector): nothing to make again");
 
   const Snapshot snap = s_.snapshot();
   const auto &want = events_.slots();
   if (snap.slots.size() != want.size())
-    differs("the rerun ends with %zu live slots; the log's events leave %zu",
+    events_.violation("the rerun ends with %zu live slots; the log's events leave %zu",
             snap.slots.size(), want.size());
   for (const kvt_slot_info &si : snap.slots) {
     auto it = want.find(si.req_id);
     if (it == want.end())
-      differs("the rerun's slot '%s' is not live in the log's events", si.req_id);
+      events_.violation("the rerun's slot '%s' is not live in the log's events", si.req_id);
     else if (it->second != si.state)
-      differs("slot '%s' ends %s in the rerun and %s in the log's events", si.req_id,
+      events_.violation("slot '%s' ends %s in the rerun and %s in the log's events", si.req_id,
               state_name(si.state), state_name(it->second));
   }
   for (int t = KVT_TIER_G1; t <= KVT_TIER_G3; ++t) {
@@ -136,27 +123,27 @@ void LogRerun::finish(kvt_log_replay *out, std::string *first) {
     size_t missing = 0;
     for (uint64_t h : held) missing += !logged.contains(h);
     if (missing || held.size() != logged.size())
-      differs("G%d holds %zu hashes after the rerun, %zu of them not in the log's %zu", t,
+      events_.violation("G%d holds %zu hashes after the rerun, %zu of them not in the log's %zu", t,
               held.size(), missing, logged.size());
   }
   // With every slot finished and every batch ended, no block may stay protected.
-  for (int t = KVT_TIER_G1; t <= KVT_TIER_G3 && want.empty() && out->open_batches == 0; ++t) {
+  for (int t = KVT_TIER_G1; t <= KVT_TIER_G3 && want.empty() && events_.open_batches() == 0;
+       ++t) {
     Tier *tier = m_.tier_if_present(t);
     kvt_tier_stats ts{};
     ts.struct_size = sizeof ts;
     if (tier != nullptr) tier->stats(&ts);
     if (ts.active != 0)
-      differs("G%d still pins %llu blocks with no slot live and no batch in flight", t,
+      events_.violation("G%d still pins %llu blocks with no slot live and no batch in flight", t,
               (unsigned long long)ts.active);
   }
   kvt_connector_stats st{};
   s_.stats(&st);
   if (std::memcmp(st.transitions, events_.transitions(), sizeof st.transitions) != 0)
-    differs("the rerun's slot transitions differ from the log's");
+    events_.violation("the rerun's slot transitions differ from the log's");
 
+  events_.result(out, first);
   out->calls = calls_;
-  out->violations += differences_;
-  *first = !violation.empty() ? violation : first_;
 }
 
 }  // namespace kvt::conn

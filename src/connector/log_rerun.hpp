@@ -24,21 +24,20 @@ class LogRerun {
  public:
   LogRerun(Scheduler &s, Manager &m) : s_(s), m_(m), events_(nullptr) {}
   void apply(const kvt_obs_event &e, const std::string &args);
-  // Compares the end states; the counts into *out, the first difference into *first.
+  // Compares the end states; the counts into *out (differences count as violations), the
+  // first violation or difference into *first.
   void finish(kvt_log_replay *out, std::string *first);
 
  private:
-  [[gnu::format(printf, 2, 3)]] void differs(const char *fmt, ...);
   void call(const kvt_obs_event &e, const std::string &args);
 
   Scheduler &s_;
   Manager &m_;
-  LogReplay events_;  // the log's events, checked, without a manager
+  LogReplay events_;  // the log's events, checked, without a manager; and what differs
   // Each live request's tokens, as its slot has them: for the calls logged with the slot's
   // own tokens (CallArgs::own_tokens).
   absl::flat_hash_map<std::string, std::vector<uint32_t>> tokens_;
-  uint64_t calls_ = 0, differences_ = 0;
-  std::string first_;
+  uint64_t calls_ = 0;
 };
 
 }  // namespace kvt::conn
