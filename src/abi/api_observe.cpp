@@ -29,26 +29,35 @@ using namespace kvt::abi;
 
 namespace {
 
-// The log at path through apply(event, call arguments), then result(&counts, &first):
-// the reading and the reporting that replay and rerun share.
-template <class Apply, class Result>
-kvt_status feed_log(const char *fn, kvt_log_replay *out, const char *path, Apply &&apply,
-                    Result &&result) {
-  obs::LogReader reader;
-  if (kvt_status st = reader.open(path); st != KVT_OK)
-    return fail(st, "%s: %s", fn, std::string(kvt_last_error()).c_str());
-  kvt_obs_event e;
-  std::string args;
-  kvt_status st;
-  while ((st = reader.next(&e, &args)) == KVT_OK) apply(e, args);
-  if (st == KVT_ERR_IO) return fail(st, "%s: %s", fn, std::string(kvt_last_error()).c_str());
-  kvt_log_replay r{};
-  r.torn = st == KVT_ERR_CORRUPT;
-  std::string first;
-  result(&r, &first);
-  write_versioned(out, r);
-  if (r.violations) return fail(KVT_ERR_CORRUPT, "%s: %s", fn, first.c_str());
-  return KVT_OK;
+// What replay and rerun share: their arguments checked, then open(feed), which checks its
+// own and calls feed(apply, finish): the log at path goes through apply(event, call
+// arguments), then finish(&counts, &first) reports.
+template <class Open>
+kvt_status feed_log(const char *fn, kvt_log_replay *out, const char *path, Open &&open) {
+  if (out == nullptr) return null_arg(fn, "out");
+  if (path == nullptr) return null_arg(fn, "path");
+  return guard(fn, [&] {
+    if (kvt_status s = check_struct_size<kvt_log_replay>(fn, "out", out->struct_size);
+        s != KVT_OK)
+      return s;
+    return open([&](auto &&apply, auto &&finish) {
+      obs::LogReader reader;
+      if (kvt_status st = reader.open(path); st != KVT_OK)
+        return fail(st, "%s: %s", fn, std::string(kvt_last_error()).c_str());
+      kvt_obs_event e;
+      std::string args;
+      kvt_status st;
+      while ((st = reader.next(&e, &args)) == KVT_OK) apply(e, args);
+      if (st == KVT_ERR_IO) return fail(st, "%s: %s", fn, std::string(kvt_last_error()).c_str());
+      kvt_log_replay r{};
+      r.torn = st == KVT_ERR_CORRUPT;
+      std::string first;
+      finish(&r, &first);
+      write_versioned(out, r);
+      if (r.violations) return fail(KVT_ERR_CORRUPT, "%s: %s", fn, first.c_str());
+      return KVT_OK;
+    });
+  });
 }
 
 constexpr size_t kMaxEvents = size_t{1} << 24;
@@ -180,32 +189,19 @@ KVT_API void kvt_event_log_close(kvt_event_log *l) {
 
 KVT_API kvt_status kvt_event_log_replay(kvt_log_replay *out, kvt_manager *m, const char *path) {
   static constexpr const char *fn = "kvt_event_log_replay";
-  if (out == nullptr) return null_arg(fn, "out");
-  if (path == nullptr) return null_arg(fn, "path");
-  return guard(fn, [&] {
-    if (kvt_status s = check_struct_size<kvt_log_replay>(fn, "out", out->struct_size);
-        s != KVT_OK)
-      return s;
+  return feed_log(fn, out, path, [&](auto &&feed) {
     Manager *fresh = nullptr;
-    if (m != nullptr) {
-      kvt_status st;
-      if ((fresh = manager(fn, m, &st)) == nullptr) return st;
-    }
+    kvt_status st;
+    if (m != nullptr && (fresh = manager(fn, m, &st)) == nullptr) return st;
     conn::LogReplay replay(fresh);
-    return feed_log(
-        fn, out, path, [&](const kvt_obs_event &e, const std::string &) { replay.apply(e); },
-        [&](kvt_log_replay *r, std::string *first) { replay.result(r, first); });
+    return feed([&](const kvt_obs_event &e, const std::string &) { replay.apply(e); },
+                [&](kvt_log_replay *r, std::string *first) { replay.result(r, first); });
   });
 }
 
 KVT_API kvt_status kvt_event_log_rerun(kvt_log_replay *out, kvt_connector *c, const char *path) {
   static constexpr const char *fn = "kvt_event_log_rerun";
-  if (out == nullptr) return null_arg(fn, "out");
-  if (path == nullptr) return null_arg(fn, "path");
-  return guard(fn, [&] {
-    if (kvt_status s = check_struct_size<kvt_log_replay>(fn, "out", out->struct_size);
-        s != KVT_OK)
-      return s;
+  return feed_log(fn, out, path, [&](auto &&feed) {
     kvt_status st;
     if (connector(fn, c, &st) == nullptr) return st;
     if (!c->sched)
@@ -213,10 +209,8 @@ KVT_API kvt_status kvt_event_log_rerun(kvt_log_replay *out, kvt_connector *c, co
                   fn);
     std::lock_guard lock(c->mu);
     conn::LogRerun rerun(*c->sched, *c->mgr);
-    return feed_log(
-        fn, out, path,
-        [&](const kvt_obs_event &e, const std::string &args) { rerun.apply(e, args); },
-        [&](kvt_log_replay *r, std::string *first) { rerun.finish(r, first); });
+    return feed([&](const kvt_obs_event &e, const std::string &args) { rerun.apply(e, args); },
+                [&](kvt_log_replay *r, std::string *first) { rerun.finish(r, first); });
   });
 }
 

@@ -293,9 +293,10 @@ kvt_status Scheduler::matched_tokens(uint64_t *out, std::string_view id,
     stop_point(s->id, 0, KVT_SLOT_INITIALIZED);
   } else {
     drop_staged(*s);
-    // The same count, chained block hashes and partial block: the same tokens.
-    own_tokens_ = s->seq.tokens() == seq.tokens() && s->seq.partial() == seq.partial() &&
-                  s->seq.seq_hashes() == seq.seq_hashes();
+    // The same count, chained block hashes and partial block: the same tokens. Only asked
+    // while a log or the ring keeps the calls' arguments.
+    own_tokens_ = m_.bus().keeps_calls() && s->seq.tokens() == seq.tokens() &&
+                  s->seq.partial() == seq.partial() && s->seq.seq_hashes() == seq.seq_hashes();
     s->seq = std::move(seq);
   }
   s->matched_from = computed;
