@@ -81,6 +81,24 @@ kv_seeds = {
                          {"type": "BlockRemoved", "block_hashes": [1], "medium": "DISK"}], 0],
     "map-batch": {"ts": 5.0, "events": [["AllBlocksCleared"]], "data_parallel_rank": 1},
     "bad-tag": [6.0, [["BlockMoved", [1]]], 0],
+    # vLLM main's (0231dd5) tagged maps as kvtier writes them by default (docs/KV_EVENTS.md).
+    "map-current-every-event": [
+        7.0, [{"type": "BlockStored", "block_hashes": [7025492025366303769, 2**64 - 1],
+               "parent_block_hash": None, "token_ids": list(range(1, 9)), "block_size": 4,
+               "lora_id": None, "medium": "GPU", "lora_name": None},
+              {"type": "BlockStored", "block_hashes": [12], "parent_block_hash": 11,
+               "token_ids": [70000] * 4, "block_size": 4, "lora_id": None, "medium": "FS",
+               "lora_name": None},
+              {"type": "BlockRemoved", "block_hashes": [11, 12], "medium": "CPU"},
+              {"type": "AllBlocksCleared"}], 3],
+    "map-current-optional-fields": [
+        8.0, [{"type": "BlockStored", "block_hashes": [1], "parent_block_hash": None,
+               "token_ids": [1, 2], "block_size": 2, "lora_id": 3, "medium": "OBJ",
+               "lora_name": "adapter", "extra_keys": [["mm", 1], None], "group_idx": 1,
+               "kv_cache_spec_kind": "sliding_window", "kv_cache_spec_sliding_window": 128,
+               "locality": "LOCAL"},
+              {"type": "BlockRemoved", "block_hashes": [1], "medium": None, "group_idx": 1,
+               "locality": "REMOTE"}]],
 }
 d = os.path.join(HERE, "corpus", "kv_events")
 os.makedirs(d, exist_ok=True)

@@ -280,7 +280,21 @@ typedef struct kvt_manager_config {
   uint64_t    g4_namespace;     /* in every key, e.g. the salt hash of the model: managers of
                                    other namespaces never see each other's values (0) */
   uint64_t    g4_timeout_us;    /* connect and command timeout (default 1000000) */
+
+  /* 0.5.0: which vLLM's wire format the KV events follow (see KV events). */
+  uint32_t    kv_events_format; /* kvt_kv_events_format (default CURRENT) */
+  uint32_t    reserved;         /* must be 0 */
 } kvt_manager_config;
+
+/* The wire format of the KV events (docs/KV_EVENTS.md). */
+typedef enum kvt_kv_events_format {
+  KVT_KV_EVENTS_FORMAT_CURRENT = 0,     /* vLLM main (0231dd5): events are maps tagged by
+                                           "type"; media GPU, CPU, FS; replay answers carry
+                                           the topic */
+  KVT_KV_EVENTS_FORMAT_ARRAY_V0_11 = 1  /* vLLM 0.10/0.11: events are tagged arrays of 7
+                                           (BlockStored) or 3 (BlockRemoved) fields; G3's
+                                           medium is "DISK"; replay answers [seq, payload] */
+} kvt_kv_events_format;
 
 /* What kvt_manager_create does with a persistent G3 file it cannot read as its own. */
 typedef enum kvt_g3_mismatch {
@@ -723,16 +737,18 @@ KVT_API int kvt_event_fd(kvt_manager *m);
  * BlockStored carries the blocks' token ids. A block registered through kvt_block_append
  * has them; for blocks registered by hash (kvt_block_register_hash, offload, onboard, the
  * connector), the tokens come from kvt_manager_note_tokens, which the connector calls
- * itself. A hash whose tokens were never noted is published with an empty token_ids.
- * Note them before the blocks are registered: the publisher's thread reads them when it
- * sends. TIER_CLEARED is published as AllBlocksCleared only once every published tier has
- * been cleared with nothing stored in between (kvt_manager_reset of every tier): one
- * tier's clearing is told by its BlockRemoved events.
+ * itself. Note them before the blocks are registered: the publisher takes them when the
+ * block is stored and keeps them while any tier holds it, for its offloads and onboards. A
+ * hash whose tokens were never noted is published with an empty token_ids, and the
+ * publisher logs a warning. TIER_CLEARED is published as AllBlocksCleared only once every
+ * published tier has been cleared with nothing stored in between (kvt_manager_reset of
+ * every tier): one tier's clearing is told by its BlockRemoved events.
  * ------------------------------------------------------------------------------------ */
 
 /* Tells the publisher the tokens of n full blocks: tokens[i * page_size ..] are those of
- * the block whose sequence hash is seq_hashes[i]. Kept (bounded by the tiers' capacity,
- * the oldest forgotten first) for the BlockStored events of those hashes in any tier.
+ * the block whose sequence hash is seq_hashes[i]. Kept while any tier holds the block, and
+ * for blocks no tier holds, the tiers' capacity of them (the least recently noted
+ * forgotten first), for the BlockStored events of those hashes in any tier.
  * A no-op returning KVT_OK when the manager has no publisher. Arrays are borrowed. */
 KVT_API kvt_status kvt_manager_note_tokens(kvt_manager *m, const uint64_t *seq_hashes,
                                            size_t n, const uint32_t *tokens);
@@ -838,20 +854,28 @@ KVT_API kvt_status kvt_g4_stats_get(kvt_g4_stats *out, kvt_manager *m);
  *                   -> PREFILLING        build_connector_meta schedules it
  *   PREFILLING      -> PREFILLING        scheduled again without new tokens (chunked prefill)
  *   PREFILLING, DECODING
- *                   -> DECODING          scheduled with new tokens (sampled ones)
+ *                   -> DECODING          scheduled with new tokens (sampled ones); from
+ *                                        DECODING also without (async scheduling schedules
+ *                                        a step before its sampled token is known)
  *   PREFILLING      -> SKIPPED_PREFILL   build_connector_meta without it
  *   DECODING        -> SKIPPED_DECODE    build_connector_meta without it
  *   SKIPPED_PREFILL -> PREFILLING or DECODING, SKIPPED_DECODE -> DECODING: scheduled again
- *   INITIALIZED, ONBOARD_STAGED, PREFILLING, DECODING, SKIPPED_* -> PREEMPTED
+ *   INITIALIZED, ONBOARD_STAGED, ONBOARDING, PREFILLING, DECODING, SKIPPED_* -> PREEMPTED
  *                                        request_preempted: device blocks are dropped,
- *                                        tokens kept; it can onboard again
+ *                                        tokens kept; it can onboard again. Also
+ *                                        get_num_new_matched_tokens on a request in
+ *                                        ONBOARDING or later, not yet told: the engine sent
+ *                                        it back to waiting (vLLM's reset_prefix_cache,
+ *                                        a failed asynchronous load), which is a preemption
  *   any state but FINISHING, FINISHED -> FINISHING   request_finished
  *   FINISHING       -> FINISHED          its stores and loads drain (update_connector_output)
  * request_finished always enters FINISHING, and moves on to FINISHED in the same call when
  * nothing is outstanding (the history shows both). A FINISHED slot is gone: its id is unknown to every call
  * but kvt_connector_slot_state afterwards (KVT_ERR_NOT_FOUND). Every call that would make
  * a transition not listed fails with KVT_ERR_STATE and changes nothing, and a failing call
- * on one request leaves every other request as it was.
+ * on one request leaves every other request as it was; request_preempted on a request that
+ * is preempted already (told twice, or by get_num_new_matched_tokens in the same step) is a
+ * no-op.
  *
  * Offload: EAGER plans a store, at the step that computes it (or loads it from G3), for
  * every full block of a request that its store tier lacks. LAZY stores a full block only
@@ -942,10 +966,25 @@ KVT_API void kvt_connector_destroy(kvt_connector *c);
  * preempted request comes back); borrowed. Only full blocks count, and never the last
  * token: the engine must compute at least one. The first call for an id creates its slot.
  * Found blocks are pinned (ONBOARD_STAGED) until update_state_after_alloc. Called again
- * before then, it drops the earlier pins and matches anew. */
+ * before then, it drops the earlier pins and matches anew. Called for a request that is
+ * ONBOARDING (its loads reported ended: KVT_ERR_STATE while they are in flight), PREFILLING,
+ * DECODING or SKIPPED_*, it preempts it first: the engine asks only about waiting requests,
+ * so it took the request's blocks back, and a request_preempted that follows in the same
+ * step is then a no-op. A num_computed_tokens inside a block (a hit of the engine's that
+ * ends mid-block) gets 0: kvtier loads whole blocks. */
 KVT_API kvt_status kvt_connector_get_num_new_matched_tokens(
     uint64_t *out_num_tokens, int32_t *out_load_async, kvt_connector *c, const char *req_id,
     const uint32_t *tokens, size_t num_tokens, uint64_t num_computed_tokens);
+
+/* 0.5.0: the same for a request whose blocks are named under its own salt_hash (from
+ * kvt_hash_salt) instead of the config's: everything besides its tokens that decides what
+ * its KV is (vLLM's cache_salt, LoRA adapter, multimodal inputs, the model) folded into one
+ * value, so that two requests share a block only when their salts and tokens are equal. A
+ * later call may name another salt: the request's blocks are named anew. */
+KVT_API kvt_status kvt_connector_get_num_new_matched_tokens_salted(
+    uint64_t *out_num_tokens, int32_t *out_load_async, kvt_connector *c, const char *req_id,
+    uint64_t salt_hash, const uint32_t *tokens, size_t num_tokens,
+    uint64_t num_computed_tokens);
 
 /* The engine allocated block_ids[0..num_block_ids) (all of the request's G1 blocks, in
  * order) and wants num_external_tokens of them filled by kvtier: 0, or exactly what
@@ -958,7 +997,11 @@ KVT_API kvt_status kvt_connector_update_state_after_alloc(
 typedef struct kvt_scheduled_request {
   const char     *req_id;
   uint64_t        num_computed_tokens;   /* before this step */
-  uint64_t        num_scheduled_tokens;  /* tokens whose KV this step computes */
+  uint64_t        num_scheduled_tokens;  /* tokens whose KV this step computes; may reach
+                                            beyond the tokens known so far (vLLM's async
+                                            scheduling placeholders, speculative drafts): a
+                                            block is stored once all of its tokens are
+                                            known and computed */
   const uint32_t *new_block_ids;         /* G1 blocks added to it since the connector last
                                             saw its list, in order */
   size_t          num_new_block_ids;
@@ -986,14 +1029,25 @@ KVT_API kvt_status kvt_connector_update_connector_output(kvt_connector *c, const
 /* The request is done. *out_delay_free is 1 when copies still use its G1 blocks: the
  * engine keeps them until the worker lists the request in finished_sending. The worker
  * learns of the finish from the next step's metadata, so the engine keeps building and
- * binding steps (empty ones will do) until then, as vLLM does. */
+ * binding steps (empty ones will do) until then, as vLLM does. A request whose
+ * asynchronous load is in flight gets 0 and is never listed in finished_sending: the
+ * engine keeps its blocks until the load's finished_recving (vLLM frees a finished
+ * request there), so each request reaches exactly one of the two lists. */
 KVT_API kvt_status kvt_connector_request_finished(int32_t *out_delay_free, kvt_connector *c,
                                                   const char *req_id);
 
 /* The engine preempted the request and takes its G1 blocks back (PREEMPTED). Stores already
  * in the metadata still run: the worker's handle_preemptions waits for them before the
- * engine reuses the blocks. */
+ * engine reuses the blocks. A request preempted already is left as it is (KVT_OK). */
 KVT_API kvt_status kvt_connector_request_preempted(kvt_connector *c, const char *req_id);
+
+/* 0.5.0: the engine's prefix cache was reset (vLLM's reset_connector_cache, after a weight
+ * reload): every G2/G3 block of the connector's manager leaves the registry (BLOCK_REMOVED,
+ * TIER_CLEARED; its persistent G3 file, if it has one, is emptied), stores in flight are
+ * never registered, lazy stores of what G1 holds are not made, and staged hits are dropped,
+ * so nothing stored before is served again. KVT_ERR_STATE, changing nothing, while loads are
+ * in flight (they would bring the old KV into G1): the engine retries once they ended. */
+KVT_API kvt_status kvt_connector_reset_cache(kvt_connector *c);
 
 /* The slot's state, and its states so far (from INITIALIZED on) into out_history[0..cap)
  * with their number in *out_n (the whole number, even when cap is smaller; either may be
@@ -1062,7 +1116,9 @@ typedef struct kvt_finished {
   uint32_t           reserved;
   const char *const *finished_sending;     /* finished requests whose stores all ended */
   size_t             num_finished_sending;
-  const char *const *finished_recving;     /* requests whose loads all ended */
+  const char *const *finished_recving;     /* requests whose asynchronous loads all ended
+                                              (load_async); a load the engine waited for
+                                              in its step is never listed */
   size_t             num_finished_recving;
   const uint32_t    *load_error_block_ids; /* G1 blocks whose load failed: recompute them */
   size_t             num_load_errors;
@@ -1105,7 +1161,8 @@ typedef enum kvt_obs_kind {
 typedef enum kvt_obs_trigger {
   KVT_TRIGGER_GET_NUM_NEW_MATCHED_TOKENS = 1, KVT_TRIGGER_UPDATE_STATE_AFTER_ALLOC = 2,
   KVT_TRIGGER_BUILD_CONNECTOR_META = 3, KVT_TRIGGER_UPDATE_CONNECTOR_OUTPUT = 4,
-  KVT_TRIGGER_REQUEST_FINISHED = 5, KVT_TRIGGER_REQUEST_PREEMPTED = 6
+  KVT_TRIGGER_REQUEST_FINISHED = 5, KVT_TRIGGER_REQUEST_PREEMPTED = 6,
+  KVT_TRIGGER_RESET_CACHE = 7                       /* 0.5.0 */
 } kvt_obs_trigger;
 
 /* Seed 004's candidate states. A load is PENDING_EVALUATION from the match that staged it

@@ -268,9 +268,12 @@ TEST_F(ConnectorBadInput, RequestArguments) {
   kvt_status s = KVT_OK;
   EXPECT_CONN_REFUSED(r, ids, (build_meta(r.c, {{"keep", 40, 12}, {"keep", 40, 12}}, &s), s),
                       KVT_ERR_INVALID_ARGUMENT);  // twice
-  EXPECT_CONN_REFUSED(r, ids, (build_meta(r.c, {{"keep", 40, 13}}, &s), s),
-                      KVT_ERR_INVALID_ARGUMENT);  // beyond its 52 tokens
-  EXPECT_CONN_REFUSED(r, ids, (build_meta(r.c, {{"keep", 53, 0}}, &s), s),
+  // Beyond its 52 tokens is a placeholder or a draft; beyond its 4 blocks is wrong.
+  EXPECT_CONN_REFUSED(r, ids, (build_meta(r.c, {{"keep", 40, 25}}, &s), s),
+                      KVT_ERR_INVALID_ARGUMENT);
+  EXPECT_CONN_REFUSED(r, ids, (build_meta(r.c, {{"keep", 65, 0}}, &s), s),
+                      KVT_ERR_INVALID_ARGUMENT);
+  EXPECT_CONN_REFUSED(r, ids, (build_meta(r.c, {{"keep", 40, UINT64_MAX}}, &s), s),
                       KVT_ERR_INVALID_ARGUMENT);
   EXPECT_CONN_REFUSED(r, ids, (build_meta(r.c, {{max_id, 0, 52}, {"", 0, 1}}, &s), s),
                       KVT_ERR_INVALID_ARGUMENT);

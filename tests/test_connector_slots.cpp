@@ -203,7 +203,7 @@ TEST_F(Slots, SkippedDecodeResumesDecoding) {
 }
 
 // Every state the table lets request_preempted leave: INITIALIZED, ONBOARD_STAGED,
-// PREFILLING, DECODING, SKIPPED_PREFILL, SKIPPED_DECODE.
+// ONBOARDING, PREFILLING, DECODING, SKIPPED_PREFILL, SKIPPED_DECODE.
 TEST_F(Slots, PreemptFromEveryListedState) {
   ASSERT_EQ(r.match("i", own(1)).first, 0u);
   stage("os");
@@ -215,15 +215,128 @@ TEST_F(Slots, PreemptFromEveryListedState) {
   ASSERT_EQ(slot_state(r.c, "sp"), SP);
   ASSERT_EQ(slot_state(r.c, "sd"), SD);
   ASSERT_EQ(slot_state(r.c, "pf"), PF);
-  std::pair<const char *, uint32_t> from[] = {{"i", I},   {"os", OS}, {"pf", PF},
+  onboard("ob", 50);  // its load planned, not yet in a step
+  std::pair<const char *, uint32_t> from[] = {{"i", I},   {"os", OS}, {"ob", OB}, {"pf", PF},
                                               {"dc", DC}, {"sp", SP}, {"sd", SD}};
   for (auto [id, st] : from) {
     ASSERT_KVT_OK(kvt_connector_request_preempted(r.c, id));
     EXPECT_EQ(last(r.c, id, 2), names({st, PE})) << id;
     EXPECT_EQ(r.stats().transitions[st][PE], 1u) << id;
   }
-  EXPECT_EQ(r.stats().preemptions, 6u);
+  EXPECT_EQ(r.stats().preemptions, 7u);
   EXPECT_EQ(stats(r.m.get(), KVT_TIER_G2).active, 0u) << "a preempted slot keeps its pins";
+}
+
+// vLLM's reset_prefix_cache(reset_running_requests=True) preempts running requests between
+// steps; the next schedule asks about them (they wait again) before its metadata carries
+// preempted_req_ids. The question preempts them; the engine's request_preempted in the same
+// step changes nothing, a later one for a running request is a preemption again.
+TEST_F(Slots, MatchOnARunningSlotPreemptsIt) {
+  prefill("R", 1, 1);  // its two full blocks stored in G2
+  auto h = hashes_of(own(1));
+  EXPECT_EQ(r.match("R", own(1)).first, 32u);
+  EXPECT_EQ(history(r.c, "R"), names({I, PF, PE, OS}));
+  EXPECT_EQ(r.stats().preemptions, 1u);
+  ASSERT_KVT_OK(r.alloc("R", {7, 8, 9}, 32));
+  ASSERT_KVT_OK(kvt_connector_request_preempted(r.c, "R"));
+  EXPECT_EQ(slot_state(r.c, "R"), OB) << "the step's own request_preempted undid the onboard";
+  EXPECT_EQ(r.stats().preemptions, 1u);
+  r.step(r.meta({{"R", 32, 8}}), {}, r.counts(2, 2), [&] {
+    EXPECT_TRUE(r.g1.holds(7, h[0]) && r.g1.holds(8, h[1]));
+  });
+  EXPECT_EQ(slot_state(r.c, "R"), PF);
+  ASSERT_KVT_OK(kvt_connector_request_preempted(r.c, "R"));
+  EXPECT_EQ(last(r.c, "R", 2), names({PF, PE}));
+  ASSERT_KVT_OK(kvt_connector_request_preempted(r.c, "R"));  // told twice: nothing more
+  EXPECT_EQ(r.stats().preemptions, 2u);
+  EXPECT_EQ(r.finish("R"), 0);
+  EXPECT_EQ(stats(r.m.get(), KVT_TIER_G2).active, 0u);
+}
+
+// vLLM's async scheduling schedules a decode step before its sampled token is known, and
+// speculative decoding schedules drafts beyond the known tokens: both are taken, and a block
+// is stored only once all of its tokens are known and computed.
+TEST_F(Slots, ScheduledBeyondTheKnownTokens) {
+  auto t = own(1);  // 40 tokens: blocks 0 and 1 full, block 2 holds 8
+  auto h = hashes_of(t);
+  ASSERT_EQ(r.match("R", t).first, 0u);
+  ASSERT_KVT_OK(r.alloc("R", {1, 2, 3}, 0));
+  r.step(r.meta({{"R", 0, 40}}), {{1, h[0]}, {2, h[1]}}, r.counts(2, 0));
+  // 40 computed, 1 placeholder and 7 drafts scheduled: 48 tokens, block 2's only 8 known.
+  r.step(r.meta({{"R", 40, 8}}));
+  EXPECT_EQ(slot_state(r.c, "R"), PF);
+  EXPECT_EQ(r.stats().stored_blocks, 2u) << "a block of unknown tokens was stored";
+  // The sampled and accepted tokens arrive: block 2's 16 tokens are known, and computed.
+  std::vector<uint32_t> more = token_range(50000, 8);
+  auto full = concat(t, more);
+  auto hf = hashes_of(full);
+  r.step(r.meta({{"R", 48, 1, {4}, more}}), {{3, hf[2]}}, r.counts(3, 0));
+  EXPECT_EQ(slot_state(r.c, "R"), DC);
+  EXPECT_EQ(r.g2_holding(hf), 3u);
+  // A decode step whose sampled token is not known yet stays DECODING.
+  r.step(r.meta({{"R", 49, 1}}));
+  EXPECT_EQ(slot_state(r.c, "R"), DC);
+  EXPECT_EQ(r.stats().transitions[DC][DC], 1u);
+  // Beyond the blocks the request holds is still refused.
+  kvt_status st = KVT_OK;
+  build_meta(r.c, {{"R", 49, 1000}}, &st);
+  EXPECT_KVT(st, KVT_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(r.finish("R"), 0);
+}
+
+// vLLM's reset_connector_cache: nothing stored before the reset is served after it, not even
+// what a store in flight at the reset brings.
+TEST_F(Slots, ResetCacheServesNothingStoredBefore) {
+  r.run_a();
+  auto t = own(1);
+  auto h = hashes_of(t);
+  ASSERT_EQ(r.match("R", t).first, 0u);
+  ASSERT_KVT_OK(r.alloc("R", {4, 5, 6}, 0));
+  std::string meta = r.meta({{"R", 0, 40}});  // R's stores are in flight
+  ASSERT_KVT_OK(kvt_connector_reset_cache(r.c));
+  EXPECT_EQ(r.held(ha), 0u) << "A's blocks are still registered";
+  r.step(meta, {{4, h[0]}, {5, h[1]}}, [&] { return r.stats().store_failures == 2; });
+  EXPECT_EQ(r.g2_holding(h), 0u) << "a store in flight at the reset was registered";
+  EXPECT_EQ(r.match("B", seed_b()).first, 0u);
+  EXPECT_EQ(r.finish("R"), 0);
+  EXPECT_EQ(r.finish("B"), 0);
+  EXPECT_EQ(stats(r.m.get(), KVT_TIER_G2).active, 0u);
+  EXPECT_KVT(kvt_manager_check(r.m.get()), KVT_OK);
+  // Stored again after the reset, it is served again.
+  r.run_a();
+  EXPECT_EQ(r.match("B2", seed_b()).first, 32u);
+  EXPECT_EQ(r.finish("B2"), 0);
+}
+
+// Requests named under their own salts (vLLM's cache_salt, LoRA...) share no block with
+// other salts, and do with their own.
+TEST_F(Slots, SaltedRequestsShareOnlyWithTheirSalt) {
+  r.run_a();  // under the connector's salt
+  uint64_t tenant = 0, n = 0;
+  ASSERT_KVT_OK(kvt_hash_salt(&tenant, "tenant-1", 8));
+  auto b = seed_b();
+  int32_t async = 0;
+  ASSERT_KVT_OK(kvt_connector_get_num_new_matched_tokens_salted(&n, &async, r.c, "T", tenant,
+                                                                b.data(), b.size(), 0));
+  EXPECT_EQ(n, 0u) << "another tenant's blocks were offered";
+  ASSERT_KVT_OK(r.alloc("T", {4, 5, 6, 7}, 0));
+  auto salted = [&](const std::vector<uint32_t> &tokens) {
+    std::vector<uint64_t> out(tokens.size() / kPage);
+    size_t need = 0;
+    EXPECT_KVT(kvt_hash_sequence(out.data(), &need, out.size(), tenant, tokens.data(),
+                                 tokens.size(), kPage), KVT_OK);
+    return out;
+  };
+  auto ht = salted(b);
+  r.step(r.meta({{"T", 0, 52}}), {{4, ht[0]}, {5, ht[1]}, {6, ht[2]}}, r.counts(5, 0));
+  EXPECT_EQ(r.g2_holding(ht), 3u);
+  EXPECT_EQ(r.finish("T"), 0);
+  ASSERT_KVT_OK(kvt_connector_get_num_new_matched_tokens_salted(&n, &async, r.c, "T2", tenant,
+                                                                b.data(), b.size(), 0));
+  EXPECT_EQ(n, 48u);
+  EXPECT_EQ(r.match("U", b).first, 32u) << "the connector's salt serves A's two blocks only";
+  EXPECT_EQ(r.finish("T2"), 0);
+  EXPECT_EQ(r.finish("U"), 0);
 }
 
 // Every state but FINISHING and FINISHED finishes; with nothing outstanding it passes through
@@ -385,9 +498,8 @@ TEST_F(Zoo, AllocOnAScheduledOrFinishingSlot) {
   finish_all();
 }
 
-TEST_F(Zoo, PreemptOnboardingPreemptedOrFinishing) {
-  for (const char *id : {"onb", "pmt", "fin"})
-    EXPECT_CONN_REFUSED(r, ids, kvt_connector_request_preempted(r.c, id), KVT_ERR_STATE);
+TEST_F(Zoo, PreemptFinishing) {
+  EXPECT_CONN_REFUSED(r, ids, kvt_connector_request_preempted(r.c, "fin"), KVT_ERR_STATE);
   finish_all();
 }
 
@@ -398,20 +510,14 @@ TEST_F(Zoo, FinishTwice) {
   finish_all();
 }
 
-TEST_F(Zoo, MatchOnALiveSlotThatWouldStage) {
+TEST_F(Zoo, MatchOnAFinishingSlot) {
   uint64_t n = 99;
   int32_t async = 9;
-  auto dec_tokens = concat(tok[1], {1, 2});  // its two full blocks are in G2
-  auto b = seed_b();
-  struct {
-    const char *id;
-    const std::vector<uint32_t> *t;
-  } calls[] = {{"dec", &dec_tokens}, {"onb", &b}, {"fin", &b}};
-  for (auto [id, t] : calls)
-    EXPECT_CONN_REFUSED(r, ids,
-                        kvt_connector_get_num_new_matched_tokens(&n, &async, r.c, id, t->data(),
-                                                                 t->size(), 0),
-                        KVT_ERR_STATE);
+  auto t = tok[7];
+  EXPECT_CONN_REFUSED(r, ids,
+                      kvt_connector_get_num_new_matched_tokens(&n, &async, r.c, "fin", t.data(),
+                                                               t.size(), 0),
+                      KVT_ERR_STATE);
   EXPECT_EQ(n, 99u);
   EXPECT_EQ(async, 9);
   finish_all();
@@ -423,9 +529,6 @@ TEST_F(Zoo, ScheduleWhatCannotBeScheduled) {
   EXPECT_CONN_REFUSED(r, ids,
                       (build_meta(r.c, {{"dec", 42, 1, {}, {3}}, {"fin", 40, 1, {}, {9}}}, &s), s),
                       KVT_ERR_STATE);
-  // DECODING -> PREFILLING and SKIPPED_DECODE -> PREFILLING: no new tokens.
-  EXPECT_CONN_REFUSED(r, ids, (build_meta(r.c, {{"dec", 42, 1}}, &s), s), KVT_ERR_STATE);
-  EXPECT_CONN_REFUSED(r, ids, (build_meta(r.c, {{"skd", 41, 1}}, &s), s), KVT_ERR_STATE);
   // ONBOARD_STAGED: the engine has not allocated its blocks.
   EXPECT_CONN_REFUSED(r, ids, (build_meta(r.c, {{"stg", 32, 20}}, &s), s), KVT_ERR_STATE);
   finish_all();

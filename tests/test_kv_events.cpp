@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "kvtier.h"
+#include "support.hpp"
 
 namespace {
 
@@ -92,12 +93,50 @@ struct Batch {
   std::string payload;
 };
 
-// Decodes a payload as vLLM's msgspec decoder would: every field checked.
-Batch decode(const std::string &payload, uint64_t seq) {
+// An event's fields by name, in the order they came: from the tagged map of vLLM main
+// ("type" first), or from the tagged array of vLLM 0.11 (named here by position).
+std::vector<std::pair<std::string, msgpack::object>> fields_of(const msgpack::object &e,
+                                                               kvt_kv_events_format format,
+                                                               std::string *tag) {
+  std::vector<std::pair<std::string, msgpack::object>> f;
+  if (format == KVT_KV_EVENTS_FORMAT_CURRENT) {
+    EXPECT_EQ(e.type, msgpack::type::MAP) << "events are maps";
+    if (e.type != msgpack::type::MAP || e.via.map.size == 0) return f;
+    EXPECT_EQ(e.via.map.ptr[0].key.as<std::string>(), "type") << "msgspec writes the tag first";
+    *tag = e.via.map.ptr[0].val.as<std::string>();
+    for (uint32_t i = 1; i < e.via.map.size; ++i)
+      f.emplace_back(e.via.map.ptr[i].key.as<std::string>(), e.via.map.ptr[i].val);
+    return f;
+  }
+  EXPECT_EQ(e.type, msgpack::type::ARRAY) << "events are tagged arrays";
+  if (e.type != msgpack::type::ARRAY || e.via.array.size == 0) return f;
+  *tag = e.via.array.ptr[0].as<std::string>();
+  static const char *const kStored[] = {"block_hashes", "parent_block_hash", "token_ids",
+                                        "block_size", "lora_id", "medium"};
+  static const char *const kRemoved[] = {"block_hashes", "medium"};
+  const char *const *names = *tag == "BlockStored" ? kStored : kRemoved;
+  const size_t n = *tag == "BlockStored" ? 6 : *tag == "BlockRemoved" ? 2 : 0;
+  EXPECT_EQ(e.via.array.size, n + 1) << *tag << ": every field, none omitted";
+  for (uint32_t i = 1; i < e.via.array.size && i <= n; ++i)
+    f.emplace_back(names[i - 1], e.via.array.ptr[i]);
+  return f;
+}
+
+std::vector<std::string> names_of(const std::vector<std::pair<std::string, msgpack::object>> &f) {
+  std::vector<std::string> v;
+  for (const auto &[name, value] : f) v.push_back(name);
+  return v;
+}
+
+// Decodes a payload as vLLM's msgspec decoder would: every field checked, and in the
+// current format exactly the fields msgspec writes (those without a default, as
+// omit_defaults leaves out the others, which are None here), in declaration order.
+Batch decode(const std::string &payload, uint64_t seq,
+             kvt_kv_events_format format = KVT_KV_EVENTS_FORMAT_CURRENT) {
   Batch b{seq, 0, -1, {}, 0, payload};
   msgpack::object_handle oh = msgpack::unpack(payload.data(), payload.size());
   const msgpack::object &o = oh.get();
-  EXPECT_EQ(o.type, msgpack::type::ARRAY);
+  EXPECT_EQ(o.type, msgpack::type::ARRAY) << "EventBatch is array_like";
   EXPECT_EQ(o.via.array.size, 3u) << "[ts, events, data_parallel_rank]";
   EXPECT_EQ(o.via.array.ptr[0].type, msgpack::type::FLOAT64);
   b.ts = o.via.array.ptr[0].as<double>();
@@ -105,33 +144,44 @@ Batch decode(const std::string &payload, uint64_t seq) {
   const msgpack::object &evs = o.via.array.ptr[1];
   EXPECT_EQ(evs.type, msgpack::type::ARRAY);
   b.events = evs.via.array.size;
+  const bool current = format == KVT_KV_EVENTS_FORMAT_CURRENT;
   for (uint32_t i = 0; i < evs.via.array.size; ++i) {
-    const msgpack::object &e = evs.via.array.ptr[i];
-    EXPECT_EQ(e.type, msgpack::type::ARRAY);
-    std::string tag = e.via.array.ptr[0].as<std::string>();
+    std::string tag;
+    const auto f = fields_of(evs.via.array.ptr[i], format, &tag);
+    auto field = [&](const char *name) -> const msgpack::object & {
+      for (const auto &[n, v] : f)
+        if (n == name) return v;
+      static const msgpack::object nil;
+      ADD_FAILURE() << tag << " lacks " << name;
+      return nil;
+    };
     if (tag == "AllBlocksCleared") {
-      EXPECT_EQ(e.via.array.size, 1u);
+      EXPECT_TRUE(f.empty());
       Block cleared;
       cleared.kind = tag;
       b.blocks.push_back(cleared);
       continue;
     }
-    auto hashes = e.via.array.ptr[1].as<std::vector<uint64_t>>();
+    auto hashes = field("block_hashes").as<std::vector<uint64_t>>();
+    const std::string medium = field("medium").as<std::string>();
     if (tag == "BlockRemoved") {
-      EXPECT_EQ(e.via.array.size, 3u) << "[tag, block_hashes, medium]";
+      EXPECT_EQ(names_of(f), (std::vector<std::string>{"block_hashes", "medium"}));
       for (uint64_t h : hashes)
-        b.blocks.push_back(Block{tag, h, false, 0, {}, e.via.array.ptr[2].as<std::string>(),
-                                 hashes.size()});
+        b.blocks.push_back(Block{tag, h, false, 0, {}, medium, hashes.size()});
       continue;
     }
     EXPECT_EQ(tag, "BlockStored");
-    EXPECT_EQ(e.via.array.size, 7u)
-        << "[tag, block_hashes, parent_block_hash, token_ids, block_size, lora_id, medium]";
-    const msgpack::object &parent = e.via.array.ptr[2];
-    auto tokens = e.via.array.ptr[3].as<std::vector<uint32_t>>();
-    EXPECT_EQ(e.via.array.ptr[4].as<uint32_t>(), kPage) << "block_size";
-    EXPECT_EQ(e.via.array.ptr[5].type, msgpack::type::NIL) << "lora_id";
-    std::string medium = e.via.array.ptr[6].as<std::string>();
+    std::vector<std::string> want = {"block_hashes", "parent_block_hash", "token_ids",
+                                     "block_size",   "lora_id",           "medium"};
+    if (current) {
+      want.push_back("lora_name");
+      EXPECT_EQ(field("lora_name").type, msgpack::type::NIL) << "lora_name";
+    }
+    EXPECT_EQ(names_of(f), want);
+    const msgpack::object &parent = field("parent_block_hash");
+    auto tokens = field("token_ids").as<std::vector<uint32_t>>();
+    EXPECT_EQ(field("block_size").as<uint32_t>(), kPage) << "block_size";
+    EXPECT_EQ(field("lora_id").type, msgpack::type::NIL) << "lora_id";
     EXPECT_TRUE(tokens.empty() || tokens.size() == hashes.size() * kPage);
     for (size_t k = 0; k < hashes.size(); ++k) {
       Block blk{tag, hashes[k], true, 0, {}, medium, hashes.size()};
@@ -174,6 +224,7 @@ class KvEvents : public ::testing::Test {
     c.kv_events_replay_endpoint = replay_.c_str();
     c.kv_events_topic = "kv";
     c.kv_events_dp_rank = 3;
+    c.kv_events_format = format_;
     return c;
   }
   void create(const kvt_manager_config &c) { ASSERT_EQ(kvt_manager_create(&m_, &c), KVT_OK); }
@@ -199,7 +250,7 @@ class KvEvents : public ::testing::Test {
     EXPECT_TRUE(got) << "the subscriber never received anything";
     while (got) {
       last = from_be64(f.at(1));
-      EXPECT_EQ(decode(f.at(2), last).blocks.at(0).kind, "AllBlocksCleared");
+      EXPECT_EQ(decode(f.at(2), last, format_).blocks.at(0).kind, "AllBlocksCleared");
       got = recv_frames(sub_, &f, 300);
     }
     return last + 1;
@@ -216,7 +267,7 @@ class KvEvents : public ::testing::Test {
       uint64_t seq = from_be64(f[1]);
       EXPECT_EQ(seq, *next_seq) << "sequence numbers are consecutive";
       *next_seq = seq + 1;
-      out.push_back(decode(f[2], seq));
+      out.push_back(decode(f[2], seq, format_));
       seen_.push_back(out.back());
       have += out.back().blocks.size();
     }
@@ -252,6 +303,7 @@ class KvEvents : public ::testing::Test {
     EXPECT_EQ(kvt_block_register(&out, m_, b), KVT_OK);
     return out;
   }
+  // Asks the replay socket from a DEALER (as vLLM's REQ clients: an empty delimiter first).
   std::vector<Batch> replay_from(uint64_t start) {
     void *d = zmq_socket(ctx_, ZMQ_DEALER);
     EXPECT_EQ(zmq_connect(d, replay_.c_str()), 0);
@@ -259,27 +311,45 @@ class KvEvents : public ::testing::Test {
     std::vector<Batch> out;
     Frames f;
     while (recv_frames(d, &f, 10000)) {
+      if (format_ == KVT_KV_EVENTS_FORMAT_CURRENT) {
+        // vLLM #45177: [empty, topic, seq, payload], the end [empty, empty, -1, empty].
+        EXPECT_EQ(f.size(), 4u) << "[empty, topic, seq, payload]";
+        if (f.size() != 4) break;
+        EXPECT_EQ(f[0], "");
+        if (f[2] == be64(-1)) {
+          EXPECT_EQ(f[1], "") << "the end marker: no topic";
+          EXPECT_EQ(f[3], "") << "the end marker: seq -1, empty payload";
+          zmq_close(d);
+          return out;
+        }
+        EXPECT_EQ(f[1], "kv") << "the topic";
+        f.erase(f.begin() + 1);
+      }
       EXPECT_EQ(f.size(), 3u) << "[empty, seq, payload]";
+      if (f.size() != 3) break;
       EXPECT_EQ(f[0], "");
       if (f[1] == be64(-1)) {
         EXPECT_EQ(f[2], "") << "the end marker: seq -1, empty payload";
         zmq_close(d);
         return out;
       }
-      out.push_back(decode(f[2], from_be64(f[1])));
+      out.push_back(decode(f[2], from_be64(f[1]), format_));
     }
     ADD_FAILURE() << "no end marker";
     zmq_close(d);
     return out;
   }
 
+  void check_every_field();
+
   std::string dir_, endpoint_, replay_;
+  kvt_kv_events_format format_ = KVT_KV_EVENTS_FORMAT_CURRENT;
   std::vector<Batch> seen_;  // what receive() got
   void *ctx_ = nullptr, *sub_ = nullptr;
   kvt_manager *m_ = nullptr;
 };
 
-TEST_F(KvEvents, EveryFieldOfStoredRemovedAndCleared) {
+void KvEvents::check_every_field() {
   create(config());
   subscribe(endpoint_);
   uint64_t seq = sync();
@@ -384,6 +454,135 @@ TEST_F(KvEvents, EveryFieldOfStoredRemovedAndCleared) {
   EXPECT_TRUE(replay_from(all.size()).empty()) << "nothing kept from there: the marker alone";
 }
 
+TEST_F(KvEvents, EveryFieldOfStoredRemovedAndCleared) { check_every_field(); }
+
+TEST_F(KvEvents, EveryFieldInTheOldArrayFormat) {
+  format_ = KVT_KV_EVENTS_FORMAT_ARRAY_V0_11;
+  check_every_field();
+}
+
+// The payload's bytes as msgspec writes KVEventBatch of vLLM main: written out by hand here,
+// byte by byte, from msgpack's spec.
+TEST_F(KvEvents, PayloadBytesAsMsgspecWritesThem) {
+  create(config());
+  subscribe(endpoint_);
+  uint64_t seq = sync();
+  const std::vector<uint32_t> t = {1, 2, 3, 4, 5, 6, 7, 8};
+  const std::vector<uint64_t> h = hashes(t);
+  ASSERT_EQ(kvt_manager_note_tokens(m_, h.data(), 2, t.data()), KVT_OK);
+  kvt_block b[2];
+  ASSERT_EQ(kvt_block_alloc(b, 2, m_, KVT_TIER_G1), KVT_OK);
+  ASSERT_EQ(kvt_block_register_hashes(b, m_, b, h.data(), 2, 0), KVT_OK);
+  std::vector<Batch> got = receive(&seq, 2);
+  ASSERT_EQ(got.size(), 1u);
+  auto str = [](const std::string &s) { return char(0xa0 | s.size()) + s; };  // fixstr
+  auto u64 = [](uint64_t v) { return std::string(1, char(0xcf)) + be64(int64_t(v)); };
+  std::string want = "\x93";                          // [ts, events, data_parallel_rank]
+  want += got[0].payload.substr(1, 9);                // ts: float64 (0xcb and 8 bytes)
+  want += "\x91\x88" + str("type") + str("BlockStored");  // [{8 entries}]
+  want += str("block_hashes") + "\x92" + u64(h[0]) + u64(h[1]);
+  want += str("parent_block_hash") + "\xc0";
+  want += str("token_ids") + std::string("\x98\x01\x02\x03\x04\x05\x06\x07\x08");
+  want += str("block_size") + "\x04" + str("lora_id") + "\xc0";
+  want += str("medium") + str("GPU") + str("lora_name") + "\xc0";
+  want += "\x03";                                     // data_parallel_rank 3
+  EXPECT_EQ(uint8_t(got[0].payload[1]), 0xcb);
+  EXPECT_EQ(got[0].payload, want);
+  ASSERT_EQ(kvt_block_release(m_, b, 2), KVT_OK);
+  ASSERT_EQ(kvt_manager_reset(m_, 0), KVT_OK);
+  got = receive(&seq, 3);
+  // The events, in one batch or two (the publisher may wake between G1's reset and G2's).
+  const std::string events[] = {"\x83" + str("type") + str("BlockRemoved") +
+                                    str("block_hashes") + "\x92" + u64(h[0]) + u64(h[1]) +
+                                    str("medium") + str("GPU"),
+                                "\x81" + str("type") + str("AllBlocksCleared")};
+  size_t next = 0;
+  for (const Batch &x : got) {
+    ASSERT_LE(next + x.events, 2u);
+    want = "\x93" + x.payload.substr(1, 9) + char(0x90 | x.events);
+    for (size_t k = 0; k < x.events; ++k) want += events[next++];
+    EXPECT_EQ(x.payload, want + "\x03");
+  }
+  EXPECT_EQ(next, 2u);
+}
+
+// vLLM's media: G1 "GPU", G2 "CPU", G3 "FS" ("DISK" in the old format).
+TEST_F(KvEvents, MediaOfEveryTier) {
+  for (kvt_kv_events_format format :
+       {KVT_KV_EVENTS_FORMAT_CURRENT, KVT_KV_EVENTS_FORMAT_ARRAY_V0_11}) {
+    SCOPED_TRACE(format);
+    format_ = format;
+    kvt_manager_config c = config();
+    c.g3_blocks = 16;
+    c.g3_io = kvt_test::test_g3_io(c.g3_io);
+    create(c);
+    if (!sub_) subscribe(endpoint_);
+    uint64_t seq = sync();
+    const std::vector<uint32_t> t = {9, 8, 7, 6};
+    const uint64_t h = hashes(t)[0];
+    ASSERT_EQ(kvt_manager_note_tokens(m_, &h, 1, t.data()), KVT_OK);
+    kvt_block b;
+    ASSERT_EQ(kvt_block_alloc(&b, 1, m_, KVT_TIER_G1), KVT_OK);
+    ASSERT_EQ(kvt_block_register_hash(&b, m_, b, h, 0), KVT_OK);
+    for (kvt_tier dst : {KVT_TIER_G2, KVT_TIER_G3}) {
+      kvt_xfer *x = nullptr;
+      ASSERT_EQ(kvt_offload(&x, m_, &b, 1, dst, nullptr, 0), KVT_OK);
+      ASSERT_EQ(kvt_xfer_wait(x, -1), KVT_OK);
+      kvt_xfer_release(x);
+    }
+    std::vector<Block> v = flat(receive(&seq, 3));
+    ASSERT_EQ(v.size(), 3u);
+    const char *g3 = format == KVT_KV_EVENTS_FORMAT_CURRENT ? "FS" : "DISK";
+    EXPECT_EQ(v[0].medium, "GPU");
+    EXPECT_EQ(v[1].medium, "CPU");
+    EXPECT_EQ(v[2].medium, g3);
+    for (const Block &x : v) EXPECT_EQ(x.tokens, t) << x.medium;
+    ASSERT_EQ(kvt_block_release(m_, &b, 1), KVT_OK);
+    kvt_manager_destroy(m_);
+    m_ = nullptr;
+  }
+}
+
+// A block a tier holds keeps its tokens however many blocks are noted since (more than the
+// memo's bound, the tiers' 24 blocks), so that its offload is published with them.
+TEST_F(KvEvents, HeldBlocksKeepTheirTokens) {
+  create(config());
+  subscribe(endpoint_);
+  uint64_t seq = sync();
+  const std::vector<uint32_t> t = {41, 42, 43, 44};
+  const uint64_t h = hashes(t)[0];
+  ASSERT_EQ(kvt_manager_note_tokens(m_, &h, 1, t.data()), KVT_OK);
+  kvt_block b;
+  ASSERT_EQ(kvt_block_alloc(&b, 1, m_, KVT_TIER_G1), KVT_OK);
+  ASSERT_EQ(kvt_block_register_hash(&b, m_, b, h, 0), KVT_OK);
+  std::vector<Block> v = flat(receive(&seq, 1));
+  ASSERT_EQ(v.size(), 1u);
+  EXPECT_EQ(v[0].tokens, t);
+  // Other requests note many blocks, most never stored.
+  std::vector<uint32_t> other(100 * kPage);
+  for (size_t i = 0; i < other.size(); ++i) other[i] = uint32_t(1000 + i);
+  const std::vector<uint64_t> ho = hashes(other);
+  ASSERT_EQ(kvt_manager_note_tokens(m_, ho.data(), ho.size(), other.data()), KVT_OK);
+  kvt_xfer *x = nullptr;
+  ASSERT_EQ(kvt_offload(&x, m_, &b, 1, KVT_TIER_G2, nullptr, 0), KVT_OK);
+  ASSERT_EQ(kvt_xfer_wait(x, -1), KVT_OK);
+  kvt_xfer_release(x);
+  v = flat(receive(&seq, 1));
+  ASSERT_EQ(v.size(), 1u);
+  EXPECT_EQ(v[0].medium, "CPU");
+  EXPECT_EQ(v[0].tokens, t) << "the offload's BlockStored lost the tokens of a block G1 holds";
+  // Once no tier holds it, it is forgotten like any noted block.
+  ASSERT_EQ(kvt_block_release(m_, &b, 1), KVT_OK);
+  ASSERT_EQ(kvt_manager_reset(m_, 0), KVT_OK);
+  receive(&seq, 3);  // G1's and G2's BlockRemoved, AllBlocksCleared
+  ASSERT_EQ(kvt_manager_note_tokens(m_, ho.data(), ho.size(), other.data()), KVT_OK);
+  ASSERT_EQ(kvt_block_alloc(&b, 1, m_, KVT_TIER_G1), KVT_OK);
+  ASSERT_EQ(kvt_block_register_hash(&b, m_, b, h, 0), KVT_OK);
+  v = flat(receive(&seq, 1));
+  ASSERT_EQ(v.size(), 1u);
+  EXPECT_TRUE(v[0].tokens.empty());
+}
+
 TEST_F(KvEvents, MalformedReplayRequestsLeaveItServing) {
   create(config());
   kvt_block b;
@@ -471,6 +670,12 @@ TEST_F(KvEvents, ConfigIsValidated) {
   c = config();
   c.kv_events_tiers = 1u << 4;
   refused(c, "kv_events_tiers");
+  c = config();
+  c.kv_events_format = 2;
+  refused(c, "kv_events_format");
+  c = config();
+  c.reserved = 1;
+  refused(c, "reserved");
   c = config();
   c.kv_events_endpoint = "nonsense";
   refused(c, "kv_events_endpoint");

@@ -8,6 +8,9 @@ cd "$(dirname "$0")/.."
 root=$PWD
 build=$root/${1:-build}
 export PKG_CONFIG_PATH=$build KVTIER_LIB_DIR=$build/src GOPROXY=off GOFLAGS=-modcacherw
+if [ -z "${VLLM_SRC:-}" ] && [ -d "$root/../shared/vllm/vllm" ]; then
+  export VLLM_SRC=$root/../shared/vllm  # vLLM's own code judges kvtier.vllm (docs/VLLM.md)
+fi
 # Debian's cargo and rustc, which read Debian's crate registry (bindings/rust/.cargo).
 export PATH=/usr/bin:$PATH
 

@@ -10,6 +10,13 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 tools/install-deps.sh
+# vLLM's own source (../shared/vllm: 31 files at upstream main 0231dd5), which judges
+# kvtier.vllm (bindings/python/tests/test_vllm_scheduler.py) and the KV events
+# (tools/kv_events); without it those tests skip, saying so.
+if [ -z "${VLLM_SRC:-}" ] && [ -d ../shared/vllm ]; then
+  VLLM_SRC=$(cd ../shared/vllm && pwd)
+  export VLLM_SRC
+fi
 fuzz_seconds=${FUZZ_SECONDS:-30}
 
 echo "== build and test (RelWithDebInfo)"

@@ -266,6 +266,19 @@ func (c *Connector) GetNumNewMatchedTokens(reqID string, tokens []uint32, numCom
 	return uint64(n), async != 0, err
 }
 
+// GetNumNewMatchedTokensSalted is GetNumNewMatchedTokens for a request whose blocks are named
+// under its own saltHash (from HashSalt): what besides its tokens decides its KV (a tenant's
+// salt, a LoRA adapter), so that requests share blocks only when salts and tokens are equal.
+func (c *Connector) GetNumNewMatchedTokensSalted(reqID string, saltHash uint64, tokens []uint32, numComputedTokens uint64) (uint64, bool, error) {
+	var n C.uint64_t
+	var async C.int32_t
+	err := c.withID(reqID, func(cc *C.kvt_connector, id *C.char) C.kvt_status {
+		return C.kvt_connector_get_num_new_matched_tokens_salted(&n, &async, cc, id,
+			C.uint64_t(saltHash), u32ptr(tokens), C.size_t(len(tokens)), C.uint64_t(numComputedTokens))
+	})
+	return uint64(n), async != 0, err
+}
+
 // UpdateStateAfterAlloc: the engine allocated blockIDs (all of the request's G1 blocks, in
 // order) and wants numExternalTokens of them filled: 0, or what GetNumNewMatchedTokens said.
 func (c *Connector) UpdateStateAfterAlloc(reqID string, blockIDs []uint32, numExternalTokens uint64) error {
@@ -351,6 +364,11 @@ func (c *Connector) RequestPreempted(reqID string) error {
 	return c.withID(reqID, func(cc *C.kvt_connector, id *C.char) C.kvt_status {
 		return C.kvt_connector_request_preempted(cc, id)
 	})
+}
+
+// ResetCache: nothing stored so far is served again (after a weight reload, say).
+func (c *Connector) ResetCache() error {
+	return c.with(func(cc *C.kvt_connector) C.kvt_status { return C.kvt_connector_reset_cache(cc) })
 }
 
 // SlotState gives the slot's state and its states so far, from SlotInitialized on.

@@ -327,6 +327,30 @@ func TestConnectorSeed003InOneProcess(t *testing.T) {
 		t.Errorf("loaded %d blocks, want 2", s.LoadedBlocks)
 	}
 	checkScheduler(t, m, c, 2)
+	// B's tokens: its three blocks under the connector's salt, none under a tenant's; none
+	// after a reset.
+	var b []uint32
+	for i := uint32(0); i < 32; i++ {
+		b = append(b, 1000+i)
+	}
+	for i := uint32(0); i < 20; i++ {
+		b = append(b, 2000+i)
+	}
+	if n, _, err := c.GetNumNewMatchedTokensSalted("T", kvtier.HashSalt([]byte("tenant-1")), b, 0); err != nil || n != 0 {
+		t.Errorf("a tenant's match: %d tokens, %v; want 0", n, err)
+	}
+	if n, _, err := c.GetNumNewMatchedTokens("U", b, 0); err != nil || n != 48 {
+		t.Errorf("B's match: %d tokens, %v; want 48", n, err)
+	}
+	if _, err := c.RequestFinished("U"); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.ResetCache(); err != nil {
+		t.Fatal(err)
+	}
+	if n, _, err := c.GetNumNewMatchedTokens("V", b, 0); err != nil || n != 0 {
+		t.Errorf("a match after the reset: %d tokens, %v; want 0", n, err)
+	}
 }
 
 func TestConnectorSeed003InTwoProcesses(t *testing.T) {

@@ -221,7 +221,8 @@ int main(void) {
   recving[0] = '\0';
   step(meta, len, b_fwd, 1, 3, 2, &same, 4, 1);
   printf("B: loaded blocks matching A's %zu\n", same);
-  printf("B: finished_recving%s\n", recving);
+  /* none: a synchronous load, which the engine waited for in its step */
+  printf("B: finished_recving%s\n", recving[0] ? recving : " none");
   s = stats();
   printf("B: stored %llu loaded %llu\n", (unsigned long long)s.stored_blocks,
          (unsigned long long)s.loaded_blocks);

@@ -206,23 +206,43 @@ KVT_API void kvt_connector_destroy(kvt_connector *c) {
   delete c;
 }
 
-KVT_API kvt_status kvt_connector_get_num_new_matched_tokens(
-    uint64_t *out_num_tokens, int32_t *out_load_async, kvt_connector *c, const char *req_id,
-    const uint32_t *tokens, size_t num_tokens, uint64_t num_computed_tokens) {
-  static constexpr const char *fn = "kvt_connector_get_num_new_matched_tokens";
+namespace {
+// Both matched-tokens calls; salt: the request's own, or NULL for the config's.
+kvt_status matched_tokens(const char *fn, uint64_t *out_num_tokens, int32_t *out_load_async,
+                          kvt_connector *c, const char *req_id, const uint64_t *salt,
+                          const uint32_t *tokens, size_t num_tokens,
+                          uint64_t num_computed_tokens) {
   return on_call(fn, c, KVT_TRIGGER_GET_NUM_NEW_MATCHED_TOKENS, req_id, [&](Scheduler &s) {
     if (out_num_tokens == nullptr) return null_arg(fn, "out_num_tokens");
     if (kvt_status e = with_id(fn, req_id); e != KVT_OK) return e;
     if (kvt_status e = check_array(fn, "tokens", tokens, num_tokens); e != KVT_OK) return e;
     uint64_t n = 0;
-    if (kvt_status e = s.get_num_new_matched_tokens(&n, req_id, tokens, num_tokens,
-                                                    num_computed_tokens);
+    if (kvt_status e = s.get_num_new_matched_tokens(&n, req_id, salt ? *salt : s.salt(), tokens,
+                                                    num_tokens, num_computed_tokens);
         e != KVT_OK)
       return e;
     *out_num_tokens = n;
     if (out_load_async) *out_load_async = n > 0 && s.load_async();
     return KVT_OK;
   });
+}
+}  // namespace
+
+KVT_API kvt_status kvt_connector_get_num_new_matched_tokens(
+    uint64_t *out_num_tokens, int32_t *out_load_async, kvt_connector *c, const char *req_id,
+    const uint32_t *tokens, size_t num_tokens, uint64_t num_computed_tokens) {
+  return matched_tokens("kvt_connector_get_num_new_matched_tokens", out_num_tokens,
+                        out_load_async, c, req_id, nullptr, tokens, num_tokens,
+                        num_computed_tokens);
+}
+
+KVT_API kvt_status kvt_connector_get_num_new_matched_tokens_salted(
+    uint64_t *out_num_tokens, int32_t *out_load_async, kvt_connector *c, const char *req_id,
+    uint64_t salt_hash, const uint32_t *tokens, size_t num_tokens,
+    uint64_t num_computed_tokens) {
+  return matched_tokens("kvt_connector_get_num_new_matched_tokens_salted", out_num_tokens,
+                        out_load_async, c, req_id, &salt_hash, tokens, num_tokens,
+                        num_computed_tokens);
 }
 
 KVT_API kvt_status kvt_connector_update_state_after_alloc(
@@ -298,6 +318,11 @@ KVT_API kvt_status kvt_connector_request_preempted(kvt_connector *c, const char 
     if (kvt_status e = with_id(fn, req_id); e != KVT_OK) return e;
     return s.request_preempted(req_id);
   });
+}
+
+KVT_API kvt_status kvt_connector_reset_cache(kvt_connector *c) {
+  return on_call("kvt_connector_reset_cache", c, KVT_TRIGGER_RESET_CACHE, nullptr,
+                 [&](Scheduler &s) { return s.reset_cache(); });
 }
 
 KVT_API kvt_status kvt_connector_slot_state(uint32_t *out_state, uint32_t *out_history,

@@ -103,8 +103,9 @@ std::vector<kvt_scheduled_request> CallArgs::schedule() const {
 }
 
 void encode_matched(std::string *out, const uint32_t *tokens, size_t n, uint64_t computed,
-                    bool own) {
-  put(out, own);
+                    bool own, const uint64_t *salt) {
+  put(out, uint64_t(own) | uint64_t(salt != nullptr) << 1);
+  if (salt) put(out, *salt);
   put(out, computed);
   if (own)
     put(out, n);
@@ -137,9 +138,12 @@ kvt_status decode_call(CallArgs *out, uint32_t trigger, const uint8_t *bytes, si
   bool ok = true;
   switch (trigger) {
     case KVT_TRIGGER_GET_NUM_NEW_MATCHED_TOKENS: {
-      uint64_t own;
-      ok = in.get(&own) && own <= 1 && in.get(&a.number);
-      a.own_tokens = own == 1;
+      uint64_t flags;
+      ok = in.get(&flags) && flags <= 3;
+      a.own_tokens = flags & 1;
+      a.salted = flags & 2;
+      if (ok && a.salted) ok = in.get(&a.salt);
+      ok = ok && in.get(&a.number);
       if (ok) ok = a.own_tokens ? in.get(&a.num_tokens) : in.runs(&a.ids);
       if (!a.own_tokens) a.num_tokens = a.ids.size();
       break;
@@ -165,6 +169,7 @@ kvt_status decode_call(CallArgs *out, uint32_t trigger, const uint8_t *bytes, si
       return KVT_OK;
     case KVT_TRIGGER_REQUEST_FINISHED:
     case KVT_TRIGGER_REQUEST_PREEMPTED:
+    case KVT_TRIGGER_RESET_CACHE:
       break;
     default:
       return fail(KVT_ERR_CORRUPT, "a CALL of unknown call %u", trigger);

@@ -21,6 +21,8 @@ struct CallArgs {
   // build_connector_meta appended since): their number, not the tokens, is logged.
   bool own_tokens = false;
   uint64_t num_tokens = 0;
+  bool salted = false;        // get_num_new_matched_tokens_salted, with this salt
+  uint64_t salt = 0;
   struct Scheduled {
     std::string req_id;
     uint64_t computed = 0, scheduled = 0;
@@ -34,8 +36,9 @@ struct CallArgs {
 };
 
 // own: the tokens are the slot's own (see CallArgs::own_tokens); only n is written then.
+// salt: the request's own salt, or NULL for the connector's.
 void encode_matched(std::string *out, const uint32_t *tokens, size_t n, uint64_t computed,
-                    bool own);
+                    bool own, const uint64_t *salt);
 void encode_alloc(std::string *out, const uint32_t *blocks, size_t n, uint64_t external);
 // Only for a schedule that build_connector_meta accepted (every id valid).
 void encode_schedule(std::string *out, const kvt_scheduled_request *reqs, size_t n);

@@ -30,7 +30,8 @@ void LogRerun::call(const kvt_obs_event &e, const std::string &args) {
   if (e.trigger == KVT_TRIGGER_BUILD_CONNECTOR_META && e.status != KVT_OK && args.empty())
     return;
   const bool needs_args = e.trigger != KVT_TRIGGER_REQUEST_FINISHED &&
-                          e.trigger != KVT_TRIGGER_REQUEST_PREEMPTED;
+                          e.trigger != KVT_TRIGGER_REQUEST_PREEMPTED &&
+                          e.trigger != KVT_TRIGGER_RESET_CACHE;
   if (needs_args && args.empty())
     return events_.violation("%s: the log holds no arguments for it (recorded while no log or ring "
                    "kept events, or too big)", what);
@@ -49,8 +50,8 @@ void LogRerun::call(const kvt_obs_event &e, const std::string &args) {
                          what, (unsigned long long)a.num_tokens);
         a.ids = it->second;
       }
-      st = s_.get_num_new_matched_tokens(&result, e.req_id, a.ids.data(), a.ids.size(),
-                                         a.number);
+      st = s_.get_num_new_matched_tokens(&result, e.req_id, a.salted ? a.salt : s_.salt(),
+                                         a.ids.data(), a.ids.size(), a.number);
       if (st == KVT_OK) tokens_[e.req_id] = std::move(a.ids);
       break;
     }
@@ -88,6 +89,9 @@ void LogRerun::call(const kvt_obs_event &e, const std::string &args) {
     }
     case KVT_TRIGGER_REQUEST_PREEMPTED:
       st = s_.request_preempted(e.req_id);
+      break;
+    case KVT_TRIGGER_RESET_CACHE:
+      st = s_.reset_cache();
       break;
   }
   if (st != e.status)

@@ -189,6 +189,7 @@ void Scheduler::drop_planned_loads(Slot &s) {
     candidate(s, KVT_CANDIDATE_CANCELLED, id, handle::tier(pins[0]), KVT_TIER_G1, pins.size(),
               KVT_ERR_CANCELLED);
     release(pins);
+    if (it->second.async) --s.async_loads;
     loads_.erase(it);
     --s.batches;
   }
@@ -244,7 +245,7 @@ void Scheduler::plan_eager(Slot &s, Batch *batch) {
   candidate(s, KVT_CANDIDATE_PROMOTED, batch->id, KVT_TIER_G1, dst, batch->ops.size());
 }
 
-kvt_status Scheduler::matched_tokens(uint64_t *out, std::string_view id,
+kvt_status Scheduler::matched_tokens(uint64_t *out, std::string_view id, uint64_t salt,
                                      const uint32_t *tokens, size_t n, uint64_t computed) {
   static constexpr const char *fn = "kvt_connector_get_num_new_matched_tokens";
   trigger_ = KVT_TRIGGER_GET_NUM_NEW_MATCHED_TOKENS;
@@ -256,16 +257,20 @@ kvt_status Scheduler::matched_tokens(uint64_t *out, std::string_view id,
                 quoted(id).c_str(), (unsigned long long)computed, n);
   auto it = slots_.find(key(id));
   Slot *s = it == slots_.end() ? nullptr : it->second.get();
-  if (s && s->state != KVT_SLOT_INITIALIZED && s->state != KVT_SLOT_ONBOARD_STAGED &&
-      s->state != KVT_SLOT_PREEMPTED)
+  if (s && (s->state == KVT_SLOT_FINISHING || s->state == KVT_SLOT_FINISHED))
     return transition_error(fn, *s, KVT_SLOT_ONBOARD_STAGED);
+  if (s && s->state == KVT_SLOT_ONBOARDING && s->batches > 0)
+    return fail(KVT_ERR_STATE, "%s: request '%s' is ONBOARDING with its loads in flight: "
+                "they write its G1 blocks until the worker reports them", fn, s->id.c_str());
 
-  TokenSeq seq(cfg_.salt_hash, page_);
+  TokenSeq seq(salt, page_);
   seq.append(tokens, n);
   // Full blocks only, and never the last token: the engine computes at least one.
   const std::vector<uint64_t> &hashes = seq.seq_hashes();  // read before seq moves
   if (KvSink *kv = m_.kv_sink()) kv->note_tokens(hashes.data(), hashes.size(), tokens);
   size_t usable = n ? std::min<size_t>((n - 1) / page_, hashes.size()) : 0;
+  // A hit of the engine's that ends inside a block: kvtier loads whole blocks only.
+  if (computed % page_) usable = 0;
   size_t first = (computed + page_ - 1) / page_;
   std::vector<Pinned> hit;
   if (first < usable) {
@@ -292,6 +297,14 @@ kvt_status Scheduler::matched_tokens(uint64_t *out, std::string_view id,
     slot_event(*s, 0, KVT_SLOT_INITIALIZED);
     stop_point(s->id, 0, KVT_SLOT_INITIALIZED);
   } else {
+    // The engine asks only about waiting requests: one that ran (or loaded) went back to
+    // waiting without a request_preempted yet (vLLM's reset_prefix_cache preempts between
+    // steps; a failed asynchronous load frees the blocks).
+    if (s->state != KVT_SLOT_INITIALIZED && s->state != KVT_SLOT_ONBOARD_STAGED &&
+        s->state != KVT_SLOT_PREEMPTED) {
+      to_waiting(*s);
+      s->preempted_unasked = true;
+    }
     drop_staged(*s);
     // The same count, chained block hashes and partial block: the same tokens. Only asked
     // while a log or the ring keeps the calls' arguments.
@@ -358,6 +371,8 @@ kvt_status Scheduler::after_alloc(std::string_view id, const uint32_t *blocks, s
   }
   LoadRec rec;
   rec.slot = s;
+  rec.async = cfg_.load_async != 0;
+  s->async_loads += rec.async;
   for (size_t i = 0; i < s->staged.size(); ++i) {
     uint32_t g1 = blocks[first + i];
     rec.g1.push_back(g1);
@@ -410,18 +425,21 @@ kvt_status Scheduler::meta_for(std::string *out, const kvt_scheduled_request *re
                          s->id.c_str()));
     slot[i] = s;
     s->new_this_step = true;
-    target[i] = r.num_new_token_ids ? KVT_SLOT_DECODING : KVT_SLOT_PREFILLING;
+    // Decoding from the first step that brings sampled tokens on; async scheduling may
+    // schedule a decode step before its sampled token is known.
+    const bool decoding = s->state == KVT_SLOT_DECODING || s->state == KVT_SLOT_SKIPPED_DECODE ||
+                          (r.num_new_token_ids && (s->state == KVT_SLOT_PREFILLING ||
+                                                   s->state == KVT_SLOT_SKIPPED_PREFILL));
+    target[i] = decoding ? KVT_SLOT_DECODING : KVT_SLOT_PREFILLING;
     kvt_status e = KVT_OK;
-    uint64_t tokens = s->seq.tokens() + r.num_new_token_ids;
     uint64_t blocks = s->blocks.size() + r.num_new_block_ids;
+    // Scheduled tokens may reach beyond the known ones (placeholders, drafts), not beyond
+    // the blocks that hold them.
     if (!legal(s->state, target[i]))
       e = transition_error(fn, *s, target[i]);
-    else if (r.num_computed_tokens > tokens || r.num_scheduled_tokens > tokens - r.num_computed_tokens)
-      e = fail(KVT_ERR_INVALID_ARGUMENT,
-               "%s: request '%s': %llu computed + %llu scheduled tokens exceed its %llu tokens",
-               fn, s->id.c_str(), (unsigned long long)r.num_computed_tokens,
-               (unsigned long long)r.num_scheduled_tokens, (unsigned long long)tokens);
-    else if (r.num_computed_tokens + r.num_scheduled_tokens > blocks * page_)
+    else if (blocks > UINT64_MAX / page_ ||
+             r.num_scheduled_tokens > UINT64_MAX - r.num_computed_tokens ||
+             r.num_computed_tokens + r.num_scheduled_tokens > blocks * page_)
       e = fail(KVT_ERR_INVALID_ARGUMENT,
                "%s: request '%s': %llu blocks cannot hold %llu computed + %llu scheduled tokens",
                fn, s->id.c_str(), (unsigned long long)blocks,
@@ -464,7 +482,9 @@ kvt_status Scheduler::meta_for(std::string *out, const kvt_scheduled_request *re
     // failed): its blocks are considered for storing again.
     if (r.num_computed_tokens < s.computed)
       s.store_next = std::min<size_t>(s.store_next, r.num_computed_tokens / page_);
-    s.computed = r.num_computed_tokens + r.num_scheduled_tokens;
+    // Only known tokens count: a block is stored once its tokens are known and computed.
+    s.computed = std::min<uint64_t>(r.num_computed_tokens + r.num_scheduled_tokens,
+                                    s.seq.tokens());
     move(s, target[i]);
     Batch batch;
     plan_eager(s, &batch);
@@ -490,6 +510,7 @@ kvt_status Scheduler::meta_for(std::string *out, const kvt_scheduled_request *re
   }
   meta.lazy_stores = std::move(planned_lazy_);
   planned_lazy_.clear();
+  for (auto &[id, s] : slots_) s->preempted_unasked = false;  // the step's preemptions are in
   meta.finished = std::move(finishing_);
   finishing_.clear();
   *out = encode(meta);
@@ -541,8 +562,9 @@ kvt_status Scheduler::take_output(const Report &r) {
     std::vector<bool> bad(rec.src.size());
     for (const Failure &f : d.failed) {
       bad[f.op] = true;
-      // A copy that fails its checksum leaves the registry, so that no match serves it.
-      if (f.status == KVT_ERR_CORRUPT) m_.tier_of(rec.src[f.op].block)->remove(rec.src[f.op].block);
+      // A copy that failed (its checksum, an I/O error) leaves the registry: no match serves
+      // it, and the engine's recompute is not matched to it again and again.
+      m_.tier_of(rec.src[f.op].block)->remove(rec.src[f.op].block);
       if (!content_.empty()) content_[rec.g1[f.op]].valid = false;
     }
     std::vector<kvt_block> pins;
@@ -558,6 +580,7 @@ kvt_status Scheduler::take_output(const Report &r) {
                 pins.size(), d.failed[0].status);
     release(pins);
     if (!d.failed.empty()) doom_stores(*rec.slot, rec.step);
+    if (rec.async) --rec.slot->async_loads;
     --rec.slot->batches;
     touched.push_back(rec.slot);
     loads_.erase(it);
@@ -600,12 +623,13 @@ kvt_status Scheduler::take_output(const Report &r) {
   return KVT_OK;
 }
 
-// The worker cancels s's eager stores of a step in which a load of s failed: what they
-// would copy was computed over bytes that never arrived. Their hashes are free to be planned
-// again as soon as the blocks are recomputed, which may be before the cancellations' report.
+// s's eager stores of the step in which a load of s failed, and of later steps (async
+// scheduling plans the next step before this report), are never registered: what they copy
+// was computed over bytes that never arrived. Their hashes are free to be planned again as
+// soon as the blocks are recomputed, which may be before the cancellations' report.
 void Scheduler::doom_stores(const Slot &s, uint64_t step) {
   for (auto &[id, rec] : stores_) {
-    if (rec.slot != &s || rec.step != step || !rec.eager || rec.doomed) continue;
+    if (rec.slot != &s || rec.step < step || !rec.eager || rec.doomed) continue;
     rec.doomed = true;
     for (uint64_t h : rec.hash) storing_.erase(h);
   }
@@ -635,9 +659,11 @@ kvt_status Scheduler::finished(bool *delay_free, std::string_view id) {
   drop_planned_loads(*s);
   unclaim(*s);
   move(*s, KVT_SLOT_FINISHING);
-  *delay_free = s->batches > 0;
+  // An engine that waits for an asynchronous load's finished_recving frees the request
+  // there (vLLM): it must not wait for, nor see, a finished_sending as well.
+  *delay_free = s->batches > 0 && s->async_loads == 0;
   if (s->batches == 0) finish(*s);
-  else finishing_.push_back(s->id);
+  else if (*delay_free) finishing_.push_back(s->id);
   return KVT_OK;
 }
 
@@ -648,16 +674,55 @@ kvt_status Scheduler::preempted(std::string_view id) {
   kvt_status st;
   Slot *s = find(fn, id, &st);
   if (s == nullptr) return st;
+  // Preempted already: by get_num_new_matched_tokens this step (it may be onboarding again),
+  // or told twice.
+  if (s->preempted_unasked || s->state == KVT_SLOT_PREEMPTED) {
+    s->preempted_unasked = false;
+    return KVT_OK;
+  }
   if (!legal(s->state, KVT_SLOT_PREEMPTED)) return transition_error(fn, *s, KVT_SLOT_PREEMPTED);
-  drop_staged(*s);
-  drop_planned_loads(*s);
-  unclaim(*s);
-  s->blocks.clear();
-  s->computed = 0;
-  s->write_from = 0;
-  ++stats_.preemptions;
-  move(*s, KVT_SLOT_PREEMPTED);
+  to_waiting(*s);
   return KVT_OK;
+}
+
+void Scheduler::to_waiting(Slot &s) {
+  drop_staged(s);
+  drop_planned_loads(s);
+  unclaim(s);
+  s.blocks.clear();
+  s.computed = 0;
+  s.write_from = 0;
+  s.store_next = 0;  // its blocks may be stored again: plan_store skips what is present
+  ++stats_.preemptions;
+  move(s, KVT_SLOT_PREEMPTED);
+}
+
+kvt_status Scheduler::reset_cache() {
+  trigger_ = KVT_TRIGGER_RESET_CACHE;
+  stop_point({}, 0, 0);
+  kvt_status st = KVT_OK;
+  if (!loads_.empty())  // they would bring what was stored before into G1 after the reset
+    st = fail(KVT_ERR_STATE, "kvt_connector_reset_cache: %zu loads are in flight: reset once "
+              "they have ended", loads_.size());
+  if (st != KVT_OK) {
+    call_event({}, st, [](ObsEvent &, bool) {});
+    return st;
+  }
+  // Stores in flight end unregistered, lazy stores of what G1 held are not made, staged
+  // hits are let go, and every registered block leaves: nothing computed before the reset
+  // (under other weights, say) is served again.
+  for (auto &[id, rec] : stores_) rec.doomed = true;
+  storing_.clear();
+  for (Content &c : content_) c.valid = false;
+  for (auto &[id, s] : slots_)
+    if (s->state == KVT_SLOT_ONBOARD_STAGED) {
+      drop_staged(*s);
+      move(*s, KVT_SLOT_INITIALIZED);
+    }
+  for (int t : {KVT_TIER_G2, KVT_TIER_G3})
+    if (st == KVT_OK && m_.tier_if_present(t)) st = m_.reset(t);
+  call_event({}, st, [](ObsEvent &, bool) {});
+  return st;
 }
 
 // The six calls: each body, then its CALL event, with the call's arguments when a log or
@@ -680,14 +745,16 @@ void Scheduler::call_event(std::string_view id, kvt_status st, Fill &&fill) noex
 }
 
 kvt_status Scheduler::get_num_new_matched_tokens(uint64_t *out, std::string_view id,
-                                                 const uint32_t *tokens, size_t n,
-                                                 uint64_t computed) {
-  kvt_status st = matched_tokens(out, id, tokens, n, computed);
+                                                 uint64_t salt, const uint32_t *tokens,
+                                                 size_t n, uint64_t computed) {
+  kvt_status st = matched_tokens(out, id, salt, tokens, n, computed);
   call_event(id, st, [&](ObsEvent &e, bool args) {
     e.tokens = n;
     e.computed = computed;
     e.count = st == KVT_OK ? *out : 0;
-    if (args) encode_matched(&e.args, tokens, n, computed, st == KVT_OK && own_tokens_);
+    if (args)
+      encode_matched(&e.args, tokens, n, computed, st == KVT_OK && own_tokens_,
+                     salt == cfg_.salt_hash ? nullptr : &salt);
   });
   return st;
 }

@@ -39,7 +39,8 @@ class Scheduler {
   Scheduler &operator=(const Scheduler &) = delete;
 
   // The six calls of the scheduler half; each emits a CALL event when the stream is on.
-  kvt_status get_num_new_matched_tokens(uint64_t *out, std::string_view id,
+  // salt: the request's own salt_hash (the config's when it has none).
+  kvt_status get_num_new_matched_tokens(uint64_t *out, std::string_view id, uint64_t salt,
                                         const uint32_t *tokens, size_t n, uint64_t computed);
   kvt_status update_state_after_alloc(std::string_view id, const uint32_t *blocks, size_t n,
                                       uint64_t external);
@@ -48,6 +49,8 @@ class Scheduler {
   kvt_status update_output(const Report &r);
   kvt_status request_finished(bool *delay_free, std::string_view id);
   kvt_status request_preempted(std::string_view id);
+  // kvt_connector_reset_cache.
+  kvt_status reset_cache();
   // The state and the history of a live or recently finished request.
   kvt_status slot_state(uint32_t *state, const std::vector<uint32_t> **history,
                         std::string_view id) const;
@@ -60,11 +63,13 @@ class Scheduler {
   kvt_connector_hooks &hooks() noexcept { return hooks_; }
   const Shape &shape() const noexcept { return shape_; }
   bool load_async() const noexcept { return cfg_.load_async != 0; }
+  uint64_t salt() const noexcept { return cfg_.salt_hash; }
 
  private:
   struct LoadRec {
     Slot *slot = nullptr;
     uint64_t step = 0;             // the metadata that carried it; 0: planned for the next one
+    bool async = false;            // the engine waits for finished_recving, not the step
     std::vector<Pinned> src;       // pinned until the report
     std::vector<uint32_t> g1;
   };
@@ -81,8 +86,8 @@ class Scheduler {
   };
 
   // The calls' bodies.
-  kvt_status matched_tokens(uint64_t *out, std::string_view id, const uint32_t *tokens,
-                            size_t n, uint64_t computed);
+  kvt_status matched_tokens(uint64_t *out, std::string_view id, uint64_t salt,
+                            const uint32_t *tokens, size_t n, uint64_t computed);
   kvt_status after_alloc(std::string_view id, const uint32_t *blocks, size_t n,
                          uint64_t external);
   kvt_status meta_for(std::string *out, const kvt_scheduled_request *reqs, size_t n);
@@ -113,6 +118,7 @@ class Scheduler {
   void unclaim(Slot &s);
   void drop_staged(Slot &s);
   void drop_planned_loads(Slot &s);
+  void to_waiting(Slot &s);  // request_preempted's work: the engine took its blocks back
   void plan_eager(Slot &s, Batch *batch);
   bool plan_store(uint32_t g1, uint64_t hash, uint64_t parent, std::vector<CopyOp> *ops,
                   StoreRec *rec);

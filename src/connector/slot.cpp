@@ -27,6 +27,7 @@ bool legal(SlotState from, SlotState to) noexcept {
       return from == KVT_SLOT_DECODING;
     case KVT_SLOT_PREEMPTED:
       return from == KVT_SLOT_INITIALIZED || from == KVT_SLOT_ONBOARD_STAGED ||
+             from == KVT_SLOT_ONBOARDING ||
              from == KVT_SLOT_PREFILLING || from == KVT_SLOT_DECODING ||
              from == KVT_SLOT_SKIPPED_PREFILL || from == KVT_SLOT_SKIPPED_DECODE;
     case KVT_SLOT_FINISHING:

@@ -44,7 +44,12 @@ struct Slot {
   uint64_t matched_from = 0;     // get_num_new_matched_tokens' num_computed_tokens
   std::vector<Pinned> staged;    // ONBOARD_STAGED: the hit, G2 blocks then G3 blocks
   uint64_t batches = 0;          // load and store batches in the metadata, not yet reported
+  uint64_t async_loads = 0;      // of those, asynchronous loads: the engine waits for their
+                                 // finished_recving, never for finished_sending
   bool new_this_step = false;    // in the current build's schedule
+  // get_num_new_matched_tokens preempted it (the engine sent it back to waiting unasked):
+  // the engine's own request_preempted for it, in the same step, is then a no-op.
+  bool preempted_unasked = false;
 
   void to(SlotState s) {
     state = s;

@@ -117,10 +117,12 @@ kvt_status Worker::clear() {
 
 void Worker::enqueue(Kind kind, std::vector<Batch> &batches) {
   if (batches.empty()) return;  // most steps: no need to wake the copy thread
+  const bool async = kind == Kind::Load && meta_->async_load;
   for (Batch &b : batches) {
     ++outstanding_[b.req_id];
+    if (async) ++async_loads_[b.req_id];
     if (--unstarted_[b.req_id] == 0) unstarted_.erase(b.req_id);
-    queue_.push_back(Job{kind, meta_->step, std::move(b)});
+    queue_.push_back(Job{kind, meta_->step, std::move(b), async});
     ++queued_;
   }
   batches.clear();
@@ -250,8 +252,12 @@ void Worker::run() {
     const std::string &id = job.batch.req_id;
     if (job.kind == Kind::Load) {
       for (const Failure &f : failed) load_errors_.push_back(job.batch.ops[f.op].g1);
-      if (std::find(recving_.begin(), recving_.end(), id) == recving_.end())
+      // Only the loads the engine waits for across steps: vLLM takes a request listed in
+      // finished_recving for one in WAITING_FOR_REMOTE_KVS, or frees it when finished.
+      if (job.async && --async_loads_[id] == 0) {
+        async_loads_.erase(id);
         recving_.push_back(id);
+      }
       loads_done_.push_back(Done{job.batch.id, std::move(failed)});
     } else {
       stores_done_.push_back(Done{job.batch.id, std::move(failed)});

@@ -50,6 +50,7 @@ class Worker {
     Kind kind;
     uint64_t step;
     Batch batch;
+    bool async = false;  // a load the engine waits for in finished_recving
   };
   kvt_status bound(const char *fn) const;
   void start_loads();   // under mu_
@@ -77,6 +78,7 @@ class Worker {
   uint64_t queued_ = 0, ended_ = 0;  // jobs run in order: job k has ended when ended_ >= k
   bool stop_ = false;
   absl::flat_hash_map<std::string, uint32_t> outstanding_;  // queued or running jobs per request
+  absl::flat_hash_map<std::string, uint32_t> async_loads_;  // of those, asynchronous loads
   absl::flat_hash_map<std::string, uint32_t> unstarted_;    // the bound metadata's other batches
   absl::flat_hash_set<std::string> finishing_;  // finished requests with jobs outstanding
   std::vector<Done> loads_done_, stores_done_;

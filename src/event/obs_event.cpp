@@ -73,7 +73,8 @@ const char *trigger_name(uint32_t trigger) noexcept {
                                           "BUILD_CONNECTOR_META",
                                           "UPDATE_CONNECTOR_OUTPUT",
                                           "REQUEST_FINISHED",
-                                          "REQUEST_PREEMPTED"};
+                                          "REQUEST_PREEMPTED",
+                                          "RESET_CACHE"};
   return trigger < std::size(names) ? names[trigger] : names[0];
 }
 

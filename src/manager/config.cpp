@@ -133,6 +133,13 @@ kvt_status validate_kv_events(const kvt_manager_config &c) {
                 "kv_events_tiers is 0x%x: bits (1 << KVT_TIER_G1..G3), 0x2 | 0x4 | 0x8 at most "
                 "(G4 has no block events)",
                 c.kv_events_tiers);
+  if (c.kv_events_format > KVT_KV_EVENTS_FORMAT_ARRAY_V0_11)
+    return fail(KVT_ERR_INVALID_ARGUMENT,
+                "kv_events_format is %u: KVT_KV_EVENTS_FORMAT_CURRENT (0) or "
+                "KVT_KV_EVENTS_FORMAT_ARRAY_V0_11 (1)",
+                c.kv_events_format);
+  if (c.reserved != 0)
+    return fail(KVT_ERR_INVALID_ARGUMENT, "reserved is %u: must be 0", c.reserved);
   return KVT_OK;
 }
 

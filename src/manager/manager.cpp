@@ -101,6 +101,7 @@ kvt_status Manager::start_publisher(const kvt_manager_config &c) {
   p.buffer = c.kv_events_buffer;
   p.dp_rank = c.kv_events_dp_rank;
   p.page_size = c.page_size;
+  p.format = kvt_kv_events_format(c.kv_events_format);
   const uint64_t caps[4] = {0, c.g1_blocks, c.g2_blocks, c.g3_blocks};
   for (int t = KVT_TIER_G1; t <= KVT_TIER_G3; ++t) {
     if (!tiers_[t]) continue;

@@ -2,6 +2,8 @@
 
 #include <msgpack.hpp>
 
+#include <iterator>
+
 namespace kvt::pub {
 namespace {
 
@@ -46,58 +48,90 @@ void pack_uints(std::string *out, const uint32_t *v, size_t n) {
 
 }  // namespace
 
-const char *medium_of(unsigned tier) noexcept {
-  switch (tier) {
-    case KVT_TIER_G1: return "GPU";
-    case KVT_TIER_G2: return "CPU";
-    case KVT_TIER_G3: return "DISK";
-  }
-  return "";
+const char *medium_of(unsigned tier, kvt_kv_events_format format) noexcept {
+  // vLLM's MEDIUM_* names. G4 publishes no block events (kv_events_tiers refuses it); its
+  // blocks live in Redis, an object store. vLLM 0.11 had no name for local disk: kvtier
+  // said "DISK", which the old format keeps.
+  static constexpr const char *kMedia[] = {"", "GPU", "CPU", "FS", "OBJ"};
+  if (tier == KVT_TIER_G3 && format == KVT_KV_EVENTS_FORMAT_ARRAY_V0_11) return "DISK";
+  return tier < std::size(kMedia) ? kMedia[tier] : "";
 }
 
-BatchEncoder::BatchEncoder(uint32_t page_size, int32_t dp_rank, unsigned tiers)
-    : page_size_(page_size), dp_rank_(dp_rank), tiers_(tiers) {}
+BatchEncoder::BatchEncoder(uint32_t page_size, int32_t dp_rank, unsigned tiers,
+                           kvt_kv_events_format format)
+    : page_size_(page_size), dp_rank_(dp_rank), tiers_(tiers), format_(format) {}
+
+void BatchEncoder::group(const std::vector<QueuedEvent> &events, TokenMemo &memo) {
+  size_t next = 0;  // the first event whose hold take() has not dropped
+  try {
+    token_at_.assign(events.size(), kNone);
+    for (size_t i = 0; i < events.size(); ++i) {
+      next = i + 1;  // nothing throws before take(), which drops the hold even when it throws
+      const QueuedEvent &e = events[i];
+      const unsigned bit = 1u << e.tier;
+      if (e.type == KVT_EVENT_TIER_CLEARED) {
+        cleared_ |= bit;
+        if ((cleared_ & tiers_) == tiers_) {
+          groups_.push_back(Group{e.type, e.tier, false, i, i + 1});
+          cleared_ = 0;
+        }
+        continue;
+      }
+      bool known = false;
+      if (e.type == KVT_EVENT_BLOCK_STORED) {
+        cleared_ &= ~bit;
+        size_t at = tokens_.size();
+        if ((known = memo.take(e.hash, e.held, &tokens_))) token_at_[i] = at;
+        else ++unknown_;
+      }
+      if (!groups_.empty()) {
+        Group &g = groups_.back();
+        const QueuedEvent &last = events[g.end - 1];
+        bool joins = g.type == e.type && g.tier == e.tier && g.end == i &&
+                     (e.type == KVT_EVENT_BLOCK_REMOVED ||
+                      (e.parent == last.hash && g.tokens == known));
+        if (joins) {
+          g.end = i + 1;
+          continue;
+        }
+      }
+      groups_.push_back(Group{e.type, e.tier, known, i, i + 1});
+    }
+  } catch (...) {
+    // Out of memory: the blocks not reached keep no hold in the memo.
+    for (size_t k = next; k < events.size(); ++k)
+      if (const QueuedEvent &e = events[k]; e.type == KVT_EVENT_BLOCK_STORED)
+        memo.take(e.hash, e.held, nullptr);
+    throw;
+  }
+}
 
 size_t BatchEncoder::encode(const std::vector<QueuedEvent> &events, double ts, TokenMemo &memo,
                             std::string *out) {
   groups_.clear();
   tokens_.clear();
-  token_at_.assign(events.size(), kNone);
-  for (size_t i = 0; i < events.size(); ++i) {
-    const QueuedEvent &e = events[i];
-    const unsigned bit = 1u << e.tier;
-    if (e.type == KVT_EVENT_TIER_CLEARED) {
-      cleared_ |= bit;
-      if ((cleared_ & tiers_) == tiers_) {
-        groups_.push_back(Group{e.type, e.tier, false, i, i + 1});
-        cleared_ = 0;
-      }
-      continue;
-    }
-    bool known = false;
-    if (e.type == KVT_EVENT_BLOCK_STORED) {
-      cleared_ &= ~bit;
-      size_t at = tokens_.size();
-      if ((known = memo.read(e.hash, &tokens_))) token_at_[i] = at;
-    }
-    if (!groups_.empty()) {
-      Group &g = groups_.back();
-      const QueuedEvent &last = events[g.end - 1];
-      bool joins = g.type == e.type && g.tier == e.tier && g.end == i &&
-                   (e.type == KVT_EVENT_BLOCK_REMOVED ||
-                    (e.parent == last.hash && g.tokens == known));
-      if (joins) {
-        g.end = i + 1;
-        continue;
-      }
-    }
-    groups_.push_back(Group{e.type, e.tier, known, i, i + 1});
-  }
+  unknown_ = 0;
   out->clear();
+  group(events, memo);
   if (groups_.empty()) return 0;
 
+  const bool maps = format_ == KVT_KV_EVENTS_FORMAT_CURRENT;
   Out sink{out};
   Packer pk(sink);
+  // An event's head: the tagged map of n fields (msgspec's tag=True: "type" first), or the
+  // array of the tag and n fields (array_like).
+  auto head = [&](const char *tag, uint32_t n) {
+    if (maps) {
+      pk.pack_map(n + 1);
+      pack_str(pk, "type");
+    } else {
+      pk.pack_array(n + 1);
+    }
+    pack_str(pk, tag);
+  };
+  auto field = [&](const char *name) {
+    if (maps) pack_str(pk, name);
+  };
   pk.pack_array(3);
   pk.pack_double(ts);
   pk.pack_array(uint32_t(groups_.size()));
@@ -105,30 +139,39 @@ size_t BatchEncoder::encode(const std::vector<QueuedEvent> &events, double ts, T
     const uint32_t n = uint32_t(g.end - g.begin);
     switch (g.type) {
       case KVT_EVENT_BLOCK_STORED: {
-        pk.pack_array(7);
-        pack_str(pk, "BlockStored");
+        head("BlockStored", maps ? 7 : 6);
+        field("block_hashes");
         pk.pack_array(n);
         for (size_t i = g.begin; i < g.end; ++i) pk.pack_uint64(events[i].hash);
+        field("parent_block_hash");
         if (uint64_t parent = events[g.begin].parent) pk.pack_uint64(parent);
         else pk.pack_nil();
+        field("token_ids");
         pk.pack_array(g.tokens ? n * page_size_ : 0);
-        if (g.tokens)  // the blocks' tokens, which the memo read one after another
+        if (g.tokens)  // the blocks' tokens, which the memo gave one after another
           pack_uints(out, tokens_.data() + token_at_[g.begin], size_t(n) * page_size_);
+        field("block_size");
         pk.pack_uint32(page_size_);
-        pk.pack_nil();  // lora_id
-        pack_str(pk, medium_of(g.tier));
+        field("lora_id");
+        pk.pack_nil();
+        field("medium");
+        pack_str(pk, medium_of(g.tier, format_));
+        if (maps) {  // no default, so present; the fields after it are None, omitted
+          field("lora_name");
+          pk.pack_nil();
+        }
         break;
       }
       case KVT_EVENT_BLOCK_REMOVED:
-        pk.pack_array(3);
-        pack_str(pk, "BlockRemoved");
+        head("BlockRemoved", 2);
+        field("block_hashes");
         pk.pack_array(n);
         for (size_t i = g.begin; i < g.end; ++i) pk.pack_uint64(events[i].hash);
-        pack_str(pk, medium_of(g.tier));
+        field("medium");
+        pack_str(pk, medium_of(g.tier, format_));
         break;
       default:
-        pk.pack_array(1);
-        pack_str(pk, "AllBlocksCleared");
+        head("AllBlocksCleared", 0);
         break;
     }
   }

@@ -4,6 +4,7 @@
 #include <unistd.h>
 #include <zmq.h>
 
+#include <bit>
 #include <cerrno>
 #include <chrono>
 #include <exception>
@@ -52,7 +53,9 @@ bool binds(const std::string &e) noexcept {
 }
 
 Publisher::Publisher(const PublisherConfig &c)
-    : cfg_(c), memo_(c.memo_blocks, c.page_size), encoder_(c.page_size, c.dp_rank, c.tiers) {}
+    : cfg_(c),
+      memo_(c.memo_blocks, c.page_size),
+      encoder_(c.page_size, c.dp_rank, c.tiers, c.format) {}
 
 kvt_status Publisher::create(std::unique_ptr<Publisher> *out, const PublisherConfig &c) {
   std::unique_ptr<Publisher> p(new Publisher(c));
@@ -107,22 +110,33 @@ void Publisher::note_tokens(const uint64_t *seq_hashes, size_t n,
   for (size_t i = 0; i < n; ++i) memo_.note(seq_hashes[i], tokens + i * cfg_.page_size);
 }
 
+void Publisher::drop_pending() noexcept {
+  for (const QueuedEvent &q : pending_)
+    if (q.held) memo_.take(q.hash, true, nullptr);
+  pending_.clear();
+  ++dropped_;
+}
+
 void Publisher::publish(const kvt_event *events, size_t n) noexcept {
   std::lock_guard lock(mu_);
   const bool was_idle = pending_.empty() && dropped_ == 0;
   for (size_t i = 0; i < n; ++i) {
     const kvt_event &e = events[i];
-    if (!(cfg_.tiers & (1u << e.tier))) continue;
+    // Every tier's blocks count for the memo: a block one tier holds may be published in
+    // another (offloaded, onboarded).
+    const bool published = cfg_.tiers & (1u << e.tier);
+    bool held = false;
+    if (e.type == KVT_EVENT_BLOCK_STORED) held = memo_.stored(e.hash, e.tier, published);
+    else if (e.type == KVT_EVENT_BLOCK_REMOVED) memo_.removed(e.hash, e.tier);
+    if (!published) continue;
     // The thread is far behind, or memory is short: a batch is lost, visibly (a skipped seq).
-    if (pending_.size() >= kMaxPending) {
-      pending_.clear();
-      ++dropped_;
-    }
+    if (pending_.size() >= kMaxPending) drop_pending();
     try {
-      pending_.push_back(QueuedEvent{e.hash, e.parent_hash, uint8_t(e.type), uint8_t(e.tier)});
+      pending_.push_back(
+          QueuedEvent{e.hash, e.parent_hash, uint8_t(e.type), uint8_t(e.tier), held});
     } catch (...) {
-      pending_.clear();
-      ++dropped_;
+      if (held) memo_.take(e.hash, true, nullptr);
+      drop_pending();
     }
   }
   if (was_idle && armed_ && (!pending_.empty() || dropped_)) {
@@ -172,7 +186,19 @@ void Publisher::run() noexcept {
 }
 
 void Publisher::send_batch(const std::vector<QueuedEvent> &events) {
-  if (encoder_.encode(events, now_seconds(), memo_, &payload_) == 0) return;
+  const size_t n = encoder_.encode(events, now_seconds(), memo_, &payload_);
+  if (uint64_t unknown = encoder_.unknown_tokens()) {
+    // Logged at the 1st, 2nd, 4th, 8th... such block: visible, never a flood.
+    const uint64_t before = unknown_tokens_;
+    unknown_tokens_ += unknown;
+    if (std::bit_width(before) != std::bit_width(unknown_tokens_))
+      log(KVT_LOG_WARN,
+          "kv events: %llu stored block(s) so far published with an empty token_ids: no "
+          "tokens were noted for their hashes (kvt_manager_note_tokens before registering "
+          "a block by hash)",
+          (unsigned long long)unknown_tokens_);
+  }
+  if (n == 0) return;
   unsigned char seq[8];
   put_be64(seq, seq_);
   // PUB never blocks: a subscriber at its high-water mark misses the message (a gap).
@@ -187,9 +213,12 @@ void Publisher::send_batch(const std::vector<QueuedEvent> &events) {
 }
 
 // vLLM's replay protocol: a request is [identity, empty, start seq (8 bytes big-endian)];
-// the answer is [identity, empty, seq, payload] for each kept batch from start on, then
-// [identity, empty, -1 (8 bytes), empty]. A request of another shape is ignored.
+// the answer is [identity, empty, topic, seq, payload] for each kept batch from start on,
+// then [identity, empty, empty, -1 (8 bytes), empty] (vLLM 0.10/0.11, the old format:
+// [identity, empty, seq, payload], then [identity, empty, -1, empty]). A request of another
+// shape is ignored.
 bool Publisher::serve_replay() {
+  const bool with_topic = cfg_.format == KVT_KV_EVENTS_FORMAT_CURRENT;
   for (int r = 0; r < kRequestsPerWake; ++r) {
     std::string frames[3];
     size_t count = 0;
@@ -215,9 +244,11 @@ bool Publisher::serve_replay() {
     }
     const uint64_t start = get_be64(reinterpret_cast<const unsigned char *>(frames[2].data()));
     const std::string &id = frames[0];
-    auto reply = [&](const void *seq, const std::string &payload) {
+    auto reply = [&](const std::string &topic_frame, const void *seq, const std::string &payload) {
       zmq_send(router_, id.data(), id.size(), ZMQ_SNDMORE | ZMQ_DONTWAIT);
       zmq_send(router_, "", 0, ZMQ_SNDMORE | ZMQ_DONTWAIT);
+      if (with_topic)
+        zmq_send(router_, topic_frame.data(), topic_frame.size(), ZMQ_SNDMORE | ZMQ_DONTWAIT);
       zmq_send(router_, seq, 8, ZMQ_SNDMORE | ZMQ_DONTWAIT);
       zmq_send(router_, payload.data(), payload.size(), ZMQ_DONTWAIT);
     };
@@ -225,9 +256,9 @@ bool Publisher::serve_replay() {
       if (seq < start) continue;
       unsigned char be[8];
       put_be64(be, seq);
-      reply(be, payload);
+      reply(cfg_.topic, be, payload);
     }
-    reply(kEndSeq, std::string());
+    reply(std::string(), kEndSeq, std::string());
   }
   return true;  // more requests may wait
 }

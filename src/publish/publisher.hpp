@@ -2,7 +2,7 @@
 // their events through KvSink; its thread encodes what is pending as one batch each time it
 // wakes and sends it on a PUB socket as [topic, seq (8 bytes big-endian), payload], keeping
 // the last batches for a ROUTER socket that answers replay requests. The calls that cause
-// events only take a short lock: the network never holds them up.
+// events only take short locks: the network never holds them up.
 #pragma once
 
 #include <cstdint>
@@ -27,6 +27,7 @@ struct PublisherConfig {
   unsigned tiers;       // bit (1 << tier): published, and present
   uint32_t page_size;
   uint64_t memo_blocks;  // the tiers' total capacity
+  kvt_kv_events_format format;
 };
 
 // vLLM's rule: bind an endpoint with a wildcard ("*" or "::") or of ipc:// or inproc://,
@@ -45,6 +46,8 @@ class Publisher final : public KvSink {
   Publisher &operator=(const Publisher &) = delete;
 
   void note_tokens(const uint64_t *seq_hashes, size_t n, const uint32_t *tokens) noexcept override;
+  // Tells the memo which blocks the tiers hold, and has it keep each queued BlockStored's
+  // tokens until the thread encodes it.
   void publish(const kvt_event *events, size_t n) noexcept override;
 
   static constexpr int kLingerMs = 1000;
@@ -59,6 +62,7 @@ class Publisher final : public KvSink {
   // Answers waiting replay requests, a few at a time: true when more may wait.
   bool serve_replay();
   void wake() noexcept;
+  void drop_pending() noexcept;  // under mu_
 
   const PublisherConfig cfg_;
   TokenMemo memo_;
@@ -74,6 +78,7 @@ class Publisher final : public KvSink {
 
   // The thread's own.
   uint64_t seq_ = 0;
+  uint64_t unknown_tokens_ = 0;  // stored blocks published with token_ids []
   std::string payload_;
   std::deque<std::pair<uint64_t, std::string>> replay_;  // the last cfg_.buffer batches
   std::thread thread_;

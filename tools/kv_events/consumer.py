@@ -1,157 +1,122 @@
 #!/usr/bin/python3
 """Reference consumer of KV events in vLLM's ZMQ wire format, written from vLLM's schema
-(vllm/distributed/kv_events.py, examples/online_serving/kv_events_subscriber.py) and not
-from kvtier's encoder. Needs only Debian's python3-zmq and python3-msgpack.
+(vllm/distributed/kv_events.py, examples/features/kv_events/kv_events_subscriber.py) and not
+from kvtier's encoder. Needs only Debian's python3-zmq and python3-msgpack (and
+python3-xxhash to check block hashes).
 
 It keeps, per instance (one publisher), the index of stored blocks per medium that a
 KV-aware router keeps: BlockStored adds, BlockRemoved removes, AllBlocksCleared clears. It
 checks that sequence numbers have no gaps and recovers a gap (or the messages before it
 joined, and at start whatever the publisher still buffers) through the publisher's replay
-socket. Bad messages are counted, never fatal.
+socket. Bad messages are counted, never fatal. With --salt it recomputes every stored
+block's hash from its token_ids (kvtier's hashing) and counts mismatches and blocks without
+tokens.
 
     consumer.py --sub tcp://127.0.0.1:5557 --replay tcp://127.0.0.1:5558 --until-idle 2 --json
     consumer.py --instance a=tcp://h1:5557,tcp://h1:5558 --instance b=tcp://h2:5557 ...
 
-The wire format (docs/ROUTER.md):
+The wire format (docs/KV_EVENTS.md, docs/ROUTER.md):
   message  [topic, seq as 8 bytes big-endian, payload]
-  payload  msgpack of KVEventBatch: [ts, [event...], data_parallel_rank] (msgspec array_like;
-           a map {"ts": ..., "events": ..., "data_parallel_rank": ...} is read too)
-  event    ["BlockStored", block_hashes, parent_block_hash, token_ids, block_size, lora_id,
-            medium], ["BlockRemoved", block_hashes, medium], ["AllBlocksCleared"], or the
-           same as a map tagged by "type" (vLLM after #42892).
+  payload  msgpack of KVEventBatch: [ts, [event...], data_parallel_rank] (msgspec array_like,
+           data_parallel_rank left out when None; a map {"ts", "events", ...} is read too)
+  event    vLLM main: a map tagged by "type", {"type": "BlockStored", "block_hashes": ...},
+           each checked against vLLM's struct definitions (vllm_schema.py: from $VLLM_SRC's
+           kv_events.py when set, else a built-in copy): the fields without a default all
+           there, those with one only when not equal to it, in declaration order, no other
+           key, each of its annotated type. vLLM 0.10/0.11: a tagged array
+           ["BlockStored", block_hashes, parent_block_hash, token_ids, block_size, lora_id,
+           medium], ["BlockRemoved", block_hashes, medium], ["AllBlocksCleared"], extra
+           trailing elements ignored and medium optional, as msgspec read them.
   replay   to the ROUTER socket: the first wanted seq (8 bytes big-endian); answers
-           [seq, payload] per buffered batch from there, then [-1 as 8 signed bytes, b""].
-As msgspec decodes these structs, extra trailing array elements and unknown map keys are
-ignored, and trailing fields with defaults may be absent; here medium and
-data_parallel_rank may be absent (older vLLM), the other fields are required.
+           [topic, seq, payload] per buffered batch from there, then [b"", -1 as 8 signed
+           bytes, b""] (vLLM 0.10/0.11: [seq, payload], then [-1, b""]).
 """
 import argparse
+import array
 import json
+import struct
 import sys
 import time
 
 import msgpack
 import zmq
 
-END_SEQ = (-1).to_bytes(8, "big", signed=True)
+from vllm_schema import Schema, SchemaError
 
-# Required fields, in msgspec's array order after the tag, then optional ones.
-SCHEMA = {
-    "BlockStored": (("block_hashes", "parent_block_hash", "token_ids", "block_size", "lora_id"),
-                    ("medium",)),
-    "BlockRemoved": (("block_hashes",), ("medium",)),
-    "AllBlocksCleared": ((), ()),
-}
+END_SEQ = (-1).to_bytes(8, "big", signed=True)
+SCHEMA = Schema.load()
 
 
 class DecodeError(ValueError):
     pass
 
 
-def _fields(obj, names, optional, where):
-    """The struct's fields by name, from msgspec's array (tag first) or map layout."""
-    if isinstance(obj, list):
-        values = obj[1:]
-        if len(values) < len(names):
-            raise DecodeError(f"{where}: expected at least {len(names)} fields, got {len(values)}")
-        all_names = names + optional
-        return {n: (values[i] if i < len(values) else None) for i, n in enumerate(all_names)}
-    missing = [n for n in names if n not in obj]
-    if missing:
-        raise DecodeError(f"{where}: missing required field {missing[0]!r}")
-    return {n: obj.get(n) for n in names + optional}
+def decode_event(obj, where="event", schema=SCHEMA):
+    """One event as a dict {"type", every field of its struct} (absent ones at their
+    defaults)."""
+    try:
+        if isinstance(obj, list):
+            return schema.check_event_array(obj, where)
+        if isinstance(obj, dict):
+            return schema.check_event_map(obj, where)
+    except SchemaError as e:
+        raise DecodeError(str(e)) from None
+    raise DecodeError(f"{where}: expected an array or a map")
 
 
-def _hash(v, where):
-    if isinstance(v, bool) or not isinstance(v, int):
-        raise DecodeError(f"{where}: expected an int block hash, got {type(v).__name__}")
-    return v
-
-
-def _int_list(v, where):
-    if not isinstance(v, list):
-        raise DecodeError(f"{where}: expected a list")
-    for x in v:
-        if isinstance(x, bool) or not isinstance(x, int):
-            raise DecodeError(f"{where}: expected ints")
-    return v
-
-
-def decode_event(obj, where="event"):
-    """One event as a dict {"type", "block_hashes", "parent_block_hash", "token_ids",
-    "block_size", "medium"} (the fields its type has)."""
-    if isinstance(obj, list):
-        if not obj or not isinstance(obj[0], str):
-            raise DecodeError(f"{where}: an array event must start with its tag")
-        tag = obj[0]
-    elif isinstance(obj, dict):
-        tag = obj.get("type")
-        if not isinstance(tag, str):
-            raise DecodeError(f"{where}: a map event needs its tag under 'type'")
-    else:
-        raise DecodeError(f"{where}: expected an array or a map")
-    if tag not in SCHEMA:
-        raise DecodeError(f"{where}: unknown tag {tag[:64]!r}")
-    names, optional = SCHEMA[tag]
-    f = _fields(obj, names, optional, where)
-    f["type"] = tag
-    if "block_hashes" in f:
-        hashes = f["block_hashes"]
-        if not isinstance(hashes, list):
-            raise DecodeError(f"{where}.block_hashes: expected a list")
-        f["block_hashes"] = [_hash(h, f"{where}.block_hashes") for h in hashes]
-    if tag == "BlockStored":
-        if f["parent_block_hash"] is not None:
-            _hash(f["parent_block_hash"], f"{where}.parent_block_hash")
-        _int_list(f["token_ids"], f"{where}.token_ids")
-        if isinstance(f["block_size"], bool) or not isinstance(f["block_size"], int):
-            raise DecodeError(f"{where}.block_size: expected an int")
-        if f["lora_id"] is not None and not isinstance(f["lora_id"], int):
-            raise DecodeError(f"{where}.lora_id: expected an int or None")
-    if "medium" in f and f["medium"] is not None and not isinstance(f["medium"], str):
-        raise DecodeError(f"{where}.medium: expected a str or None")
-    return f
-
-
-def decode_batch(payload):
+def decode_batch(payload, schema=SCHEMA):
     """(ts, [events], data_parallel_rank) of one payload; DecodeError if it is not one."""
     try:
         obj = msgpack.unpackb(payload, raw=False, strict_map_key=False)
     except Exception as e:  # msgpack raises several types for bad bytes
         raise DecodeError(f"not msgpack: {e}") from None
-    if isinstance(obj, dict):
-        if "ts" not in obj or "events" not in obj:
-            raise DecodeError("batch: a map batch needs 'ts' and 'events'")
-        ts, events, rank = obj["ts"], obj["events"], obj.get("data_parallel_rank")
-    elif isinstance(obj, list):
-        if len(obj) < 2:
-            raise DecodeError("batch: expected [ts, events, data_parallel_rank]")
-        ts, events = obj[0], obj[1]
-        rank = obj[2] if len(obj) > 2 else None
-    else:
-        raise DecodeError("batch: expected an array or a map")
-    if isinstance(ts, bool) or not isinstance(ts, (int, float)):
-        raise DecodeError("batch.ts: expected a float")
-    if not isinstance(events, list):
-        raise DecodeError("batch.events: expected a list")
-    if rank is not None and (isinstance(rank, bool) or not isinstance(rank, int)):
-        raise DecodeError("batch.data_parallel_rank: expected an int or None")
-    return ts, [decode_event(e, f"events[{i}]") for i, e in enumerate(events)], rank
+    try:
+        ts, events, rank = schema.check_batch(obj)
+    except SchemaError as e:
+        raise DecodeError(str(e)) from None
+    return ts, [decode_event(e, f"events[{i}]", schema) for i, e in enumerate(events)], rank
+
+
+class Hasher:
+    """kvtier's sequence hashes (include/kvtier.h, Hashing): chained xxh3-64 seeded with the
+    salt's hash, over each block's tokens as little-endian u32."""
+
+    def __init__(self, salt):
+        import xxhash  # python3-xxhash, only to check hashes
+        self._xxh = xxhash.xxh3_64_intdigest
+        self.salt_hash = self._xxh(salt, seed=0)
+
+    def chain(self, parent, token_ids, block_size):
+        """The sequence hashes of consecutive full blocks after parent (None: the first)."""
+        data = array.array("I", token_ids)
+        if sys.byteorder == "big":
+            data.byteswap()
+        raw, step, out = data.tobytes(), 4 * block_size, []
+        for at in range(0, len(raw), step):
+            h = self._xxh(raw[at:at + step], seed=self.salt_hash)
+            if parent is not None:
+                h = self._xxh(struct.pack("<QQ", parent, h), seed=self.salt_hash)
+            out.append(h)
+            parent = h
+        return out
 
 
 class Instance:
     """One publisher: its sockets, its sequence, and its index {medium: set of hashes}
     (medium None for events without one)."""
 
-    def __init__(self, name, sub, replay=None):
+    def __init__(self, name, sub, replay=None, hasher=None):
         self.name, self.sub_endpoint, self.replay_endpoint = name, sub, replay
+        self.hasher = hasher
         self.index = {}
         self.last_seq = None
         self.caught_up = None  # the last seq the catch-up at start applied
         self.active = time.monotonic()  # its last message or resync
         self.stats = dict(messages=0, replayed=0, duplicates=0, bad=0, lost=0, restarts=0,
                           gaps=0, events=0)
-        self.errors = []  # the first few reasons for bad messages
+        if hasher:  # stored blocks whose hash matched their tokens, did not, had no tokens
+            self.stats.update(hashes_checked=0, hash_mismatches=0, no_tokens=0)
+        self.errors = []  # the first few reasons for bad messages and mismatches
         self.sub = self.dealer = None
 
     def bad(self, why):
@@ -167,6 +132,8 @@ class Instance:
             self.bad(f"seq {seq}: {e}")
             return
         for e in events:
+            if self.hasher and e["type"] == "BlockStored":
+                self.check_hashes(seq, e)
             if e["type"] == "AllBlocksCleared":
                 self.index.clear()
                 continue
@@ -176,6 +143,29 @@ class Instance:
             else:
                 blocks.difference_update(e["block_hashes"])
         self.stats["events"] += len(events)
+
+    def check_hashes(self, seq, e):
+        hashes, tokens, size = e["block_hashes"], e["token_ids"], e["block_size"]
+        if not tokens:
+            self.stats["no_tokens"] += len(hashes)
+            if len(self.errors) < 10:
+                self.errors.append(f"seq {seq}: BlockStored of {len(hashes)} block(s) in "
+                                   f"{e['medium']} without token_ids")
+            return
+        if size <= 0 or len(tokens) != size * len(hashes):
+            self.bad(f"seq {seq}: {len(tokens)} token_ids for {len(hashes)} block(s) of "
+                     f"{size}")
+            return
+        try:
+            want = self.hasher.chain(e["parent_block_hash"], tokens, size)
+        except (OverflowError, struct.error):  # not u32 tokens, not a u64 parent
+            self.bad(f"seq {seq}: token_ids or parent_block_hash out of kvtier's range")
+            return
+        self.stats["hashes_checked"] += len(hashes)
+        wrong = sum(a != b for a, b in zip(hashes, want))
+        self.stats["hash_mismatches"] += wrong
+        if wrong and len(self.errors) < 10:
+            self.errors.append(f"seq {seq}: {wrong} block hash(es) do not match their tokens")
 
     def as_json(self):
         return {"last_seq": self.last_seq, "stats": self.stats, "errors": self.errors,
@@ -190,9 +180,11 @@ class Consumer:
     is only noticed at its next message, whose seq shows the gap (as vLLM's example does)."""
 
     def __init__(self, instances, topic="", rcvhwm=None, replay_timeout=1.0, catch_up=True,
-                 resync=1.0, ctx=None):
+                 resync=1.0, ctx=None, salt=None):
+        """salt (bytes): recompute every stored block's hash from its tokens."""
         self.ctx = ctx or zmq.Context.instance()
-        self.instances = [Instance(*i) for i in instances]
+        hasher = None if salt is None else Hasher(salt)
+        self.instances = [Instance(*i, hasher=hasher) for i in instances]
         self.replay_timeout = replay_timeout
         self.resync = resync
         self.poller = zmq.Poller()
@@ -309,10 +301,11 @@ class Consumer:
         inst.dealer.send_multipart([b"", start.to_bytes(8, "big")])
         while inst.dealer.poll(int(self.replay_timeout * 1000)):
             frames = inst.dealer.recv_multipart()
-            if len(frames) != 3 or frames[0] != b"" or len(frames[1]) != 8:
+            # [b"", topic, seq, payload] (vLLM #45177), or [b"", seq, payload] before it.
+            if len(frames) not in (3, 4) or frames[0] != b"" or len(frames[-2]) != 8:
                 inst.bad(f"replay: a bad reply of {len(frames)} frames")
                 continue
-            _, seq_bytes, payload = frames
+            seq_bytes, payload = frames[-2:]
             if seq_bytes == END_SEQ and payload == b"":
                 return
             seq = int.from_bytes(seq_bytes, "big")
@@ -353,14 +346,19 @@ def main(argv=None):
     ap.add_argument("--resync", type=float, default=1.0,
                     help="ask a quiet instance for what follows its last message after this "
                          "many seconds; 0: never (1)")
+    ap.add_argument("--salt", help="recompute every stored block's hash from its token_ids "
+                                   "with kvtier's hashing and this salt (kvtier-replay's: "
+                                   "kvtier-replay)")
     ap.add_argument("--json", action="store_true", help="print the indexes as JSON at the end")
     a = ap.parse_args(argv)
+    print(f"consumer: checking events against {SCHEMA.source}", file=sys.stderr)
     instances = list(a.instance)
     if a.sub:
         instances.append(("default", a.sub, a.replay))
     if not instances:
         ap.error("give --sub or --instance")
-    c = Consumer(instances, topic=a.topic, rcvhwm=a.rcvhwm, resync=a.resync)
+    c = Consumer(instances, topic=a.topic, rcvhwm=a.rcvhwm, resync=a.resync,
+                 salt=None if a.salt is None else a.salt.encode())
     try:
         c.run(until_idle=a.until_idle, deadline=a.timeout)
     except KeyboardInterrupt:

@@ -1,5 +1,7 @@
-"""What the KV-event tests share: the binaries, traces, free ports, and kvtier-replay
-publishing its events."""
+"""What the KV-event tests share: the binaries, traces, free ports, kvtier's hashes, and
+kvtier-replay publishing its events."""
+import array
+import ctypes
 import json
 import os
 import random
@@ -14,6 +16,26 @@ LIB = os.environ.get("KVTIER_LIB", str(ROOT / "build" / "src" / "libkvtier.so"))
 TRACE = ROOT / "examples" / "traces" / "conversation_trace.jsonl"
 SALT = b"kvtier-replay"  # the salt kvtier-replay hashes with
 TOKENS_PER_ID = 512      # a trace id's tokens: id * 512 + j
+
+
+class LibHasher:
+    """kvtier's sequence hashes (kvt_hash_salt, kvt_hash_sequence) through its C ABI."""
+
+    def __init__(self, salt, page_size):
+        self.lib = ctypes.CDLL(LIB)
+        self.page = page_size
+        self.salt = ctypes.c_uint64()
+        assert self.lib.kvt_hash_salt(ctypes.byref(self.salt), salt, len(salt)) == 0
+
+    def hashes(self, tokens):
+        n = len(tokens) // self.page
+        out = (ctypes.c_uint64 * max(n, 1))()
+        got = ctypes.c_size_t()
+        arr = (ctypes.c_uint32 * len(tokens)).from_buffer(array.array("I", tokens))
+        assert self.lib.kvt_hash_sequence(out, ctypes.byref(got), ctypes.c_size_t(n), self.salt,
+                                          arr, ctypes.c_size_t(len(tokens)),
+                                          ctypes.c_uint32(self.page)) == 0
+        return list(out[: got.value])
 
 
 def free_port():

@@ -1,9 +1,12 @@
 """The reference consumer against a publisher written from vLLM's schema (vllm_publisher.py),
 then against kvtier-replay: its index must equal the manager's registry, also when it joins
-late or its SUB socket drops messages. Run by ctest (kv_events_pytest) with KVTIER_REPLAY
-set; the kvtier-replay tests skip when it is not built."""
+late or its SUB socket drops messages, and every stored block's hash must follow from its
+tokens. Run by ctest (kv_events_pytest) with KVTIER_REPLAY set; the kvtier-replay tests skip
+when it is not built."""
 import json
+import os
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -13,19 +16,20 @@ import zmq
 
 import consumer
 import vllm_publisher as vp
-from support import REPLAY, ReplayRun
+from support import LIB, REPLAY, ROOT, SALT, TRACE, LibHasher, ReplayRun
 
 # ---- decoding, as msgspec would decode vLLM's structs
 
 
-def test_decodes_every_event_in_both_layouts():
+def test_decodes_every_event_in_both_formats():
     events = [vp.stored([1, 2], parent=None, tokens=[5] * 32), vp.removed([1], "CPU"),
               vp.cleared()]
-    for evs in (events, [vp.as_map(e) for e in events]):
+    for evs in (events, [vp.legacy(e) for e in events]):
         ts, out, rank = consumer.decode_batch(vp.batch(evs, ts=3.5, rank=2))
         assert (ts, rank) == (3.5, 2)
         assert [e["type"] for e in out] == ["BlockStored", "BlockRemoved", "AllBlocksCleared"]
         assert out[0]["block_hashes"] == [1, 2] and out[0]["medium"] == "GPU"
+        assert out[0]["token_ids"] == [5] * 32 and out[0]["group_idx"] is None
         assert out[1]["medium"] == "CPU"
 
 
@@ -34,16 +38,39 @@ def test_shorter_and_longer_forms():
     old = msgpack.packb([1.0, [["BlockStored", [7], None, [], 16, None]]])
     ts, out, rank = consumer.decode_batch(old)
     assert rank is None and out[0]["medium"] is None
-    # Newer fields after medium (lora_name, extra_keys, group_idx...) are ignored.
-    new = vp.batch([vp.stored([7], extra=[None, [None], 0, "full_attention"])])
-    assert consumer.decode_batch(new)[1][0]["block_hashes"] == [7]
-    new_map = msgpack.packb({"ts": 1.0, "events": [dict(vp.as_map(vp.removed([7])),
-                                                         group_idx=0)],
-                             "data_parallel_rank": 0})
-    assert consumer.decode_batch(new_map)[1][0]["type"] == "BlockRemoved"
+    # Arrays with vLLM's later fields after medium (lora_name, extra_keys, group_idx...).
+    new = vp.batch([vp.legacy(vp.stored([7])) + [None, [None], 0, "full_attention"]])
+    assert consumer.decode_batch(new)[1][0]["group_idx"] == 0
+    # Maps: a field with a default is there when set; bytes hashes are vLLM's too.
+    got = consumer.decode_batch(vp.batch([vp.removed([b"\x07" * 32], group_idx=0,
+                                                     locality="LOCAL")]))[1][0]
+    assert got["group_idx"] == 0 and got["locality"] == "LOCAL"
     # A field without a default cannot be left out.
     with pytest.raises(consumer.DecodeError, match="at least 5 fields"):
         consumer.decode_batch(msgpack.packb([1.0, [["BlockStored", [7], None, []]], 0]))
+    no_lora_name = vp.stored([7])
+    del no_lora_name["lora_name"]
+    with pytest.raises(consumer.DecodeError, match="lacks 'lora_name'"):
+        consumer.decode_batch(vp.batch([no_lora_name]))
+
+
+def test_maps_must_be_what_msgspec_writes():
+    def refused(event, why):
+        with pytest.raises(consumer.DecodeError, match=why):
+            consumer.decode_batch(vp.batch([event]))
+
+    refused(vp.stored([1], color="red"), "no field 'color'")
+    refused(vp.stored([1], group_idx=None), "omit_defaults")   # a default is left out
+    refused({"block_hashes": [1], "type": "BlockRemoved", "medium": "GPU"}, "'type'")
+    refused({"type": "BlockRemoved", "medium": "GPU", "block_hashes": [1]}, "order")
+    refused(dict(vp.stored([1]), lora_name=5), r"lora_name: 5 is not str \| None")
+    refused(dict(vp.stored([1]), token_ids=["a"]), r"token_ids\[0\]: 'a' is not int")
+    refused(dict(vp.stored([1]), block_size=True), "block_size")
+    refused(vp.removed([1], extra_keys=[None]), "no field 'extra_keys'")
+    # extra_keys is list[tuple[Any, ...] | None]: tuples arrive as msgpack arrays.
+    assert consumer.decode_batch(vp.batch([vp.stored([1], extra_keys=[["mm", 1], None])]))
+    with pytest.raises(consumer.DecodeError, match="omit_defaults"):
+        consumer.decode_batch(msgpack.packb([1.0, [], None]))  # a trailing None rank
 
 
 @pytest.mark.parametrize("payload, why", [
@@ -52,14 +79,25 @@ def test_shorter_and_longer_forms():
     (vp.batch([vp.stored([1])]) + b"\x00", "not msgpack"),  # trailing bytes
     (msgpack.packb(42), "expected an array or a map"),
     (vp.batch([["BlockMoved", [1]]]), "unknown tag 'BlockMoved'"),
-    (vp.batch([["BlockRemoved", "nope", "GPU"]]), "expected a list"),
-    (vp.batch([["BlockRemoved", [1.5], "GPU"]]), "int block hash"),
+    (vp.batch([{"type": "BlockMoved"}]), "unknown tag 'BlockMoved'"),
+    (vp.batch([["BlockRemoved", "nope", "GPU"]]), "'nope' is not list"),
+    (vp.batch([["BlockRemoved", [1.5], "GPU"]]), "1.5 is not ExternalBlockHash"),
     (vp.batch([{"block_hashes": []}]), "'type'"),
     (b"\x93\xcb" + b"\0" * 8 + b"\xdd\xff\xff\xff\xff", "not msgpack"),  # claims 2^32 events
 ])
 def test_malformed_payloads_are_refused(payload, why):
     with pytest.raises(consumer.DecodeError, match=why):
         consumer.decode_batch(payload)
+
+
+def test_hashes_are_recomputed_from_tokens():
+    h = consumer.Hasher(SALT)
+    tokens = list(range(8))
+    chain = h.chain(None, tokens, 4)
+    assert h.chain(chain[0], tokens[4:], 4) == chain[1:]
+    # kvtier's own hashes, through its C ABI, when the library is built.
+    if Path(LIB).exists():
+        assert LibHasher(SALT, 4).hashes(tokens) == chain
 
 
 # ---- against vLLM's protocol on real sockets
@@ -90,13 +128,13 @@ def test_index_follows_stored_removed_cleared(publisher):
     sub, replay = endpoints(publisher)
     c = connected(consumer.Consumer([("a", sub, replay)]))
     publisher.publish(vp.batch([vp.stored([1, 2, 3]), vp.stored([2, 3], medium="CPU")]))
-    publisher.publish(vp.batch([vp.as_map(vp.removed([2]))]))
+    publisher.publish(vp.batch([vp.removed([2])]))
     c.run(until_idle=0.3, deadline=5)
     inst = c.instances[0]
     assert inst.index == {"GPU": {1, 3}, "CPU": {2, 3}}
-    publisher.publish(vp.batch([vp.cleared(), vp.stored([9], medium="DISK")]))
+    publisher.publish(vp.batch([vp.cleared(), vp.stored([9], medium="FS")]))
     c.run(until_idle=0.3, deadline=5)
-    assert inst.index == {"DISK": {9}} and inst.last_seq == 2
+    assert inst.index == {"FS": {9}} and inst.last_seq == 2
     assert inst.stats["bad"] == 0 and inst.stats["lost"] == 0
     c.close()
 
@@ -113,6 +151,21 @@ def test_a_gap_is_recovered_through_replay(publisher):
     assert inst.stats["gaps"] >= 1 and inst.stats["replayed"] >= 1 and inst.stats["lost"] == 0
     assert inst.last_seq == 2
     c.close()
+
+
+def test_a_vllm_0_11_publisher_arrays_and_replay_without_topic():
+    p = vp.Publisher("tcp://127.0.0.1:*", "tcp://127.0.0.1:*", legacy=True)
+    sub, replay = endpoints(p)
+    c = connected(consumer.Consumer([("a", sub, replay)]))
+    p.publish(vp.batch([vp.legacy(vp.stored([1], medium="DISK"))]))
+    p.publish(vp.batch([vp.legacy(vp.stored([2]))]), drop=True)
+    p.publish(vp.batch([vp.legacy(vp.removed([1], medium="DISK"))]))
+    c.run(until_idle=0.3, deadline=5)
+    inst = c.instances[0]
+    assert inst.index == {"DISK": set(), "GPU": {2}}
+    assert inst.stats["replayed"] >= 1 and inst.stats["lost"] == 0 and inst.stats["bad"] == 0
+    c.close()
+    p.close()
 
 
 def test_joining_late_replays_from_the_start(publisher):
@@ -188,7 +241,7 @@ def test_a_restarted_publisher_starts_a_new_index(publisher):
 
 needs_replay = pytest.mark.skipif(not Path(REPLAY).exists(), reason="kvtier-replay not built")
 
-MEDIUM_OF_TIER = {"G1": "GPU", "G2": "CPU", "G3": "DISK"}
+MEDIUM_OF_TIER = {"G1": "GPU", "G2": "CPU", "G3": "FS"}
 # Small tiers, so that blocks are evicted from each and the removals matter.
 TIERS = ("--g1-blocks", 300, "--g2-blocks", 600, "--g3-blocks", 900)
 
@@ -208,11 +261,17 @@ def index_by_tier(inst):
     return {t: inst.index.get(m, set()) for t, m in MEDIUM_OF_TIER.items()}
 
 
+def assert_every_hash_from_its_tokens(inst):
+    s = inst.stats
+    assert s["hashes_checked"] > 0, (s, inst.errors)
+    assert s["no_tokens"] == 0 and s["hash_mismatches"] == 0, (s, inst.errors)
+
+
 @needs_replay
 def test_index_equals_the_registry(tmp_path):
     run = ReplayRun(tmp_path)
-    c = consumer.Consumer([("kvtier", run.sub, run.replay)], resync=0.3)
-    run.start(*TIERS, hold=1)
+    c = consumer.Consumer([("kvtier", run.sub, run.replay)], resync=0.3, salt=SALT)
+    run.start(*TIERS, hold=5)
     follow(run, c)
     report = run.finish()
     inst = c.instances[0]
@@ -223,6 +282,7 @@ def test_index_equals_the_registry(tmp_path):
     assert inst.stats["lost"] == 0
     assert set(inst.index) <= set(MEDIUM_OF_TIER.values())
     assert index_by_tier(inst) == want
+    assert_every_hash_from_its_tokens(inst)
     c.close()
 
 
@@ -234,12 +294,13 @@ def test_a_late_consumer_with_a_tiny_queue_recovers_through_replay(tmp_path):
     end with the same index. (A gap seen in the live stream is recovered the same way: the
     tests with vllm_publisher.py make one on purpose.)"""
     run = ReplayRun(tmp_path)
-    first = consumer.Consumer([("kvtier", run.sub, run.replay)], resync=0.3)
-    run.start(*TIERS, hold=3)
+    first = consumer.Consumer([("kvtier", run.sub, run.replay)], resync=0.3, salt=SALT)
+    run.start(*TIERS, hold=5)
     while first.instances[0].last_seq is None or first.instances[0].last_seq < 20:
         first.poll(100)
         assert run.proc.poll() is None, "the replay ended before the second consumer joined"
-    late = consumer.Consumer([("kvtier", run.sub, run.replay)], rcvhwm=1, resync=0.3)
+    late = consumer.Consumer([("kvtier", run.sub, run.replay)], rcvhwm=1, resync=0.3,
+                             salt=SALT)
     deadline = time.monotonic() + 120
     while not run.dump.exists() and time.monotonic() < deadline:
         first.poll(20)
@@ -254,6 +315,8 @@ def test_a_late_consumer_with_a_tiny_queue_recovers_through_replay(tmp_path):
     assert b.stats["replayed"] > 20
     assert b.stats["lost"] == 0 and b.stats["bad"] == 0, b.errors
     assert index_by_tier(b) == want
+    assert_every_hash_from_its_tokens(a)
+    assert_every_hash_from_its_tokens(b)  # what it got through replay, too
     first.close()
     late.close()
 
@@ -261,7 +324,7 @@ def test_a_late_consumer_with_a_tiny_queue_recovers_through_replay(tmp_path):
 @needs_replay
 def test_cli_prints_the_index_as_json(tmp_path):
     run = ReplayRun(tmp_path).start("--g1-blocks", 300, "--g2-blocks", 0, "--g3-blocks", 0,
-                                    hold=3)
+                                    hold=5)
     # Joins once the replay has begun: what it missed comes through the replay socket.
     cli = subprocess.run(["/usr/bin/python3", str(Path(consumer.__file__)), "--sub", run.sub,
                           "--replay", run.replay, "--until-idle", "1.5", "--timeout", "60",
@@ -271,3 +334,81 @@ def test_cli_prints_the_index_as_json(tmp_path):
     got = json.loads(cli.stdout)["instances"]["default"]
     assert set(got["index"]["GPU"]) == run.registry()["G1"]
     assert got["stats"]["bad"] == 0 and got["stats"]["lost"] == 0
+
+
+@needs_replay
+def test_every_stored_block_carries_the_tokens_of_its_hash(tmp_path):
+    """The shipped trace at 256 tokens a block, G1 and G2 of 1,500 blocks: each request
+    evicts hundreds of blocks after noting its own, the publisher's thread encodes while
+    thousands more are noted, and offloads copy blocks noted long before. Every BlockStored
+    has the tokens its hashes follow from: for a consumer that follows the run (live, gaps
+    replayed) and for one that joins after it (all of it replayed)."""
+    trace = tmp_path / "head.jsonl"
+    with open(TRACE) as f, open(trace, "w") as out:
+        out.writelines(line for _, line in zip(range(800), f))
+    run = ReplayRun(tmp_path)
+    follower = consumer.Consumer([("kvtier", run.sub, run.replay)], salt=SALT, resync=0.3)
+    run.start("--page-size", 256, "--g1-blocks", 1500, "--g2-blocks", 1500, "--g3-blocks", 0,
+              trace=trace, hold=5)
+    deadline = time.monotonic() + 120
+    while not run.dump.exists() and time.monotonic() < deadline:
+        follower.poll(20)
+    # The replay is over and holds its sockets open: one more consumer catches up.
+    late = consumer.Consumer([("kvtier", run.sub, run.replay)], salt=SALT, resync=0.3)
+    follow(run, follower, late)
+    run.finish()
+    a, b = follower.instances[0], late.instances[0]
+    for inst in (a, b):
+        assert inst.stats["bad"] == 0 and inst.stats["lost"] == 0, inst.errors
+        assert_every_hash_from_its_tokens(inst)
+    # (Their indexes may differ by what the manager's destroy sent last: a consumer still
+    # behind then has no replay socket left to ask.)
+    assert b.stats["replayed"] > 0
+    follower.close()
+    late.close()
+
+
+def test_the_library_in_the_old_format(tmp_path):
+    """A manager of the Python binding with kv_events_format=1 (a config field it passes by
+    name) publishes vLLM 0.11's arrays and answers replay without the topic frame."""
+    if not Path(LIB).exists():
+        pytest.skip(f"libkvtier not built: {LIB}")
+    os.environ.setdefault("KVTIER_LIB_DIR", str(Path(LIB).parent))
+    sys.path.insert(0, str(ROOT / "bindings" / "python"))
+    try:
+        import kvtier
+        from kvtier._ffi import C, ffi
+    finally:
+        sys.path.pop(0)
+    pub, rep = f"ipc://{tmp_path}/pub", f"ipc://{tmp_path}/replay"
+    c_pub, c_rep = ffi.new("char[]", pub.encode()), ffi.new("char[]", rep.encode())
+    with pytest.raises(kvtier.InvalidArgumentError, match="kv_events_format"):
+        kvtier.Manager(page_size=4, chunk_bytes=0, kv_events_endpoint=c_pub,
+                       kv_events_format=2)
+    m = kvtier.Manager(page_size=4, chunk_bytes=0, g1_blocks=8, g2_blocks=0,
+                       kv_events_endpoint=c_pub, kv_events_replay_endpoint=c_rep,
+                       kv_events_format=C.KVT_KV_EVENTS_FORMAT_ARRAY_V0_11)
+    try:
+        tokens = list(range(100, 108))
+        hashes = LibHasher(SALT, 4).hashes(tokens)
+        assert C.kvt_manager_note_tokens(m._live(), ffi.new("uint64_t[]", hashes), 2,
+                                         ffi.new("uint32_t[]", tokens)) == 0
+        m.register_hashes(m.alloc(2), hashes)
+        c = consumer.Consumer([("kvtier", pub, rep)], salt=SALT, resync=0.1)
+        deadline = time.monotonic() + 30
+        while not c.instances[0].index and time.monotonic() < deadline:
+            c.poll(50)  # the stored blocks come through replay (resync) if not live
+        inst = c.instances[0]
+        assert inst.index == {"GPU": set(hashes)}, inst.errors
+        assert_every_hash_from_its_tokens(inst)
+        dealer = zmq.Context.instance().socket(zmq.DEALER)
+        dealer.connect(rep)
+        dealer.send_multipart([b"", (0).to_bytes(8, "big")])
+        assert dealer.poll(10000)
+        first = dealer.recv_multipart()
+        assert len(first) == 3 and first[1] == (0).to_bytes(8, "big")  # [b"", seq, payload]
+        assert msgpack.unpackb(first[2])[1][0][0] == "BlockStored"  # an array event
+        dealer.close(linger=0)
+        c.close()
+    finally:
+        m.close()

@@ -3,8 +3,6 @@ messages), then against the shipped trace split by conversation across two kvtie
 processes, where it must name, for every request, the instance holding the longest prefix
 and each instance's overlap exactly as their registries say. Run by ctest
 (kv_events_pytest) with KVTIER_ROUTER, KVTIER_REPLAY and KVTIER_LIB set."""
-import array
-import ctypes
 import itertools
 import json
 import subprocess
@@ -15,29 +13,9 @@ import pytest
 import zmq
 
 import vllm_publisher as vp
-from support import LIB, REPLAY, ROUTER, SALT, TOKENS_PER_ID, TRACE, ReplayRun
+from support import REPLAY, ROUTER, SALT, TOKENS_PER_ID, TRACE, LibHasher, ReplayRun
 
 pytestmark = pytest.mark.skipif(not Path(ROUTER).exists(), reason="kvtier-router not built")
-
-
-class Hasher:
-    """kvtier's sequence hashes (kvt_hash_salt, kvt_hash_sequence) through its C ABI."""
-
-    def __init__(self, salt, page_size):
-        self.lib = ctypes.CDLL(LIB)
-        self.page = page_size
-        self.salt = ctypes.c_uint64()
-        assert self.lib.kvt_hash_salt(ctypes.byref(self.salt), salt, len(salt)) == 0
-
-    def hashes(self, tokens):
-        n = len(tokens) // self.page
-        out = (ctypes.c_uint64 * max(n, 1))()
-        got = ctypes.c_size_t()
-        arr = (ctypes.c_uint32 * len(tokens)).from_buffer(array.array("I", tokens))
-        assert self.lib.kvt_hash_sequence(out, ctypes.byref(got), ctypes.c_size_t(n), self.salt,
-                                          arr, ctypes.c_size_t(len(tokens)),
-                                          ctypes.c_uint32(self.page)) == 0
-        return list(out[: got.value])
 
 
 def router(*instances, extra=()):
@@ -75,17 +53,19 @@ def endpoints(p):
 
 
 def test_router_follows_vllm_publishers_through_gaps_and_bad_messages():
+    """a: vLLM main (map events, replay answers with the topic); b: vLLM 0.11 (arrays,
+    replay answers without it)."""
     a, b = vp.Publisher("tcp://127.0.0.1:*", "tcp://127.0.0.1:*"), \
-        vp.Publisher("tcp://127.0.0.1:*", "tcp://127.0.0.1:*")
+        vp.Publisher("tcp://127.0.0.1:*", "tcp://127.0.0.1:*", legacy=True)
     a.publish(vp.batch([vp.stored([1, 2])]))  # before the router subscribed: replayed
+    b.publish(vp.batch([vp.legacy(vp.stored([1, 2, 3, 4, 5], medium="DISK"))]))  # the same
     proc = router(("a", *endpoints(a)), ("b", *endpoints(b)))
     try:
         time.sleep(0.3)
         a.publish(vp.batch([vp.stored([3], parent=2, medium="CPU")]), drop=True)  # a gap
-        a.publish(vp.batch([vp.as_map(vp.stored([4], parent=3))]))
-        b.publish(vp.batch([vp.stored([1, 2, 3, 4, 5], medium="DISK")]))
+        a.publish(vp.batch([vp.stored([4], parent=3, group_idx=0)]))
         b.publish(b"\xc1")                                          # not msgpack
-        b.publish(vp.batch([vp.removed([3], medium="DISK")]))
+        b.publish(vp.batch([vp.legacy(vp.removed([3], medium="DISK"))]))
         stats = settle(proc, {"a": 2, "b": 2})
         (best,) = ask(proc, {"hashes": [1, 2, 3, 4, 5], "id": 7})
         assert best["id"] == 7 and best["blocks"] == 5
@@ -94,6 +74,7 @@ def test_router_follows_vllm_publishers_through_gaps_and_bad_messages():
         sa, sb = stats["a"], stats["b"]
         assert sa["replayed"] in (2, 3) and sa["lost"] == 0  # 3: a slow start caught up later
         assert sb["bad"] == 1 and "seq 1" in sb["last_error"] and sb["blocks"] == 4
+        assert sb["replayed"] >= 1 and sb["lost"] == 0  # its first message, through replay
         # A publisher that clears its cache.
         a.publish(vp.batch([vp.cleared()]))
         settle(proc, {"a": 3})
@@ -169,7 +150,7 @@ def test_router_on_a_trace_split_across_two_replays(tmp_path):
             assert got == want, (name, tier, len(got), len(want), len(got - want),
                                  len(want - got), s)
 
-    hasher = Hasher(SALT, page)
+    hasher = LibHasher(SALT, page)
     only = {"even": 0, "odd": 0}
     for i, (t, got) in enumerate(zip(tokens, answers)):
         assert got["id"] == i

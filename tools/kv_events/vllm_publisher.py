@@ -1,8 +1,11 @@
 """A minimal publisher of vLLM's KV-event protocol for the consumer's tests, written from
-vLLM's ZmqEventPublisher (vllm/distributed/kv_events.py): a PUB socket sending [topic, seq
-(8 bytes big-endian), payload], and a ROUTER socket that answers a starting seq with
-[seq, payload] for each buffered batch from there, then [-1 as 8 signed bytes, b""]. It can
-leave a batch off the PUB socket (while keeping it for replay) to make a gap."""
+vLLM's ZmqEventPublisher (vllm/distributed/kv_events.py at main 0231dd5): a PUB socket
+sending [topic, seq (8 bytes big-endian), payload], and a ROUTER socket that answers a
+starting seq with [topic, seq, payload] for each buffered batch from there, then
+[b"", -1 as 8 signed bytes, b""]; with legacy=True, as vLLM 0.10/0.11 did, [seq, payload]
+and [-1, b""]. It can leave a batch off the PUB socket (while keeping it for replay) to make
+a gap. Events are maps as msgspec encodes vLLM main's tagged structs (omit_defaults: the
+fields with a default are written only when set); legacy() turns one into 0.11's array."""
 import threading
 import time
 
@@ -12,25 +15,28 @@ import zmq
 END_SEQ = (-1).to_bytes(8, "big", signed=True)
 
 
-def stored(hashes, parent=None, tokens=(), block_size=16, medium="GPU", extra=()):
-    """A BlockStored as msgspec encodes the array_like tagged struct."""
-    return ["BlockStored", list(hashes), parent, list(tokens), block_size, None, medium, *extra]
+def stored(hashes, parent=None, tokens=(), block_size=16, medium="GPU", **optional):
+    """A BlockStored; optional: extra_keys, group_idx, kv_cache_spec_kind, ... when set."""
+    return {"type": "BlockStored", "block_hashes": list(hashes), "parent_block_hash": parent,
+            "token_ids": list(tokens), "block_size": block_size, "lora_id": None,
+            "medium": medium, "lora_name": None, **optional}
 
 
-def removed(hashes, medium="GPU"):
-    return ["BlockRemoved", list(hashes), medium]
+def removed(hashes, medium="GPU", **optional):
+    return {"type": "BlockRemoved", "block_hashes": list(hashes), "medium": medium, **optional}
 
 
 def cleared():
-    return ["AllBlocksCleared"]
+    return {"type": "AllBlocksCleared"}
 
 
-def as_map(event):
-    """The same event tagged as a map, as vLLM encodes it since #42892."""
+def legacy(event):
+    """The same event as vLLM 0.10/0.11 encoded it: a tagged array of its fields up to
+    medium (lora_name and later did not exist)."""
     names = {"BlockStored": ["block_hashes", "parent_block_hash", "token_ids", "block_size",
                              "lora_id", "medium"],
-             "BlockRemoved": ["block_hashes", "medium"], "AllBlocksCleared": []}[event[0]]
-    return {"type": event[0], **dict(zip(names, event[1:]))}
+             "BlockRemoved": ["block_hashes", "medium"], "AllBlocksCleared": []}[event["type"]]
+    return [event["type"], *(event[n] for n in names)]
 
 
 def batch(events, ts=None, rank=0):
@@ -38,12 +44,13 @@ def batch(events, ts=None, rank=0):
 
 
 class Publisher:
-    def __init__(self, pub_endpoint, replay_endpoint, topic=b"kv", ctx=None):
+    def __init__(self, pub_endpoint, replay_endpoint, topic=b"kv", ctx=None, legacy=False):
         self.ctx = ctx or zmq.Context.instance()
         self.pub = self.ctx.socket(zmq.PUB)
         self.pub.setsockopt(zmq.LINGER, 0)
         self.pub.bind(pub_endpoint)
         self.topic = topic
+        self.legacy = legacy
         self.seq = 0
         self.buffer = []
         self.lock = threading.Lock()
@@ -80,9 +87,11 @@ class Publisher:
             self.replay_requests += 1
             with self.lock:
                 todo = [(s, p) for s, p in self.buffer if s >= start]
+            topic = [] if self.legacy else [self.topic]
             for s, p in todo:
-                self.replay.send_multipart([client, b"", s.to_bytes(8, "big"), p])
-            self.replay.send_multipart([client, b"", END_SEQ, b""])
+                self.replay.send_multipart([client, b"", *topic, s.to_bytes(8, "big"), p])
+            end_topic = [] if self.legacy else [b""]
+            self.replay.send_multipart([client, b"", *end_topic, END_SEQ, b""])
 
     def close(self):
         self.running = False

@@ -11,6 +11,29 @@ std::optional<uint64_t> seq_of(std::string_view frame) {
   return v;
 }
 
+ReplayReply replay_reply(const std::vector<std::string_view> &frames) {
+  constexpr uint64_t kEndSeq = ~uint64_t(0);  // -1 as 8 signed big-endian bytes
+  ReplayReply r;
+  if ((frames.size() != 3 && frames.size() != 4) || !frames[0].empty()) {
+    r.why = "a reply of " + std::to_string(frames.size()) + " frames";
+    return r;
+  }
+  const std::string_view seq = frames[frames.size() - 2], payload = frames.back();
+  std::optional<uint64_t> s = seq_of(seq);
+  if (!s) {
+    r.why = "a sequence frame of " + std::to_string(seq.size()) + " bytes";
+    return r;
+  }
+  if (*s == kEndSeq && payload.empty()) {
+    r.kind = ReplayReply::End;
+    return r;
+  }
+  r.kind = ReplayReply::Batch;
+  r.seq = *s;
+  r.payload = payload;
+  return r;
+}
+
 size_t Core::add_instance(std::string name) {
   std::lock_guard lock(mu_);
   names_.push_back(std::move(name));

@@ -101,4 +101,15 @@ class Core {
 // The 8-byte big-endian sequence number frame; nothing if it is not 8 bytes.
 std::optional<uint64_t> seq_of(std::string_view frame);
 
+// One reply of a replay (ROUTER) socket as a DEALER receives it: vLLM main's
+// [empty, topic, seq, payload], ending with [empty, empty, -1 (8 bytes), empty], or vLLM
+// 0.10/0.11's [empty, seq, payload], ending with [empty, -1, empty].
+struct ReplayReply {
+  enum Kind { Batch, End, Bad } kind = Bad;
+  uint64_t seq = 0;          // Batch
+  std::string_view payload;  // Batch
+  std::string why;           // Bad
+};
+ReplayReply replay_reply(const std::vector<std::string_view> &frames);
+
 }  // namespace kvt::router

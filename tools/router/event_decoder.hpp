@@ -30,9 +30,10 @@ struct Batch {
 };
 
 // Both of msgspec's layouts are accepted, as msgspec would decode them into vLLM's structs:
-// arrays (array_like=True: fields by position, extra trailing elements ignored, absent
-// trailing fields with defaults taking them) and maps (vLLM >= #42892 encodes events as
-// {"type": "BlockStored", ...}: fields by name, unknown keys ignored). Required: ts and
+// arrays (vLLM 0.10/0.11's array_like events: fields by position, extra trailing elements
+// ignored, absent trailing fields with defaults taking them) and maps (vLLM main, 0231dd5
+// and since #42892, and kvtier by default: {"type": "BlockStored", ...}, fields by name,
+// unknown keys such as lora_name or group_idx ignored). Required: ts and
 // events; block_hashes, parent_block_hash, token_ids, block_size and lora_id of BlockStored
 // (the fields every vLLM version has declared); block_hashes of BlockRemoved. medium may
 // be absent (vLLM before it existed) and data_parallel_rank too. Block hashes are integers

@@ -8,9 +8,6 @@ namespace kvt::router {
 
 namespace {
 
-// vLLM's end of a replay: sequence -1 as 8 signed big-endian bytes, and an empty payload.
-constexpr uint64_t kEndSeq = ~uint64_t(0);
-
 std::unique_ptr<zmq::socket_t> open_dealer(zmq::context_t &ctx, const std::string &endpoint) {
   auto d = std::make_unique<zmq::socket_t>(ctx, zmq::socket_type::dealer);
   d->set(zmq::sockopt::linger, 0);
@@ -123,18 +120,13 @@ bool Subscriber::replay(Conn &c, uint64_t from) {
       if (zmq::poll(&item, 1, deadline) == 0 || stop_) break;
       std::vector<zmq::message_t> msg;
       if (!zmq::recv_multipart(*c.dealer, std::back_inserter(msg))) break;
-      // [delimiter, seq, payload]; anything else is a bad reply, counted and skipped.
-      if (msg.size() != 3 || msg[0].size() != 0) {
-        core_.bad_reply(c.inst, "a reply of " + std::to_string(msg.size()) + " frames");
-        continue;
-      }
-      std::optional<uint64_t> s = seq_of(msg[1].to_string_view());
-      if (s == kEndSeq && msg[2].size() == 0) return true;
-      if (!s) {
-        core_.bad_reply(c.inst, "a sequence frame of " + std::to_string(msg[1].size()) + " bytes");
-        continue;
-      }
-      core_.deliver_replayed(c.inst, *s, msg[2].to_string_view());
+      std::vector<std::string_view> frames;
+      for (const zmq::message_t &m : msg) frames.push_back(m.to_string_view());
+      // A bad reply is counted and skipped.
+      ReplayReply r = replay_reply(frames);
+      if (r.kind == ReplayReply::End) return true;
+      if (r.kind == ReplayReply::Bad) core_.bad_reply(c.inst, std::move(r.why));
+      else core_.deliver_replayed(c.inst, r.seq, r.payload);
     }
   } catch (const zmq::error_t &) {
   }

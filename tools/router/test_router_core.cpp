@@ -1,5 +1,5 @@
 // kvtier-router's core without sockets: the decoder on vLLM's layouts and on malformed bytes,
-// the index, the streams' gaps and restarts, and routing by tokens.
+// the replay replies, the index, the streams' gaps and restarts, and routing by tokens.
 #include <gtest/gtest.h>
 
 #include <msgpack.hpp>
@@ -157,6 +157,75 @@ TEST(RouterDecode, MapLayoutOfNewerVllm) {
   EXPECT_EQ(b.events[0].medium, "GPU");
   EXPECT_FALSE(b.events[1].medium);
   EXPECT_FALSE(b.dp_rank);
+}
+
+// vLLM main (0231dd5), and kvtier by default: tagged maps as msgspec writes them (omit_defaults:
+// the fields with a default only when set), lora_name without a default.
+TEST(RouterDecode, MapsOfCurrentVllm) {
+  msgpack::sbuffer buf;
+  Packer p(buf);
+  auto key = [&](const char *k) { p.pack(std::string(k)); };
+  p.pack_array(3);
+  p.pack_double(3.0);
+  p.pack_array(3);
+  p.pack_map(8);
+  key("type"); p.pack(std::string("BlockStored"));
+  key("block_hashes"); pack_hashes(p, {5, 6});
+  key("parent_block_hash"); p.pack_nil();
+  key("token_ids"); p.pack(std::vector<uint32_t>{1, 2, 3, 4, 5, 6, 7, 8});
+  key("block_size"); p.pack_uint32(4);
+  key("lora_id"); p.pack_nil();
+  key("medium"); p.pack(std::string("FS"));
+  key("lora_name"); p.pack_nil();
+  p.pack_map(6);  // with vLLM's optional fields set
+  key("type"); p.pack(std::string("BlockRemoved"));
+  key("block_hashes"); pack_hashes(p, {5});
+  key("medium"); p.pack(std::string("OBJ"));
+  key("group_idx"); p.pack_uint32(1);
+  key("locality"); p.pack(std::string("LOCAL"));
+  key("kv_cache_spec_kind"); p.pack(std::string("full_attention"));  // a key it does not know
+  p.pack_map(1);
+  key("type"); p.pack(std::string("AllBlocksCleared"));
+  p.pack_uint32(3);
+  Batch b;
+  std::string err;
+  ASSERT_TRUE(decode(bytes(buf), &b, &err)) << err;
+  EXPECT_EQ(b.dp_rank, 3);
+  ASSERT_EQ(b.events.size(), 3u);
+  EXPECT_EQ(b.events[0].kind, EventKind::Stored);
+  EXPECT_EQ(b.events[0].hashes, (std::vector<uint64_t>{5, 6}));
+  EXPECT_FALSE(b.events[0].parent);
+  EXPECT_EQ(b.events[0].n_tokens, 8u);
+  EXPECT_EQ(b.events[0].block_size, 4);
+  EXPECT_EQ(b.events[0].medium, "FS");
+  EXPECT_EQ(b.events[1].kind, EventKind::Removed);
+  EXPECT_EQ(b.events[1].medium, "OBJ");
+  EXPECT_EQ(b.events[2].kind, EventKind::Cleared);
+}
+
+// A replay socket's replies as a DEALER gets them, from vLLM main (the topic first) and from
+// vLLM 0.10/0.11 (without it).
+TEST(RouterReplay, RepliesOfBothVllmVersions) {
+  const std::string seq = seq_frame(7), end = seq_frame(~uint64_t(0));
+  auto reply = [](std::vector<std::string_view> f) { return replay_reply(f); };
+  ReplayReply r = reply({"", "kv", seq, "payload"});
+  EXPECT_EQ(r.kind, ReplayReply::Batch);
+  EXPECT_EQ(r.seq, 7u);
+  EXPECT_EQ(r.payload, "payload");
+  r = reply({"", seq, "payload"});
+  EXPECT_EQ(r.kind, ReplayReply::Batch);
+  EXPECT_EQ(r.seq, 7u);
+  EXPECT_EQ(r.payload, "payload");
+  EXPECT_EQ(reply({"", "", end, ""}).kind, ReplayReply::End);
+  EXPECT_EQ(reply({"", end, ""}).kind, ReplayReply::End);
+  EXPECT_EQ(reply({"", "kv", end, "x"}).kind, ReplayReply::Batch) << "seq -1 with a payload";
+  for (std::vector<std::string_view> bad :
+       {std::vector<std::string_view>{"", "payload"}, {"x", seq, "payload"},
+        {"", "kv", seq, "payload", "more"}, {"", "kv", "1234", "payload"}, {}}) {
+    r = reply(bad);
+    EXPECT_EQ(r.kind, ReplayReply::Bad) << bad.size();
+    EXPECT_FALSE(r.why.empty());
+  }
 }
 
 TEST(RouterDecode, MalformedInputIsRefusedWithAReason) {

@@ -88,7 +88,12 @@ typedef struct kvt_manager_config {
   const char *g4_key_prefix;
   uint64_t g4_namespace;
   uint64_t g4_timeout_us;
+  uint32_t kv_events_format;
+  uint32_t reserved;
 } kvt_manager_config;
+typedef enum kvt_kv_events_format {
+  KVT_KV_EVENTS_FORMAT_CURRENT = 0, KVT_KV_EVENTS_FORMAT_ARRAY_V0_11 = 1
+} kvt_kv_events_format;
 typedef enum kvt_g3_mismatch {
   KVT_G3_REFUSE = 0, KVT_G3_RESET = 1
 } kvt_g3_mismatch;
@@ -247,6 +252,7 @@ void kvt_connector_config_init_sized(kvt_connector_config *cfg, size_t size);
 kvt_status kvt_connector_create(kvt_connector **out, kvt_manager *m, const kvt_connector_config *cfg);
 void kvt_connector_destroy(kvt_connector *c);
 kvt_status kvt_connector_get_num_new_matched_tokens( uint64_t *out_num_tokens, int32_t *out_load_async, kvt_connector *c, const char *req_id, const uint32_t *tokens, size_t num_tokens, uint64_t num_computed_tokens);
+kvt_status kvt_connector_get_num_new_matched_tokens_salted( uint64_t *out_num_tokens, int32_t *out_load_async, kvt_connector *c, const char *req_id, uint64_t salt_hash, const uint32_t *tokens, size_t num_tokens, uint64_t num_computed_tokens);
 kvt_status kvt_connector_update_state_after_alloc( kvt_connector *c, const char *req_id, const uint32_t *block_ids, size_t num_block_ids, uint64_t num_external_tokens);
 typedef struct kvt_scheduled_request {
   const char *req_id;
@@ -261,6 +267,7 @@ kvt_status kvt_connector_build_connector_meta( const void **out_meta, size_t *ou
 kvt_status kvt_connector_update_connector_output(kvt_connector *c, const void *report, size_t len);
 kvt_status kvt_connector_request_finished(int32_t *out_delay_free, kvt_connector *c, const char *req_id);
 kvt_status kvt_connector_request_preempted(kvt_connector *c, const char *req_id);
+kvt_status kvt_connector_reset_cache(kvt_connector *c);
 kvt_status kvt_connector_slot_state(uint32_t *out_state, uint32_t *out_history, size_t *out_n, size_t cap, kvt_connector *c, const char *req_id);
 typedef struct kvt_connector_stats {
   uint32_t struct_size;
@@ -301,7 +308,7 @@ typedef enum kvt_obs_kind {
   KVT_OBS_SLOT = 1, KVT_OBS_CANDIDATE = 2, KVT_OBS_BLOCK_STORED = 3, KVT_OBS_BLOCK_REMOVED = 4, KVT_OBS_TIER_CLEARED = 5, KVT_OBS_TRANSFER = 6, KVT_OBS_DROPPED = 7, KVT_OBS_CALL = 8
 } kvt_obs_kind;
 typedef enum kvt_obs_trigger {
-  KVT_TRIGGER_GET_NUM_NEW_MATCHED_TOKENS = 1, KVT_TRIGGER_UPDATE_STATE_AFTER_ALLOC = 2, KVT_TRIGGER_BUILD_CONNECTOR_META = 3, KVT_TRIGGER_UPDATE_CONNECTOR_OUTPUT = 4, KVT_TRIGGER_REQUEST_FINISHED = 5, KVT_TRIGGER_REQUEST_PREEMPTED = 6
+  KVT_TRIGGER_GET_NUM_NEW_MATCHED_TOKENS = 1, KVT_TRIGGER_UPDATE_STATE_AFTER_ALLOC = 2, KVT_TRIGGER_BUILD_CONNECTOR_META = 3, KVT_TRIGGER_UPDATE_CONNECTOR_OUTPUT = 4, KVT_TRIGGER_REQUEST_FINISHED = 5, KVT_TRIGGER_REQUEST_PREEMPTED = 6, KVT_TRIGGER_RESET_CACHE = 7
 } kvt_obs_trigger;
 typedef enum kvt_candidate_state {
   KVT_CANDIDATE_PENDING_EVALUATION = 1, KVT_CANDIDATE_PROMOTED = 2, KVT_CANDIDATE_SKIPPED = 3, KVT_CANDIDATE_COMPLETED = 4, KVT_CANDIDATE_FAILED = 5, KVT_CANDIDATE_CANCELLED = 6

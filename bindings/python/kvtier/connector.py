@@ -164,13 +164,18 @@ class Connector:
         return self._c is None
 
     # scheduler half
-    def get_num_new_matched_tokens(self, req_id, tokens, num_computed_tokens=0):
+    def get_num_new_matched_tokens(self, req_id, tokens, num_computed_tokens=0, salt=None):
         """(tokens kvtier can load beyond num_computed_tokens, whether the load is
-        asynchronous). tokens: the request's tokens so far."""
+        asynchronous). tokens: the request's tokens so far. salt: the request's own salt
+        hash (an int from kvtier.hash_salt) naming its blocks; None: the connector's."""
         toks, n = _u32_array(tokens, "tokens")
         num, is_async = ffi.new("uint64_t *"), ffi.new("int32_t *")
-        _call(C.kvt_connector_get_num_new_matched_tokens, num, is_async, self._live(),
-              _req_id(req_id), toks, n, num_computed_tokens)
+        if salt is None:
+            _call(C.kvt_connector_get_num_new_matched_tokens, num, is_async, self._live(),
+                  _req_id(req_id), toks, n, num_computed_tokens)
+        else:
+            _call(C.kvt_connector_get_num_new_matched_tokens_salted, num, is_async,
+                  self._live(), _req_id(req_id), salt, toks, n, num_computed_tokens)
         return num[0], bool(is_async[0])
 
     def update_state_after_alloc(self, req_id, block_ids, num_external_tokens):
@@ -220,6 +225,10 @@ class Connector:
 
     def request_preempted(self, req_id):
         _call(C.kvt_connector_request_preempted, self._live(), _req_id(req_id))
+
+    def reset_cache(self):
+        """Nothing stored so far is served again (kvt_connector_reset_cache)."""
+        _call(C.kvt_connector_reset_cache, self._live())
 
     def slot_state(self, req_id):
         """(state, [states so far, from SLOT_INITIALIZED on]) of a request's slot."""

@@ -238,6 +238,22 @@ impl<'m> Connector<'m> {
         Ok((n, load_async != 0))
     }
 
+    /// The same for a request whose blocks are named under its own `salt_hash` (from
+    /// `hash_salt`): what besides its tokens decides its KV (a tenant's salt, a LoRA adapter),
+    /// so that requests share blocks only when their salts and tokens are equal.
+    pub fn get_num_new_matched_tokens_salted(&self, req_id: &str, salt_hash: u64,
+                                             tokens: &[u32], num_computed_tokens: u64)
+                                             -> Result<(u64, bool)> {
+        let id = c_id(req_id)?;
+        let (mut n, mut load_async) = (0u64, 0i32);
+        check(unsafe {
+            sys::kvt_connector_get_num_new_matched_tokens_salted(
+                &mut n, &mut load_async, self.c, id.as_ptr(), salt_hash, ptr_or_null(tokens),
+                tokens.len(), num_computed_tokens)
+        })?;
+        Ok((n, load_async != 0))
+    }
+
     /// The engine allocated `block_ids` (all of the request's G1 blocks, in order) and wants
     /// `num_external_tokens` of them filled: 0, or what get_num_new_matched_tokens reported.
     pub fn update_state_after_alloc(&self, req_id: &str, block_ids: &[u32],
@@ -296,6 +312,11 @@ impl<'m> Connector<'m> {
     pub fn request_preempted(&self, req_id: &str) -> Result<()> {
         let id = c_id(req_id)?;
         check(unsafe { sys::kvt_connector_request_preempted(self.c, id.as_ptr()) })
+    }
+
+    /// Nothing stored so far is served again (after a weight reload, say).
+    pub fn reset_cache(&self) -> Result<()> {
+        check(unsafe { sys::kvt_connector_reset_cache(self.c) })
     }
 
     /// The slot's state and its states so far, from INITIALIZED on.

@@ -223,6 +223,16 @@ fn seed003_in_one_process() {
     assert_eq!(lines.join("\n") + "\n", TRANSCRIPT);
     assert_eq!(c.stats().unwrap().loaded_blocks, 2);
     check_scheduler(&m, &c, 2);
+    // B's tokens: its three blocks under the connector's salt, none under a tenant's; none
+    // after a reset.
+    let b: Vec<u32> = (1000..1032).chain(2000..2020).collect();
+    let tenant = kvtier::hash_salt(b"tenant-1");
+    assert_eq!(c.get_num_new_matched_tokens_salted("T", tenant, &b, 0).unwrap(), (0, false));
+    assert_eq!(c.get_num_new_matched_tokens("U", &b, 0).unwrap(), (48, false));
+    c.request_finished("U").unwrap();
+    c.reset_cache().unwrap();
+    assert_eq!(c.get_num_new_matched_tokens("V", &b, 0).unwrap(), (0, false));
+    m.check().unwrap();
 }
 
 fn seed003_in_two_processes() {
