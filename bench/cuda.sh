@@ -2,7 +2,8 @@
 # The checks that need an NVIDIA GPU, on a machine that has one:
 #   bench/cuda.sh [build dir, default build] [trace, default ../shared/traces/conversation_trace.jsonl]
 #   1. the unit test suite, Cuda.* included, which must run rather than skip; then the Cuda.*
-#      tests again under compute-sanitizer (memcheck) when it is installed;
+#      tests again under compute-sanitizer (memcheck) when it is installed; and, where python3
+#      has torch, kvtier.vllm's layout reader over torch's CUDA tensors (bench/vllm_layout_torch.py);
 #   2. bench_cuda_copy: scattered D2H/H2D copies against one contiguous copy (markdown table);
 #   3. kvtier-replay --g1-memory cuda on the trace (blocks and engine modes; G3 in
 #      KVT_BENCH_DIR, default /var/tmp/kvtier-bench), bandwidth per direction.
@@ -38,6 +39,11 @@ if [[ " $steps " == *" tests "* ]]; then
   "$build/tests/kvtier_tests" --gtest_brief=1 > "$out/tests.log" 2>&1 ||
     { tail -80 "$out/tests.log"; exit 1; }
   tail -3 "$out/tests.log"
+fi
+
+if [[ " $steps " == *" tests "* ]] && python3 -c "import torch" 2> /dev/null; then
+  echo "== kvtier.vllm's layout reader over torch's CUDA tensors"
+  python3 bench/vllm_layout_torch.py | tee "$out/vllm_layout_torch.txt"
 fi
 
 if [[ " $steps " == *" bench "* ]]; then

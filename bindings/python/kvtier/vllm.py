@@ -215,7 +215,7 @@ class KvtierConnector(KVConnectorBase_V1):
         if kv_cache_config is not None:
             self._num_gpu_blocks = kv_cache_config.num_blocks
         elif "num_gpu_blocks" in extra:
-            self._num_gpu_blocks = int(extra["num_gpu_blocks"])
+            self._num_gpu_blocks = _count(extra, "num_gpu_blocks")
         else:
             raise ValueError("kvtier.vllm: no kv_cache_config, and no num_gpu_blocks in "
                              "kv_connector_extra_config")
