@@ -1127,8 +1127,9 @@ typedef struct kvt_finished {
 } kvt_finished;
 
 /* Fills *out (up to out->struct_size) with everything that ended since the last call; never
- * waits. The arrays and the report are owned by the connector, valid until its next
- * get_finished or destroy. */
+ * waits (but for another thread's get_finished: calls take turns). The arrays and the report
+ * are owned by the connector, valid until its next get_finished, from any thread, or
+ * destroy. */
 KVT_API kvt_status kvt_connector_get_finished(kvt_finished *out, kvt_connector *c);
 
 /* The name of a kvt_slot_state, e.g. "KVT_SLOT_DECODING"; "KVT_SLOT_UNKNOWN" otherwise. */

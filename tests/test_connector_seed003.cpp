@@ -815,3 +815,34 @@ TEST(Threads, ConnectorHalvesOnTwoThreads) {
   EXPECT_EQ(stats(r.m.get(), KVT_TIER_G2).active, 0u);
   EXPECT_KVT(kvt_manager_check(r.m.get()), KVT_OK);
 }
+
+// Issue 24, finding 3: two threads in get_finished at once, while the worker's copies end
+// (the header lets any thread call a connector). Its outputs were assigned outside the
+// worker's lock: ASan saw a double free, TSan a race. Now the calls take turns and each
+// succeeds. (What one returns is valid until the next call, from any thread: the callers
+// read nothing here.)
+TEST(Threads, GetFinishedFromTwoThreadsAtOnce) {
+  Rig r;
+  ASSERT_NE(r.c, nullptr);
+  auto a = seed_a();
+  auto ha = hashes_of(a);
+  EXPECT_EQ(r.match("A", a).first, 0u);
+  ASSERT_KVT_OK(r.alloc("A", {1, 2, 3}, 0));
+  ASSERT_KVT_OK(worker_step(r.c, r.g1, r.meta({{"A", 0, 40}}), {{1, ha[0]}, {2, ha[1]}}));
+  std::atomic<int> bad{0};
+  auto poll = [&] {
+    for (int i = 0; i < 2000; ++i) {
+      kvt_finished f{};
+      f.struct_size = sizeof f;
+      if (kvt_connector_get_finished(&f, r.c) != KVT_OK) ++bad;
+    }
+  };
+  std::thread t1(poll), t2(poll);
+  t1.join();
+  t2.join();
+  EXPECT_EQ(bad.load(), 0) << kvt_last_error();
+  ASSERT_KVT_OK(kvt_connector_clear_connector_metadata(r.c));
+  // What the two threads took is theirs; the store's report came to one of them, so the
+  // scheduler never registers it: A finishes with its stores still unreported.
+  EXPECT_EQ(r.finish("A"), 1);
+}

@@ -748,6 +748,30 @@ TEST(Observe, ConnectorConfigServesTheEndpointAndSetsThePauseTimeout) {
   kvt_connector_destroy(c);
 }
 
+// Issue 24, finding 1: bytes that are not UTF-8, in a request line or in a request id (which
+// kvtier does not check), are replaced in the endpoint's replies; they used to make its
+// thread throw, which ended the serving process.
+TEST(Observe, EndpointRepliesToBytesThatAreNotUtf8) {
+  TempDir dir;
+  const std::string sock = dir.path + "/k.sock";
+  kvt_connector_config cc = connector_config();
+  cc.endpoint_path = sock.c_str();
+  Rig r(cc);
+  ASSERT_NE(r.c, nullptr);
+  std::string reply = ask_endpoint(sock, "\xff\xfe\n");
+  EXPECT_NE(reply.find("\"ok\":false"), std::string::npos) << reply;
+  EXPECT_NE(reply.find("\xef\xbf\xbd"), std::string::npos) << "no U+FFFD in " << reply;
+  const std::string id = "req-\xff\xc0-1";
+  EXPECT_EQ(r.match(id, seed_a()).first, 0u);
+  reply = ask_endpoint(sock, "{\"cmd\": \"slots\"}\n");
+  EXPECT_NE(reply.find("\"req_id\":\"req-\xef\xbf\xbd\xef\xbf\xbd-1\""), std::string::npos) << reply;
+  reply = ask_endpoint(sock, "{\"cmd\": \"timeline\", \"req_id\": \"req-\xef\xbf\xbd\"}\n");
+  EXPECT_NE(reply.find("\"ok\":true"), std::string::npos) << reply;
+  EXPECT_EQ(r.finish(id), 0);
+  EXPECT_NE(ask_endpoint(sock, "{\"cmd\": \"tiers\"}\n").find("\"ok\":true"), std::string::npos)
+      << "the endpoint stopped answering";
+}
+
 // kvt_connector_set_hooks: will_call and finished_call pair up around each of the six
 // scheduler calls, with the call's status; transition sees every slot move, in order.
 TEST(Hooks, InterceptorsSeeEveryCallAndTransition) {

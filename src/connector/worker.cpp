@@ -206,6 +206,8 @@ void Worker::announce_finished() {
 }
 
 kvt_status Worker::get_finished(kvt_finished *out) {
+  // The outputs below live in the worker until the next call: two threads at once take turns.
+  std::lock_guard out_lk(out_mu_);
   Report r;
   r.shape = shape_;
   {

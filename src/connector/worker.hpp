@@ -90,7 +90,8 @@ class Worker {
   bool loads_started_ = false, stores_started_ = false;
   uint64_t load_wait_ = 0;  // the job wait_for_layer_load waits for
 
-  // What the last get_finished handed out.
+  // What the last get_finished handed out, under out_mu_ (not mu_: the copy thread's).
+  std::mutex out_mu_;
   std::string report_;
   std::vector<std::string> out_sending_, out_recving_;
   std::vector<const char *> out_sending_ptrs_, out_recving_ptrs_;

@@ -145,6 +145,15 @@ kvt_status Endpoint::open(const std::string &path, std::shared_ptr<Bus> bus, End
   return KVT_OK;
 }
 
+namespace {
+// A reply line. Replies quote what clients and the engine sent (a parse error's bytes, request
+// ids, which kvtier does not check): bytes that are not UTF-8 are replaced (U+FFFD) rather
+// than thrown on, which would end the serving process from this thread.
+std::string reply_line(const nlohmann::json &j) {
+  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+}
+}  // namespace
+
 void Endpoint::run() {
   std::vector<std::unique_ptr<Client>> clients;
   auto answer = [&](Client &c, const std::string &line) {
@@ -202,7 +211,7 @@ void Endpoint::run() {
     }
     reply["ok"] = error.empty();
     if (!error.empty()) reply["error"] = error;
-    c.out += reply.dump() + "\n";
+    c.out += reply_line(reply);
   };
 
   std::vector<pollfd> fds;
@@ -230,12 +239,16 @@ void Endpoint::run() {
         break;
       }
       for (size_t nl; !c->closing && (nl = c->in.find('\n')) != std::string::npos;) {
-        answer(*c, c->in.substr(0, nl));
+        try {
+          answer(*c, c->in.substr(0, nl));
+        } catch (const std::exception &) {  // out of memory: this client goes, the engine stays
+          c->closing = true;
+          c->out.clear();
+        }
         c->in.erase(0, nl + 1);
       }
       if (c->in.size() > kMaxLine) {
-        c->out += nlohmann::json({{"ok", false}, {"error", "request longer than 64 KiB"}}).dump();
-        c->out += "\n";
+        c->out += reply_line({{"ok", false}, {"error", "request longer than 64 KiB"}});
         c->in.clear();
         c->closing = true;
       }
@@ -246,7 +259,7 @@ void Endpoint::run() {
           size_t n = c->sub->drain(ev, 64);
           if (n == 0) break;
           for (size_t i = 0; i < n; ++i)
-            c->out += nlohmann::json({{"event", event_json(ev[i])}}).dump() + "\n";
+            c->out += reply_line({{"event", event_json(ev[i])}});
         }
       }
       while (!c->out.empty()) {

@@ -36,7 +36,7 @@ class Conn {
     if (fd_ >= 0) close(fd_);
   }
   bool send(const json &req) {
-    std::string s = req.dump() + "\n";
+    std::string s = req.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
     return ::send(fd_, s.data(), s.size(), MSG_NOSIGNAL) == ssize_t(s.size());
   }
   // The next line within timeout_ms; false on timeout or a closed connection.

@@ -173,7 +173,9 @@ int main(int argc, char **argv) {
     if (!request.empty() && request != e.req_id) continue;
     ++n;
     if (json) {
-      std::printf("%s\n", to_json(e).dump().c_str());
+      // Request ids are the engine's bytes, not necessarily UTF-8: replaced, never thrown on.
+      std::printf("%s\n",
+                  to_json(e).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
     } else if (!request.empty()) {
       if (mine.empty()) std::printf("request %s\n", request.c_str());
       mine.push_back(e);

@@ -159,7 +159,9 @@ int main(int argc, char **argv) {
   while (std::getline(std::cin, line)) {
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
     if (idle_ms > 0) wait_idle(core, std::chrono::milliseconds(idle_ms));
-    std::cout << handle(core, line).dump() << std::endl;
+    // Media and topics come from publishers, the query from stdin: replaced where not UTF-8.
+    std::cout << handle(core, line).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)
+              << std::endl;
   }
   sub.stop();
   return 0;
