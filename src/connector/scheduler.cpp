@@ -700,14 +700,15 @@ void Scheduler::to_waiting(Slot &s) {
 kvt_status Scheduler::reset_cache() {
   trigger_ = KVT_TRIGGER_RESET_CACHE;
   stop_point({}, 0, 0);
-  kvt_status st = KVT_OK;
+  kvt_status st = reset();
+  call_event({}, st, [](ObsEvent &, bool) {});
+  return st;
+}
+
+kvt_status Scheduler::reset() {
   if (!loads_.empty())  // they would bring what was stored before into G1 after the reset
-    st = fail(KVT_ERR_STATE, "kvt_connector_reset_cache: %zu loads are in flight: reset once "
-              "they have ended", loads_.size());
-  if (st != KVT_OK) {
-    call_event({}, st, [](ObsEvent &, bool) {});
-    return st;
-  }
+    return fail(KVT_ERR_STATE, "kvt_connector_reset_cache: %zu loads are in flight: reset once "
+                "they have ended", loads_.size());
   // Stores in flight end unregistered, lazy stores of what G1 held are not made, staged
   // hits are let go, and every registered block leaves: nothing computed before the reset
   // (under other weights, say) is served again.
@@ -720,9 +721,9 @@ kvt_status Scheduler::reset_cache() {
       move(*s, KVT_SLOT_INITIALIZED);
     }
   for (int t : {KVT_TIER_G2, KVT_TIER_G3})
-    if (st == KVT_OK && m_.tier_if_present(t)) st = m_.reset(t);
-  call_event({}, st, [](ObsEvent &, bool) {});
-  return st;
+    if (m_.tier_if_present(t))
+      if (kvt_status st = m_.reset(t); st != KVT_OK) return st;
+  return KVT_OK;
 }
 
 // The six calls: each body, then its CALL event, with the call's arguments when a log or

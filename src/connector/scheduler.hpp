@@ -94,6 +94,7 @@ class Scheduler {
   kvt_status take_output(const Report &r);
   kvt_status finished(bool *delay_free, std::string_view id);
   kvt_status preempted(std::string_view id);
+  kvt_status reset();
   template <class Fill>
   void call_event(std::string_view id, kvt_status st, Fill &&fill) noexcept;
 

@@ -238,11 +238,13 @@ class Seq:
         toks, n = _u32_array(tokens)
         _check(C.kvt_seq_append(self._live(), toks, n))
 
-    def hashes(self):
+    def hashes(self, first=0):
+        """The sequence hashes of the complete blocks from block `first` on."""
         t, b = ffi.new("size_t *"), ffi.new("size_t *")
         _check(C.kvt_seq_info(t, b, self._live()))
-        out, got = ffi.new("uint64_t[]", max(b[0], 1)), ffi.new("size_t *")
-        _check(C.kvt_seq_hashes(got, ffi.NULL, out, self._s, 0, b[0]))
+        n = max(b[0] - first, 0)
+        out, got = ffi.new("uint64_t[]", max(n, 1)), ffi.new("size_t *")
+        _check(C.kvt_seq_hashes(got, ffi.NULL, out, self._s, first, n))
         return _to_list(out, got[0])
 
     def _live(self):
