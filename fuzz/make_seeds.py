@@ -138,3 +138,35 @@ os.makedirs(d, exist_ok=True)
 for name, data in g4_seeds.items():
     with open(os.path.join(d, name), "wb") as f:
         f.write(data)
+
+# replay_request: fuzz_replay_request's programs. A byte: messages - 1; per message a byte:
+# frames - 1, then per frame a length byte (0x80 and up: 8 bytes, else len % 41) and its
+# bytes; then two flags: read each reply before the next request, a client queue of one.
+
+
+def replay_program(messages, read_each, queue_of_one):
+    out = bytes([len(messages) - 1])
+    for frames in messages:
+        out += bytes([len(frames) - 1])
+        for f in frames:
+            out += bytes([0x80 if len(f) == 8 else len(f)]) + f
+    return out + bytes([int(read_each), int(queue_of_one)])
+
+
+def start(seq):
+    return struct.pack(">Q", seq)
+
+
+replay_seeds = {
+    "one-request": replay_program([[b"", start(0)]], True, False),
+    "tail": replay_program([[b"", start(4)]], False, False),
+    "past-the-end": replay_program([[b"", start(2**63)]], True, False),
+    "unread-flood": replay_program([[b"", start(0)]] * 4, False, True),
+    "malformed-mix": replay_program([[start(0)], [b"", start(0), b"x"], [b"", b"abc"],
+                                     [b"delim", start(3)]], False, False),
+}
+d = os.path.join(HERE, "corpus", "replay_request")
+os.makedirs(d, exist_ok=True)
+for name, data in replay_seeds.items():
+    with open(os.path.join(d, name), "wb") as f:
+        f.write(data)

@@ -19,7 +19,9 @@
  *   the library does not promise to detect such a call.
  * - Versioned structs: the structs that begin with struct_size (kvt_manager_config,
  *   kvt_g1_layout, kvt_tier_stats, kvt_transfer_stats, kvt_block_info and, since 0.3.0,
- *   kvt_connector_config, kvt_connector_stats, kvt_finished) only ever grow at their end.
+ *   kvt_connector_config, kvt_connector_stats, kvt_finished; since 0.4.0, kvt_g4_stats,
+ *   kvt_log_replay, kvt_connector_hooks, kvt_pause_info; since 0.5.0, kvt_endpoint_config,
+ *   kvt_endpoint_stats) only ever grow at their end.
  *   The caller sets struct_size to the sizeof its program was built with (the *_config_init
  *   functions do it for configs). The library accepts any size from the struct's size in
  *   the release that introduced it up to its own, in steps of 8 bytes: fields beyond a
@@ -926,8 +928,8 @@ typedef struct kvt_connector_config {
                                    before wait_for_layer_load returns, within the step */
   uint32_t reserved;            /* must be 0 */
   const char *endpoint_path;    /* non-NULL: serve the management endpoint (kvt_endpoint_open)
-                                   on this Unix socket, which must not exist, from create to
-                                   destroy; NULL (default): none. Borrowed */
+                                   on this Unix socket from create to destroy; NULL
+                                   (default): none. Borrowed */
   uint32_t pause_timeout_ms;    /* how long a breakpoint's pause waits for a resume before
                                    it ends itself: 1 ms .. 1 hour (default 30000) */
   uint32_t reserved2;           /* must be 0 */
@@ -1221,21 +1223,29 @@ KVT_API size_t kvt_subscription_drain(kvt_subscription *s, kvt_obs_event *out, s
 KVT_API void kvt_subscription_destroy(kvt_subscription *s);
 
 /* The recorder. kvt_recorder_ring keeps m's last `events` events in memory (0: none, up to
- * 2^24), and kvt_recorder_dump writes them to a new file at path as an event log. */
+ * 2^24), and kvt_recorder_dump writes them to a new file at path as an event log.
+ * The event log files of kvt_recorder_dump and kvt_recorder_open are regular files only: a
+ * symbolic link as path's last component (links among its directories are followed), a
+ * FIFO, a device or a directory is refused with KVT_ERR_INVALID_ARGUMENT and left as it is.
+ * Their file work never blocks m's other calls: a slow or hung disk holds up only the
+ * recorder call that writes to it (and recorder opens and closes after it). */
 KVT_API kvt_status kvt_recorder_ring(kvt_manager *m, size_t events);
 KVT_API kvt_status kvt_recorder_dump(kvt_manager *m, const char *path);
 /* Appends every event from now on to a new event log at path (replaced if it exists):
  * length-prefixed records with a checksum each (docs/EVENTS.md), written in 64 KiB runs.
- * KVT_ERR_STATE while a log is open; KVT_ERR_IO when the file cannot be written (the log
- * then stops, and m goes on). kvt_recorder_close writes what is buffered and closes it; a
- * manager's destroy does too. */
+ * KVT_ERR_STATE while a log is open (of calls racing to open, one wins); KVT_ERR_IO when
+ * the file cannot be written (the log then stops, and m goes on). kvt_recorder_close writes
+ * what is buffered and closes it (events after it are not written; KVT_ERR_IO if a write
+ * failed); a manager's destroy does too. */
 KVT_API kvt_status kvt_recorder_open(kvt_manager *m, const char *path);
 KVT_API kvt_status kvt_recorder_close(kvt_manager *m);
 
 typedef struct kvt_event_log kvt_event_log;
 
-/* Reads an event log. KVT_ERR_CORRUPT for a file that is not one, KVT_ERR_UNSUPPORTED for
- * another format version, KVT_ERR_IO when it cannot be read. */
+/* Reads an event log, a regular file (symbolic links are followed). KVT_ERR_INVALID_ARGUMENT
+ * at once for a FIFO, a device or a directory; KVT_ERR_CORRUPT for a file that is not an
+ * event log, KVT_ERR_UNSUPPORTED for another format version, KVT_ERR_IO when it cannot be
+ * read. */
 KVT_API kvt_status kvt_event_log_open(kvt_event_log **out, const char *path);
 /* The next record into *out: KVT_OK; KVT_ERR_NOT_FOUND past the last one; KVT_ERR_CORRUPT
  * once, where a record is torn or damaged (a writer killed mid-write): nothing from there on
@@ -1334,16 +1344,63 @@ KVT_API kvt_status kvt_connector_wait_paused(kvt_pause_info *out, kvt_connector 
 KVT_API kvt_status kvt_connector_set_pause_timeout(kvt_connector *c, uint32_t timeout_ms);
 
 /* The management endpoint: m (and c, a connector over m, or NULL) served on a Unix-domain
- * socket at path, which must not exist, for kvtier-console and scripts. A connector whose
- * config names an endpoint_path opens one of its own. One JSON object per
- * line each way (docs/EVENTS.md): slots, batches, tiers, break, clear, pause, resume,
- * paused, metrics, subscribe. Malformed requests get an error reply; a client that stops
- * reading is dropped. kvt_endpoint_close stops it and removes the socket; close it before
- * c and m. */
+ * socket at path, for kvtier-console and scripts. A connector whose config names an
+ * endpoint_path opens one of its own, with the defaults of kvt_endpoint_config. One JSON
+ * object per line each way (docs/EVENTS.md): slots, batches, tiers, break, clear, pause,
+ * resume, paused, metrics, timeline, subscribe. Malformed requests get an error reply.
+ *
+ * Who may connect, and what a client may cost (docs/SECURITY.md): the socket is mode 0600
+ * whatever the umask, and every peer's uid is checked (SO_PEERCRED): the process's own user
+ * and root, plus whom kvt_endpoint_config allows. The endpoint also holds "path.lock"
+ * (flock). A file at path is replaced only when it is a socket that no live process serves
+ * (one left by a killed process); anything else there fails the open (KVT_ERR_STATE while
+ * a live process serves it, KVT_ERR_INVALID_ARGUMENT when it is not a socket). A client
+ * beyond max_clients, or a user not allowed, gets one error line and is closed. A client's
+ * replies wait for it up to client_buffer_bytes, then its further requests wait unread; a
+ * client that takes none of its replies for 30 s, or sends a line over 64 KiB, is closed.
+ * kvt_endpoint_close stops it and removes the socket and its lock; close it before c and m. */
 typedef struct kvt_endpoint kvt_endpoint;
+
+typedef struct kvt_endpoint_config {  /* 0.5.0; a versioned struct */
+  uint32_t struct_size;          /* set by kvt_endpoint_config_init */
+  uint32_t max_clients;          /* clients served at once: 1 .. 4096 (default 64) */
+  int64_t  allow_uid;            /* -1 (default): none besides the process's user and root.
+                                    Else this user may connect too: the socket is then mode
+                                    0666, and the uid check alone keeps others out */
+  int64_t  allow_gid;            /* -1 (default): none. Else members of this group may connect
+                                    too (primary or supplementary): the socket's group becomes
+                                    it, mode 0660 (0666 with allow_uid) */
+  uint64_t client_buffer_bytes;  /* replies held for a client that has not read them, before
+                                    its next requests wait: 4 KiB .. 64 MiB (default 256 KiB) */
+} kvt_endpoint_config;
+
+/* Sets cfg->struct_size to size and every field within it to its default; call it through
+ * kvt_endpoint_config_init. */
+KVT_API void kvt_endpoint_config_init_sized(kvt_endpoint_config *cfg, size_t size);
+#ifndef KVT_NO_INLINE
+static inline void kvt_endpoint_config_init(kvt_endpoint_config *cfg) {
+  kvt_endpoint_config_init_sized(cfg, sizeof *cfg);
+}
+#endif
+
 KVT_API kvt_status kvt_endpoint_open(kvt_endpoint **out, kvt_manager *m, kvt_connector *c,
                                      const char *path);
+/* kvt_endpoint_open with cfg (borrowed; NULL: the defaults). 0.5.0 */
+KVT_API kvt_status kvt_endpoint_open_with(kvt_endpoint **out, kvt_manager *m,
+                                          kvt_connector *c, const char *path,
+                                          const kvt_endpoint_config *cfg);
 KVT_API void kvt_endpoint_close(kvt_endpoint *e);
+
+typedef struct kvt_endpoint_stats {  /* 0.5.0; a versioned struct */
+  uint32_t struct_size;          /* set by the caller: sizeof(kvt_endpoint_stats) */
+  uint32_t reserved;
+  uint64_t clients;              /* connected now */
+  uint64_t refused;              /* turned away: beyond max_clients, or a user not allowed */
+  uint64_t dropped;              /* closed for a line over 64 KiB, or replies unread 30 s */
+  uint64_t peak_buffered_bytes;  /* the most reply bytes one client has had waiting */
+} kvt_endpoint_stats;
+/* Fills *out up to out->struct_size (set by the caller). 0.5.0 */
+KVT_API kvt_status kvt_endpoint_stats_get(kvt_endpoint_stats *out, kvt_endpoint *e);
 
 /* The hashes tier t of m holds registered now, in no particular order: up to cap into out,
  * their number into *n (out NULL and cap 0 ask for it). */

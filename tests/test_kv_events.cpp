@@ -1,5 +1,7 @@
 // KV events over ZMQ (docs/KV_EVENTS.md): a real SUB socket and a real DEALER for replay
-// against a manager's publisher, the messages decoded with msgpack-cxx field by field.
+// against a manager's publisher, the messages decoded with msgpack-cxx field by field. The
+// replay tests read the publisher's own counts (publish/replay_ledger.hpp) through the
+// manager's internals.
 #include <gtest/gtest.h>
 #include <msgpack.hpp>
 #include <stdlib.h>
@@ -10,12 +12,15 @@
 #include <zmq.h>
 
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "abi/objects.hpp"
 #include "kvtier.h"
+#include "publish/publisher.hpp"
 #include "support.hpp"
 
 namespace {
@@ -341,6 +346,7 @@ class KvEvents : public ::testing::Test {
   }
 
   void check_every_field();
+  void keep_big_batches(size_t batches, size_t blocks);
 
   std::string dir_, endpoint_, replay_;
   kvt_kv_events_format format_ = KVT_KV_EVENTS_FORMAT_CURRENT;
@@ -724,6 +730,179 @@ TEST_F(KvEvents, DestroySendsWhatIsPending) {
   }
   EXPECT_EQ(stored, 2000u);
   EXPECT_EQ(last, 2999u);
+}
+
+// ---- Replay within its budgets (publish/replay_ledger.hpp)
+
+using kvt::pub::replay_stats;
+using kvt::pub::ReplayStats;
+
+const kvt::KvSink &publisher_of(kvt_manager *m) { return *m->impl->kv_sink(); }
+
+// This process's resident memory (VmRSS), in bytes.
+int64_t rss_bytes() {
+  FILE *f = fopen("/proc/self/status", "r");
+  if (f == nullptr) return -1;
+  char line[256];
+  long long kib = -1;
+  while (fgets(line, sizeof line, f))
+    if (sscanf(line, "VmRSS: %lld kB", &kib) == 1) break;
+  fclose(f);
+  return kib * 1024;
+}
+
+// Polls until done() holds or a generous deadline passes (a loaded 2-core box, sanitizers).
+template <class F>
+bool eventually(F done) {
+  const auto deadline = Clock::now() + std::chrono::seconds(120);
+  while (!done()) {
+    if (Clock::now() > deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  return true;
+}
+
+// One reply on a replay DEALER, current format: its batches (seq, payload) until the end
+// marker; false without one in time.
+using Kept = std::vector<std::pair<uint64_t, std::string>>;
+bool read_reply(void *d, Kept *out) {
+  Frames f;
+  while (recv_frames(d, &f, 30000)) {
+    if (f.size() != 4) {
+      ADD_FAILURE() << "a reply of " << f.size() << " frames";
+      return false;
+    }
+    if (f[2] == be64(-1)) return f[3].empty();
+    out->emplace_back(from_be64(f[2]), f[3]);
+  }
+  return false;
+}
+
+// A replay client, closed without lingering at scope exit: a failed ASSERT must not leave
+// zmq_ctx_term waiting for it. queue 1: its own queue holds one message, so that what it
+// does not read stays with the publisher, in flight, as with a client that never reads.
+struct Dealer {
+  Dealer(void *ctx, const std::string &endpoint, int queue = 1000)
+      : s(zmq_socket(ctx, ZMQ_DEALER)) {
+    int zero = 0;
+    EXPECT_EQ(zmq_setsockopt(s, ZMQ_LINGER, &zero, sizeof zero), 0);
+    EXPECT_EQ(zmq_setsockopt(s, ZMQ_RCVHWM, &queue, sizeof queue), 0);
+    EXPECT_EQ(zmq_connect(s, endpoint.c_str()), 0);
+  }
+  ~Dealer() { close(); }
+  void close() {
+    if (s) zmq_close(s);
+    s = nullptr;
+  }
+  void *s;
+};
+
+// `batches` registrations of `blocks` blocks each, with their tokens (5 bytes each in
+// msgpack): batches of some 260 KiB. Returns once the publisher keeps every batch it sent.
+void KvEvents::keep_big_batches(size_t batches, size_t blocks) {
+  kvt_manager_config c = config();
+  c.g1_blocks = batches * blocks;
+  c.g2_blocks = 0;
+  create(c);
+  subscribe(endpoint_);
+  uint64_t seq = sync();
+  std::vector<uint64_t> h(blocks);
+  std::vector<uint32_t> t(blocks * kPage);
+  std::vector<kvt_block> b(blocks);
+  for (size_t k = 0; k < batches; ++k) {
+    for (size_t i = 0; i < blocks; ++i) h[i] = (k + 1) << 32 | i;
+    for (size_t i = 0; i < t.size(); ++i) t[i] = uint32_t(1u << 20 | (k * t.size() + i));
+    ASSERT_EQ(kvt_manager_note_tokens(m_, h.data(), blocks, t.data()), KVT_OK);
+    ASSERT_EQ(kvt_block_alloc(b.data(), blocks, m_, KVT_TIER_G1), KVT_OK);
+    ASSERT_EQ(kvt_block_register_hashes(b.data(), m_, b.data(), h.data(), blocks, 0), KVT_OK);
+  }
+  receive(&seq, batches * blocks);
+  const kvt::KvSink &p = publisher_of(m_);
+  ASSERT_TRUE(eventually([&] { return replay_stats(p).kept_batches == seq; }));
+  ASSERT_GT(replay_stats(p).client_budget, batches * blocks * kPage * 5);
+}
+
+// A client that reads gets every kept batch, the bytes published, then END_SEQ; again on a
+// second request once it read the first; and nothing stays counted in flight.
+TEST_F(KvEvents, ReplayOfSeveralMiBComesWholeToAClientThatReads) {
+  keep_big_batches(4, 9000);
+  const kvt::KvSink &p = publisher_of(m_);
+  const ReplayStats s0 = replay_stats(p);
+  Dealer d(ctx_, replay_);
+  for (int round = 0; round < 2; ++round) {
+    send_frames(d.s, {"", be64(0)});
+    Kept all;
+    ASSERT_TRUE(read_reply(d.s, &all)) << "no end marker";
+    ASSERT_EQ(all.size(), s0.kept_batches);
+    for (size_t i = 0; i < all.size(); ++i) EXPECT_EQ(all[i].first, i);
+    for (const Batch &x : seen_) EXPECT_EQ(all.at(x.seq).second, x.payload);
+  }
+  d.close();
+  const ReplayStats s = replay_stats(p);
+  EXPECT_EQ(s.full - s0.full, 2u);
+  EXPECT_EQ(s.cut, s0.cut);
+  EXPECT_EQ(s.dropped, s0.dropped);
+  EXPECT_TRUE(eventually([&] { return replay_stats(p).bytes == 0; }));
+}
+
+// Issue 24, finding 2: each replay request queued a copy of every kept batch, and a client
+// that never reads let them pile up (300 requests: 412 MiB). Now replies share the kept
+// batches, and a client holds at most kMaxRepliesPerClient replies and one full replay's
+// bytes in flight: the rest of the flood is dropped. The old code grew by some 200 MiB here
+// (200 requests x 4 batches of 260 KiB, copied into ZMQ's queue for the client).
+TEST_F(KvEvents, ReplayFloodFromAClientThatNeverReadsStaysWithinItsBudget) {
+  keep_big_batches(4, 9000);
+  const kvt::KvSink &p = publisher_of(m_);
+  const ReplayStats s0 = replay_stats(p);
+  const int64_t rss0 = rss_bytes();
+  ASSERT_GT(rss0, 0);
+  Dealer d(ctx_, replay_, 1);
+  constexpr uint64_t kRequests = 200;
+  for (uint64_t i = 0; i < kRequests; ++i) send_frames(d.s, {"", be64(0)});
+  ASSERT_TRUE(eventually([&] { return replay_stats(p).requests >= s0.requests + kRequests; }));
+  const ReplayStats s = replay_stats(p);
+  const int64_t grew = rss_bytes() - rss0;
+  EXPECT_EQ(s.full + s.cut + s.dropped - s0.full - s0.cut - s0.dropped, kRequests);
+  EXPECT_GE(s.dropped - s0.dropped, kRequests - 2 * kvt::pub::kMaxRepliesPerClient);
+  EXPECT_LE(s.peak_client_bytes, s.client_budget);
+  EXPECT_LE(s.peak_bytes, s.total_budget);
+  EXPECT_GT(s.bytes, 0u) << "what the client did not read is still in flight";
+  EXPECT_LE(s.bytes, s.client_budget);
+  EXPECT_LT(grew, int64_t{32} << 20) << "resident memory grew by " << (grew >> 20) << " MiB";
+  // Gone, the client's messages are freed, and the count comes back to exactly 0.
+  d.close();
+  EXPECT_TRUE(eventually([&] { return replay_stats(p).bytes == 0; }));
+}
+
+// Three requests before reading: the first is answered in full, the second only with what
+// the client's budget has left while the first is in flight (at least END_SEQ), the third
+// not at all (kMaxRepliesPerClient). Once read, a fourth is answered in full and comes next.
+TEST_F(KvEvents, ReplayRequestsWhileOneIsInFlightAreLimited) {
+  keep_big_batches(4, 9000);
+  const kvt::KvSink &p = publisher_of(m_);
+  const ReplayStats s0 = replay_stats(p);
+  Dealer d(ctx_, replay_, 1);
+  for (int i = 0; i < 3; ++i) send_frames(d.s, {"", be64(0)});
+  ASSERT_TRUE(eventually([&] { return replay_stats(p).requests == s0.requests + 3; }));
+  ReplayStats s = replay_stats(p);
+  EXPECT_EQ(s.full - s0.full, 1u);
+  EXPECT_EQ(s.cut - s0.cut, 1u);
+  EXPECT_EQ(s.dropped - s0.dropped, 1u);
+  EXPECT_LE(s.peak_client_bytes, s.client_budget);
+  Kept first, second, fourth;
+  ASSERT_TRUE(read_reply(d.s, &first));
+  EXPECT_EQ(first.size(), s0.kept_batches);
+  ASSERT_TRUE(read_reply(d.s, &second)) << "the second request got no end marker";
+  EXPECT_LT(second.size(), s0.kept_batches) << "the second reply was not cut";
+  for (size_t i = 0; i < second.size(); ++i) EXPECT_EQ(second[i].first, i);
+  const uint64_t last = s0.kept_batches - 1;
+  send_frames(d.s, {"", be64(int64_t(last))});
+  ASSERT_TRUE(read_reply(d.s, &fourth)) << "the third request was answered, or the fourth not";
+  ASSERT_EQ(fourth.size(), 1u);
+  EXPECT_EQ(fourth[0].first, last);
+  EXPECT_EQ(replay_stats(p).full - s0.full, 2u);
+  d.close();
+  EXPECT_TRUE(eventually([&] { return replay_stats(p).bytes == 0; }));
 }
 
 }  // namespace

@@ -1,14 +1,17 @@
 // The observe stream (kvtier.h, "Observe"; docs/EVENTS.md): seed 003's two requests through
 // the connector, seen by a subscriber, the recorder's ring and an event log; a subscriber
 // that falls behind; logs torn or damaged at every byte; bad arguments.
+#include <fcntl.h>
 #include <poll.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <algorithm>
 #include <fstream>
+#include <future>
 #include <map>
 #include <set>
 
@@ -62,6 +65,38 @@ std::string slurp(const std::string &path) {
 
 void spit(const std::string &path, const std::string &bytes) {
   std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
+}
+
+// A call that might block forever (as the recorder's did on a FIFO before issue 24), on a
+// thread of its own: returned() waits up to 30 s for it, so that such a call fails the test
+// instead of hanging it, once the test has let it go.
+class Background {
+ public:
+  template <class F>
+  explicit Background(F f) : thread_([this, f] { f(); done_.set_value(); }) {}
+  ~Background() { thread_.join(); }
+  bool returned() {
+    return ready_.wait_for(std::chrono::seconds(30)) == std::future_status::ready;
+  }
+
+ private:
+  std::promise<void> done_;
+  std::future<void> ready_ = done_.get_future();
+  std::thread thread_;
+};
+
+struct Fd {
+  int fd = -1;
+  ~Fd() {
+    if (fd >= 0) ::close(fd);
+  }
+};
+
+// One registration and its release: events on m's bus.
+void emit_one(kvt_manager *m, uint64_t hash) {
+  kvt_block b = 0, r = 0;
+  if (kvt_block_alloc(&b, 1, m, KVT_TIER_G1) != KVT_OK) return;
+  if (kvt_block_register_hash(&r, m, b, hash, 0) == KVT_OK) kvt_block_release(m, &r, 1);
 }
 
 }  // namespace
@@ -301,6 +336,202 @@ TEST(Observe, ASubscriptionMayOutliveItsManager) {
   EXPECT_GT(got, 5u) << "the events queued before the manager went are still there";
   EXPECT_EQ(drain_all(s).size(), 0u);
   kvt_subscription_destroy(s);
+}
+
+// kvt_recorder_open and kvt_recorder_dump refuse a FIFO at once, with or without a reader at
+// its other end, and engine calls go on meanwhile. Before issue 24 the open waited in
+// open(2) for a reader while holding the bus lock that every event takes: the open and the
+// engine both hung (here: until the test opened the FIFO's other end).
+TEST(Observe, RecorderRefusesAFifoAtOnceAndTheEngineGoesOn) {
+  TempDir dir;
+  Fd other_end;  // outlives the manager: a log that the old code opened on the FIFO
+  auto m = make(kvt_test::small_config(64, 0));
+  kvt_subscription *sub = nullptr;
+  ASSERT_KVT_OK(kvt_subscribe(&sub, m.get(), 1024));  // the bus is on: events take its lock
+  ASSERT_KVT_OK(kvt_recorder_ring(m.get(), 16));
+  const std::string fifo = dir.path + "/fifo";
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  kvt_status st = KVT_OK;
+  std::string why;
+  {
+    std::atomic<bool> opened{false};
+    Background open([&] {
+      st = kvt_recorder_open(m.get(), fifo.c_str());
+      why = kvt_last_error();
+      opened = true;
+    });
+    Background engine([&] {
+      for (uint64_t h = 1; h <= 3 || !opened; ++h) emit_one(m.get(), h);
+    });
+    const bool open_returned = open.returned(), engine_went_on = engine.returned();
+    if (!open_returned) other_end.fd = ::open(fifo.c_str(), O_RDONLY | O_NONBLOCK);
+    EXPECT_TRUE(open_returned) << "kvt_recorder_open blocked on a FIFO without a reader";
+    EXPECT_TRUE(engine_went_on) << "engine calls blocked while kvt_recorder_open was under way";
+  }
+  EXPECT_EQ(st, KVT_ERR_INVALID_ARGUMENT) << why;
+  EXPECT_NE(why.find("'" + fifo + "' is a FIFO"), std::string::npos) << why;
+  {
+    Background dump([&] {
+      st = kvt_recorder_dump(m.get(), fifo.c_str());
+      why = kvt_last_error();
+    });
+    const bool returned = dump.returned();
+    if (!returned && other_end.fd < 0)
+      other_end.fd = ::open(fifo.c_str(), O_RDONLY | O_NONBLOCK);
+    EXPECT_TRUE(returned) << "kvt_recorder_dump blocked on a FIFO without a reader";
+  }
+  EXPECT_EQ(st, KVT_ERR_INVALID_ARGUMENT) << why;
+  // With a reader there, neither would block; both are refused all the same, and nothing
+  // reaches the FIFO.
+  if (other_end.fd < 0) other_end.fd = ::open(fifo.c_str(), O_RDONLY | O_NONBLOCK);
+  ASSERT_GE(other_end.fd, 0) << std::strerror(errno);
+  EXPECT_KVT(kvt_recorder_open(m.get(), fifo.c_str()), KVT_ERR_INVALID_ARGUMENT);
+  EXPECT_KVT(kvt_recorder_dump(m.get(), fifo.c_str()), KVT_ERR_INVALID_ARGUMENT);
+  char byte;
+  EXPECT_EQ(read(other_end.fd, &byte, 1), 0) << "the FIFO has a writer, or bytes";
+  ASSERT_KVT_OK(kvt_recorder_close(m.get()));
+  kvt_subscription_destroy(sub);
+}
+
+// The recorder refuses a symbolic link at the log's path, dangling or not, and leaves what it
+// leads to as it was (before issue 24 it followed the link and truncated the target); and a
+// device and a directory. A link among the directories above the file is followed: O_NOFOLLOW
+// guards the last component only, the convention of G3's files too.
+TEST(Observe, RecorderRefusesSymlinksDevicesAndDirectories) {
+  TempDir dir;
+  auto m = make(kvt_test::small_config(8, 0));
+  ASSERT_KVT_OK(kvt_recorder_ring(m.get(), 16));
+  emit_one(m.get(), 1);
+  const std::string target = dir.path + "/precious", link = dir.path + "/link",
+                    dangling = dir.path + "/dangling", nothing = dir.path + "/nothing";
+  const std::string bytes = "the engine's own file, not an event log\n";
+  spit(target, bytes);
+  ASSERT_EQ(symlink(target.c_str(), link.c_str()), 0);
+  ASSERT_EQ(symlink(nothing.c_str(), dangling.c_str()), 0);
+  for (const std::string &path : {link, dangling}) {
+    EXPECT_KVT(kvt_recorder_open(m.get(), path.c_str()), KVT_ERR_INVALID_ARGUMENT);
+    EXPECT_NE(std::string(kvt_last_error()).find("'" + path + "' is a symbolic link"),
+              std::string::npos)
+        << kvt_last_error();
+    EXPECT_KVT(kvt_recorder_dump(m.get(), path.c_str()), KVT_ERR_INVALID_ARGUMENT);
+  }
+  EXPECT_EQ(slurp(target), bytes);
+  EXPECT_FALSE(std::filesystem::exists(nothing));
+  const std::pair<std::string, const char *> others[] = {{"/dev/null", "a character device"},
+                                                         {dir.path, "a directory"}};
+  for (const auto &[path, what] : others) {
+    EXPECT_KVT(kvt_recorder_open(m.get(), path.c_str()), KVT_ERR_INVALID_ARGUMENT);
+    EXPECT_NE(std::string(kvt_last_error()).find(what), std::string::npos) << kvt_last_error();
+    EXPECT_KVT(kvt_recorder_dump(m.get(), path.c_str()), KVT_ERR_INVALID_ARGUMENT);
+  }
+  const std::string via = dir.path + "/via";
+  ASSERT_EQ(symlink(dir.path.c_str(), via.c_str()), 0);
+  ASSERT_KVT_OK(kvt_recorder_open(m.get(), (via + "/run.kvtlog").c_str()));
+  emit_one(m.get(), 2);
+  ASSERT_KVT_OK(kvt_recorder_close(m.get()));
+  ASSERT_KVT_OK(kvt_recorder_dump(m.get(), (via + "/ring.kvtlog").c_str()));
+  for (const char *name : {"/run.kvtlog", "/ring.kvtlog"}) {
+    kvt_status end;
+    EXPECT_FALSE(read_log(dir.path + name, &end).empty()) << name;
+    EXPECT_EQ(end, KVT_ERR_NOT_FOUND) << name;
+  }
+}
+
+// kvt_event_log_open reads regular files only: a FIFO without a writer is refused at once
+// (before issue 24 it waited in fopen for a writer forever), and so are a device and a
+// directory. A link to a log is followed: reading through one harms nothing.
+TEST(Observe, EventLogOpenRefusesAFifoADeviceAndADirectory) {
+  TempDir dir;
+  const std::string fifo = dir.path + "/fifo", log = dir.path + "/run.kvtlog",
+                    link = dir.path + "/link";
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  kvt_status st = KVT_OK;
+  std::string why;
+  kvt_event_log *l = nullptr;
+  {
+    Background open([&] {
+      st = kvt_event_log_open(&l, fifo.c_str());
+      why = kvt_last_error();
+    });
+    const bool returned = open.returned();
+    if (!returned) ::close(::open(fifo.c_str(), O_WRONLY | O_NONBLOCK));  // lets it go: EOF
+    EXPECT_TRUE(returned) << "kvt_event_log_open blocked on a FIFO without a writer";
+  }
+  EXPECT_EQ(st, KVT_ERR_INVALID_ARGUMENT) << why;
+  EXPECT_NE(why.find("'" + fifo + "' is a FIFO"), std::string::npos) << why;
+  kvt_event_log_close(l);
+  l = nullptr;
+  for (const std::string &path : {std::string("/dev/null"), dir.path}) {
+    EXPECT_KVT(kvt_event_log_open(&l, path.c_str()), KVT_ERR_INVALID_ARGUMENT);
+    EXPECT_EQ(l, nullptr);
+    kvt_log_replay out{};
+    out.struct_size = sizeof out;
+    EXPECT_KVT(kvt_event_log_replay(&out, nullptr, path.c_str()), KVT_ERR_INVALID_ARGUMENT);
+  }
+  {
+    auto m = make(kvt_test::small_config(8, 0));
+    ASSERT_KVT_OK(kvt_recorder_open(m.get(), log.c_str()));
+    emit_one(m.get(), 1);
+  }
+  ASSERT_EQ(symlink(log.c_str(), link.c_str()), 0);
+  kvt_status end;
+  EXPECT_FALSE(read_log(link, &end).empty());
+  EXPECT_EQ(end, KVT_ERR_NOT_FOUND) << kvt_last_error();
+}
+
+// Of four threads that open a log at once exactly one succeeds, the others get
+// KVT_ERR_STATE; a close racing an open leaves no error and a log that reads back whole.
+// Engine calls go on throughout (under TSan too).
+TEST(Observe, RacingRecorderOpensLetExactlyOneWin) {
+  TempDir dir;
+  auto m = make(kvt_test::small_config(64, 0));
+  kvt_subscription *sub = nullptr;
+  ASSERT_KVT_OK(kvt_subscribe(&sub, m.get(), 64));
+  std::atomic<bool> stop{false};
+  std::thread engine([&] {
+    for (uint64_t h = 1; !stop; ++h) emit_one(m.get(), h);
+  });
+  auto name = [&](int round, int i) {
+    return dir.path + "/" + std::to_string(round) + "-" + std::to_string(i);
+  };
+  for (int round = 0; round < 10; ++round) {
+    std::atomic<int> won{0}, busy{0};
+    std::vector<std::thread> openers;
+    for (int i = 0; i < 4; ++i)
+      openers.emplace_back([&, i] {
+        kvt_status s = kvt_recorder_open(m.get(), name(round, i).c_str());
+        if (s == KVT_OK) ++won;
+        else if (s == KVT_ERR_STATE) ++busy;
+      });
+    for (auto &t : openers) t.join();
+    EXPECT_EQ(won.load(), 1) << "round " << round;
+    EXPECT_EQ(busy.load(), 3) << "round " << round;
+    EXPECT_KVT(kvt_recorder_close(m.get()), KVT_OK);
+  }
+  const std::string raced = dir.path + "/raced";
+  std::atomic<kvt_status> closed{KVT_OK};
+  std::thread closer([&] { closed = kvt_recorder_close(m.get()); });
+  EXPECT_KVT(kvt_recorder_open(m.get(), raced.c_str()), KVT_OK);
+  closer.join();
+  EXPECT_EQ(closed.load(), KVT_OK);
+  EXPECT_KVT(kvt_recorder_close(m.get()), KVT_OK);
+  stop = true;
+  engine.join();
+  kvt_status end;
+  std::vector<kvt_obs_event> got = read_log(raced, &end);
+  EXPECT_EQ(end, KVT_ERR_NOT_FOUND);
+  for (size_t k = 1; k < got.size(); ++k) ASSERT_EQ(got[k].seq, got[k - 1].seq + 1);
+  for (int round = 0; round < 10; ++round) {
+    int files = 0;  // a loser's is never created
+    for (int i = 0; i < 4; ++i) {
+      if (!std::filesystem::exists(name(round, i))) continue;
+      ++files;
+      read_log(name(round, i), &end);
+      EXPECT_EQ(end, KVT_ERR_NOT_FOUND) << name(round, i);
+    }
+    EXPECT_EQ(files, 1) << "round " << round;
+  }
+  kvt_subscription_destroy(sub);
 }
 
 // Under TSan too: three threads allocate, register and release (BLOCK_* events from three

@@ -32,12 +32,12 @@ tools/build.sh build-asan -DKVT_SANITIZE=address,undefined -DKVT_BUILD_BENCH=OFF
 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
   ctest --test-dir build-asan --output-on-failure -j"$(nproc)" -R '^([A-Z][A-Za-z]+\.|fuzz_corpus_)'
 
-echo "== TSan (concurrency, transfer, observe and versioned-struct tests)"
+echo "== TSan (concurrency, transfer, observe, endpoint and versioned-struct tests)"
 tools/build.sh build-tsan -DKVT_SANITIZE=thread -DKVT_BUILD_BENCH=OFF -DKVT_BUILD_EXAMPLES=OFF \
   -DKVT_BUILD_REPLAY=OFF > build-tsan.log 2>&1 || { tail -50 build-tsan.log; exit 1; }
 TSAN_OPTIONS="halt_on_error=1 suppressions=$PWD/tools/tsan.supp" \
   ctest --test-dir build-tsan --output-on-failure \
-  -R '^(Threads|AbiVersioned|Xfer[A-Za-z]*|Observe|Breakpoints|Replay)\.'
+  -R '^(Threads|AbiVersioned|Xfer[A-Za-z]*|Observe|Breakpoints|Replay|Endpoint)\.'
 
 echo "== valgrind (memcheck, leaks)"
 # --max-threads: one test holds KVT_MAX_MANAGERS managers at once, each with its threads.
@@ -50,7 +50,9 @@ for cmd in "build/tests/kvtier_tests --gtest_filter=-Cuda.*" \
            "build/fuzz/replay_connector_meta fuzz/corpus/connector_meta" \
            "build/fuzz/replay_g4_value fuzz/corpus/g4_value" \
            "build/fuzz/replay_kv_events fuzz/corpus/kv_events" \
-           "build/fuzz/replay_event_log fuzz/corpus/event_log"; do
+           "build/fuzz/replay_event_log fuzz/corpus/event_log" \
+           "build/fuzz/replay_endpoint_line fuzz/corpus/endpoint_line" \
+           "build/fuzz/replay_replay_request fuzz/corpus/replay_request"; do
   KVTIER_TEST_G3_IO=threads valgrind -q --max-threads=1100 --leak-check=full \
     --errors-for-leak-kinds=definite,indirect \
     --error-exitcode=9 $cmd > valgrind.log 2>&1 || { tail -60 valgrind.log; exit 1; }

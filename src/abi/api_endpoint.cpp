@@ -1,11 +1,13 @@
 // kvt_endpoint: the management endpoint (src/observe/endpoint.cpp) wired to a manager and
 // its connector.
+#include <algorithm>
 #include <cctype>
 #include <cstring>
 #include <string>
 
 #include "abi/connector_object.hpp"
 #include "abi/guard.hpp"
+#include "common/versioned.hpp"
 #include "observe/endpoint.hpp"
 
 struct kvt_endpoint {
@@ -34,6 +36,32 @@ uint32_t parse_state(const json &v) {
   for (uint32_t st = KVT_SLOT_INITIALIZED; st <= KVT_SLOT_FINISHED; ++st)
     if (s == short_state(st) || s == kvt_slot_state_str(st)) return st;
   return 0;
+}
+
+kvt_endpoint_config defaults() {
+  kvt_endpoint_config c{};
+  c.struct_size = sizeof c;
+  c.max_clients = 64;
+  c.allow_uid = -1;
+  c.allow_gid = -1;
+  c.client_buffer_bytes = 256 << 10;
+  return c;
+}
+
+kvt_status validate(const kvt_endpoint_config &c, const char *fn) {
+  if (c.max_clients < 1 || c.max_clients > 4096)
+    return fail(KVT_ERR_INVALID_ARGUMENT, "%s: cfg->max_clients is %u, not 1 .. 4096", fn,
+                c.max_clients);
+  if (c.client_buffer_bytes < (4 << 10) || c.client_buffer_bytes > (uint64_t{64} << 20))
+    return fail(KVT_ERR_INVALID_ARGUMENT,
+                "%s: cfg->client_buffer_bytes is %llu, not 4 KiB .. 64 MiB", fn,
+                (unsigned long long)c.client_buffer_bytes);
+  if (c.allow_uid < -1 || c.allow_uid > int64_t(UINT32_MAX) - 1 || c.allow_gid < -1 ||
+      c.allow_gid > int64_t(UINT32_MAX) - 1)
+    return fail(KVT_ERR_INVALID_ARGUMENT,
+                "%s: cfg->allow_uid (%lld) and allow_gid (%lld) are -1 or an id", fn,
+                (long long)c.allow_uid, (long long)c.allow_gid);
+  return KVT_OK;
 }
 
 obs::EndpointOps ops_for(kvt_manager *m, Manager *mgr, kvt_connector *c) {
@@ -134,11 +162,28 @@ obs::EndpointOps ops_for(kvt_manager *m, Manager *mgr, kvt_connector *c) {
 
 extern "C" {
 
-KVT_API kvt_status kvt_endpoint_open(kvt_endpoint **out, kvt_manager *m, kvt_connector *c,
-                                     const char *path) {
+KVT_API void kvt_endpoint_config_init_sized(kvt_endpoint_config *cfg, size_t size) {
+  if (cfg == nullptr) return;
+  if (check_struct_size<kvt_endpoint_config>("kvt_endpoint_config_init_sized", "cfg", size) !=
+      KVT_OK) {
+    if (size >= sizeof cfg->struct_size) cfg->struct_size = uint32_t(std::min<size_t>(size, UINT32_MAX));
+    return;
+  }
+  kvt_endpoint_config full = defaults();
+  full.struct_size = uint32_t(size);
+  std::memcpy(static_cast<void *>(cfg), &full, size);
+}
+
+KVT_API kvt_status kvt_endpoint_open_with(kvt_endpoint **out, kvt_manager *m, kvt_connector *c,
+                                          const char *path, const kvt_endpoint_config *cfg) {
   static constexpr const char *fn = "kvt_endpoint_open";
   if (out == nullptr) return null_arg(fn, "out");
   if (path == nullptr) return null_arg(fn, "path");
+  kvt_endpoint_config full = defaults();
+  if (cfg != nullptr) {
+    if (kvt_status st = read_versioned(&full, *cfg, fn, "cfg"); st != KVT_OK) return st;
+    if (kvt_status st = validate(full, fn); st != KVT_OK) return st;
+  }
   return on_manager(fn, m, [&](Manager &mgr) {
     if (c != nullptr) {
       kvt_status st;
@@ -146,22 +191,52 @@ KVT_API kvt_status kvt_endpoint_open(kvt_endpoint **out, kvt_manager *m, kvt_con
       if (c->mgr != &mgr)
         return fail(KVT_ERR_INVALID_ARGUMENT, "%s: the connector belongs to another manager", fn);
     }
-    if (kvt_status st = endpoint_open(out, m, mgr, c, path); st != KVT_OK)
+    if (kvt_status st = endpoint_open(out, m, mgr, c, path, &full); st != KVT_OK)
       return fail(st, "%s: %s", fn, std::string(kvt_last_error()).c_str());
     return KVT_OK;
   });
 }
 
+KVT_API kvt_status kvt_endpoint_open(kvt_endpoint **out, kvt_manager *m, kvt_connector *c,
+                                     const char *path) {
+  return kvt_endpoint_open_with(out, m, c, path, nullptr);
+}
+
 KVT_API void kvt_endpoint_close(kvt_endpoint *e) { endpoint_close(e); }
+
+KVT_API kvt_status kvt_endpoint_stats_get(kvt_endpoint_stats *out, kvt_endpoint *e) {
+  static constexpr const char *fn = "kvt_endpoint_stats_get";
+  if (out == nullptr) return null_arg(fn, "out");
+  if (e == nullptr || e->magic != kvt_endpoint::kMagic)
+    return fail(KVT_ERR_INVALID_HANDLE, "%s: not an open endpoint", fn);
+  if (kvt_status st = check_struct_size<kvt_endpoint_stats>(fn, "out", out->struct_size);
+      st != KVT_OK)
+    return st;
+  const obs::EndpointStats s = e->impl.stats();
+  kvt_endpoint_stats r{};
+  r.clients = s.clients;
+  r.refused = s.refused;
+  r.dropped = s.dropped;
+  r.peak_buffered_bytes = s.peak_buffered;
+  write_versioned(out, r);
+  return KVT_OK;
+}
 
 }  // extern "C"
 
 namespace kvt::abi {
 
 kvt_status endpoint_open(kvt_endpoint **out, kvt_manager *m, Manager &mgr, kvt_connector *c,
-                         const char *path) {
+                         const char *path, const kvt_endpoint_config *cfg) {
+  const kvt_endpoint_config full = cfg != nullptr ? *cfg : defaults();
+  obs::EndpointLimits limits;
+  limits.access.uid = full.allow_uid;
+  limits.access.gid = full.allow_gid;
+  limits.max_clients = full.max_clients;
+  limits.client_buffer = full.client_buffer_bytes;
   auto e = std::make_unique<kvt_endpoint>();
-  if (kvt_status st = e->impl.open(path, mgr.bus_ptr(), ops_for(m, &mgr, c)); st != KVT_OK)
+  if (kvt_status st = e->impl.open(path, mgr.bus_ptr(), ops_for(m, &mgr, c), limits);
+      st != KVT_OK)
     return st;
   *out = e.release();
   return KVT_OK;

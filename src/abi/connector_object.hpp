@@ -34,8 +34,9 @@ inline kvt_connector *connector(const char *fn, kvt_connector *c, kvt_status *st
 }
 
 // kvt_endpoint_open and _close, for the connector's own endpoint (config.endpoint_path).
+// cfg NULL: kvt_endpoint_config's defaults.
 kvt_status endpoint_open(kvt_endpoint **out, kvt_manager *m, Manager &mgr, kvt_connector *c,
-                         const char *path);
+                         const char *path, const kvt_endpoint_config *cfg = nullptr);
 void endpoint_close(kvt_endpoint *e) noexcept;
 
 // What inspection shows: the state at the pause while the scheduler is paused (its thread

@@ -67,6 +67,15 @@ template <> struct Versioned<kvt_pause_info> {  // 0.4.0
   static constexpr size_t first = 288;
 };
 
+template <> struct Versioned<kvt_endpoint_config> {  // 0.5.0
+  static constexpr const char *name = "kvt_endpoint_config";
+  static constexpr size_t first = 32;
+};
+template <> struct Versioned<kvt_endpoint_stats> {  // 0.5.0
+  static constexpr const char *name = "kvt_endpoint_stats";
+  static constexpr size_t first = 40;
+};
+
 // KVT_OK for a struct_size this library accepts, else KVT_ERR_INVALID_ARGUMENT with a
 // message naming fn and the struct (what: "cfg", "out", ...).
 template <class T>

@@ -107,11 +107,16 @@ void Breakpoints::check(kvt_obs_trigger trigger, std::string_view req_id, uint32
   std::memcpy(info_.req_id, req_id.data(), std::min<size_t>(req_id.size(), KVT_REQ_ID_MAX));
   paused_ = true;
   cv_.notify_all();
-  if (!cv_.wait_for(lock, timeout_, [&] { return resumes_ != resumes; }))
-    log(KVT_LOG_WARN, "connector: the pause at request '%s' timed out after %lld ms; going on",
-        info_.req_id, (long long)timeout_.count());
+  const bool resumed = cv_.wait_for(lock, timeout_, [&] { return resumes_ != resumes; });
   paused_ = false;
   snap_ = Snapshot{};
+  if (resumed) return;
+  // Logged after mu_, which stays a leaf: the log's lock is held while the host's callback runs.
+  const kvt_pause_info info = info_;
+  const long long ms = timeout_.count();
+  lock.unlock();
+  log(KVT_LOG_WARN, "connector: the pause at request '%s' timed out after %lld ms; going on",
+      info.req_id, ms);
 }
 
 }  // namespace kvt::conn

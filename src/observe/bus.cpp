@@ -9,10 +9,8 @@
 
 namespace kvt::obs {
 
-Bus::~Bus() { log_.close(); }
-
 void Bus::update_on_locked() noexcept {
-  const bool keeps = !ring_.empty() || log_.is_open();
+  const bool keeps = !ring_.empty() || (log_ && log_->is_open());
   keeps_calls_.store(keeps, std::memory_order_relaxed);
   on_.store(keeps || !subs_.empty(), std::memory_order_relaxed);
 }
@@ -45,13 +43,13 @@ void Bus::stamp_locked(ObsEvent &e, uint64_t time_ns) noexcept {
     ring_next_ = (ring_next_ + 1) % ring_.size();
     ++ring_filled_;
   }
-  log_.append(e);
+  if (log_) log_->append(e);
 }
 
 void Bus::emit(ObsEvent &e) noexcept {
   std::lock_guard lock(mu_);
   stamp_locked(e, now_ns());  // the time read under the lock, so that it follows seq
-  if (log_.failed()) update_on_locked();  // the log stopped: it no longer keeps on_ up
+  if (log_ && log_->failed()) update_on_locked();  // the log stopped: it no longer keeps on_ up
 }
 
 void Bus::emit_tier_events(const kvt_event *ev, size_t n) noexcept {
@@ -67,7 +65,7 @@ void Bus::emit_tier_events(const kvt_event *ev, size_t n) noexcept {
     e.parent_hash = ev[i].parent_hash;
     stamp_locked(e, t);
   }
-  if (log_.failed()) update_on_locked();
+  if (log_ && log_->failed()) update_on_locked();
 }
 
 void Bus::subscribe(std::shared_ptr<Subscriber> s) {
@@ -109,25 +107,44 @@ kvt_status Bus::dump_ring(const std::string &path) {
   return w.close();
 }
 
+std::unique_ptr<LogWriter> Bus::take_log_locked() noexcept {
+  if (log_) log_drops_ += log_->dropped_total();  // final: only emit appends, under mu_
+  std::unique_ptr<LogWriter> w = std::move(log_);
+  update_on_locked();
+  return w;
+}
+
 kvt_status Bus::open_log(const std::string &path) {
+  std::lock_guard files(log_mu_);
+  std::unique_ptr<LogWriter> stopped;  // by a failed write, which was logged then
+  {
+    std::lock_guard lock(mu_);
+    if (log_ && log_->is_open())
+      return fail(KVT_ERR_STATE, "an event log is open already; close it first");
+    stopped = take_log_locked();
+  }
+  stopped.reset();
+  auto w = std::make_unique<LogWriter>();
+  if (kvt_status st = w->open(path); st != KVT_OK) return st;
   std::lock_guard lock(mu_);
-  if (log_.is_open())
-    return fail(KVT_ERR_STATE, "an event log is open already; close it first");
-  if (kvt_status st = log_.open(path); st != KVT_OK) return st;
+  log_ = std::move(w);
   update_on_locked();
   return KVT_OK;
 }
 
 Bus::Counts Bus::counts() {
   std::lock_guard lock(mu_);
-  return {seq_, subscriber_drops_, log_.dropped_total()};
+  return {seq_, subscriber_drops_, log_drops_ + (log_ ? log_->dropped_total() : 0)};
 }
 
 kvt_status Bus::close_log() {
-  std::lock_guard lock(mu_);
-  kvt_status st = log_.close();
-  update_on_locked();
-  return st;
+  std::lock_guard files(log_mu_);
+  std::unique_ptr<LogWriter> w;
+  {
+    std::lock_guard lock(mu_);
+    w = take_log_locked();  // events from here on are not written
+  }
+  return w ? w->close() : KVT_OK;
 }
 
 }  // namespace kvt::obs

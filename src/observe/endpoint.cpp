@@ -1,23 +1,44 @@
 #include "observe/endpoint.hpp"
 
 #include <poll.h>
+#include <pthread.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
-#include <sys/un.h>
+#include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <bit>
 #include <cerrno>
+#include <cstddef>
 #include <cstring>
-#include <vector>
 
 #include "common/error.hpp"
-#include "observe/subscriber.hpp"
+#include "common/log.hpp"
 
 namespace kvt::obs {
 namespace {
 
-constexpr size_t kMaxLine = 64 << 10, kMaxBehind = 8 << 20, kStreamBehind = 1 << 20;
-constexpr size_t kHistoryEvents = 64, kHistoryRequests = 8192;
+// The timeline keeps the last kHistoryEvents of each of the last kHistoryRequests requests,
+// and kHistoryTotal events in all (about 16 MiB): request ids are chosen by the engine's
+// clients, so their number is not ours to trust.
+constexpr size_t kHistoryEvents = 64, kHistoryRequests = 8192, kHistoryTotal = 1 << 17;
+constexpr size_t kStreamEvents = 1 << 12;  // a subscribed client's queue; the oldest give way
+constexpr size_t kAcceptsPerWake = 64;
+constexpr uint64_t kAcceptRestNs = 200'000'000;  // after accept ran out of descriptors
+
+uint64_t now_ns() noexcept {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return uint64_t(ts.tv_sec) * 1000000000u + uint64_t(ts.tv_nsec);
+}
+
+// A reply line. Replies quote what clients and the engine sent (a parse error's bytes, request
+// ids, which kvtier does not check): bytes that are not UTF-8 are replaced (U+FFFD) rather
+// than thrown on, which would end the serving process from this thread.
+std::string reply_line(const nlohmann::json &j) {
+  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+}
 
 nlohmann::json event_json(const kvt_obs_event &e) {
   nlohmann::json j = {{"seq", e.seq},       {"time_ns", e.time_ns},
@@ -70,7 +91,9 @@ struct Endpoint::Client {
   int fd;
   std::string in, out;
   std::shared_ptr<Subscriber> sub;  // once it asked to subscribe
-  bool closing = false;             // after the reply that refuses an over-long line
+  uint64_t progress_ns;             // when out last shrank or was empty
+  bool eof = false;                 // it shut its side: answer what came, send, then close
+  bool closing = false;             // close once out is sent; out cleared: at once
 };
 
 void Endpoint::index_events() {
@@ -80,11 +103,16 @@ void Endpoint::index_events() {
       if (ev[i].req_id[0] == 0) continue;
       auto [it, fresh] = history_.try_emplace(ev[i].req_id);
       if (fresh) history_order_.push_back(it->first);
-      it->second.push_back(ev[i]);
+      Past p;
+      std::memcpy(p.bytes, &ev[i], sizeof p.bytes);
+      it->second.push_back(p);
       if (it->second.size() > kHistoryEvents) it->second.pop_front();
+      else ++history_events_;
     }
-    while (history_order_.size() > kHistoryRequests) {
-      history_.erase(history_order_.front());
+    while (history_order_.size() > kHistoryRequests || history_events_ > kHistoryTotal) {
+      auto it = history_.find(history_order_.front());
+      history_events_ -= it->second.size();
+      history_.erase(it);
       history_order_.pop_front();
     }
   }
@@ -95,8 +123,12 @@ nlohmann::json Endpoint::timeline(const std::string &req_id, size_t n) const {
   auto it = history_.find(req_id);
   if (it == history_.end()) return out;
   const auto &h = it->second;
-  for (size_t i = h.size() > n ? h.size() - n : 0; i < h.size(); ++i)
-    out.push_back(event_json(h[i]));
+  kvt_obs_event e{};
+  std::memcpy(e.req_id, req_id.data(), std::min(req_id.size(), size_t{KVT_REQ_ID_MAX}));
+  for (size_t i = h.size() > n ? h.size() - n : 0; i < h.size(); ++i) {
+    std::memcpy(&e, h[i].bytes, sizeof h[i].bytes);
+    out.push_back(event_json(e));
+  }
   return out;
 }
 
@@ -108,35 +140,22 @@ Endpoint::~Endpoint() {
     [[maybe_unused]] ssize_t r = write(wake_fd_, &one, sizeof one);
     thread_.join();
   }
-  if (listen_fd_ >= 0) {
-    close(listen_fd_);
-    unlink(path_.c_str());
-  }
+  socket_.close();
   if (wake_fd_ >= 0) close(wake_fd_);
 }
 
-kvt_status Endpoint::open(const std::string &path, std::shared_ptr<Bus> bus, EndpointOps ops) {
-  sockaddr_un a{};
-  if (path.empty() || path.size() >= sizeof a.sun_path)
-    return fail(KVT_ERR_INVALID_ARGUMENT, "socket path '%s' is empty or longer than %zu bytes",
-                path.c_str(), sizeof a.sun_path - 1);
-  a.sun_family = AF_UNIX;
-  std::memcpy(a.sun_path, path.c_str(), path.size());
-  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-  if (fd < 0 || bind(fd, reinterpret_cast<sockaddr *>(&a), sizeof a) != 0 || listen(fd, 16) != 0) {
-    kvt_status st = fail(KVT_ERR_IO, "cannot listen on '%s': %s", path.c_str(),
-                         std::strerror(errno));
-    if (fd >= 0) close(fd);
-    return st;
-  }
+kvt_status Endpoint::open(const std::string &path, std::shared_ptr<Bus> bus, EndpointOps ops,
+                          const EndpointLimits &limits) {
+  if (limits.max_clients == 0 || limits.client_buffer == 0)
+    return fail(KVT_ERR_INVALID_ARGUMENT, "an endpoint needs room for a client and its replies");
+  if (kvt_status st = socket_.open(path, limits.access); st != KVT_OK) return st;
   wake_fd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   if (wake_fd_ < 0) {
-    close(fd);
-    unlink(path.c_str());
-    return fail(KVT_ERR_IO, "eventfd: %s", std::strerror(errno));
+    kvt_status st = fail(KVT_ERR_IO, "eventfd: %s", std::strerror(errno));
+    socket_.close();
+    return st;
   }
-  path_ = path;
-  listen_fd_ = fd;
+  limits_ = limits;
   bus_ = std::move(bus);
   history_sub_ = std::make_shared<Subscriber>(1 << 16);
   bus_->subscribe(history_sub_);
@@ -145,140 +164,218 @@ kvt_status Endpoint::open(const std::string &path, std::shared_ptr<Bus> bus, End
   return KVT_OK;
 }
 
-namespace {
-// A reply line. Replies quote what clients and the engine sent (a parse error's bytes, request
-// ids, which kvtier does not check): bytes that are not UTF-8 are replaced (U+FFFD) rather
-// than thrown on, which would end the serving process from this thread.
-std::string reply_line(const nlohmann::json &j) {
-  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+EndpointStats Endpoint::stats() const noexcept {
+  return {clients_.load(), refused_.load(), dropped_.load(), peak_buffered_.load()};
 }
-}  // namespace
 
-void Endpoint::run() {
-  std::vector<std::unique_ptr<Client>> clients;
-  auto answer = [&](Client &c, const std::string &line) {
-    nlohmann::json reply = nlohmann::json::object(), req;
-    std::string error;
-    try {
-      req = nlohmann::json::parse(line);
-    } catch (const std::exception &e) {
-      error = std::string("malformed request: ") + e.what();
-    }
-    if (error.empty() && (!req.is_object() || !req.contains("cmd") || !req["cmd"].is_string()))
-      error = "a request is a JSON object with a string \"cmd\"";
-    if (error.empty()) {
-      const std::string cmd = req["cmd"];
-      const std::pair<const char *, const EndpointOps::Op *> table[] = {
-          {"slots", &ops_.slots},     {"batches", &ops_.batches},
-          {"tiers", &ops_.tiers},     {"break", &ops_.add_breakpoint},
-          {"clear", &ops_.remove_breakpoint}, {"pause", &ops_.pause},
-          {"resume", &ops_.resume},   {"paused", &ops_.paused},
-          {"metrics", &ops_.metrics}};
-      const EndpointOps::Op *op = nullptr;
-      for (const auto &[name, o] : table)
-        if (cmd == name) op = o;
-      if (cmd == "timeline") {
-        if (!req.contains("req_id") || !req["req_id"].is_string()) {
-          error = "\"timeline\" needs a string \"req_id\"";
-        } else {
-          const size_t n = req.contains("n") && req["n"].is_number_unsigned()
-                               ? req["n"].get<size_t>()
-                               : kHistoryEvents;
-          reply["events"] = timeline(req["req_id"].get<std::string>(), n);
-        }
-      } else if (cmd == "subscribe") {
-        try {
-          if (!c.sub) {
-            c.sub = std::make_shared<Subscriber>(1 << 16);
-            bus_->subscribe(c.sub);
-          }
-        } catch (const std::exception &e) {
-          error = e.what();
-        }
-      } else if (op == nullptr) {
-        error = "unknown cmd '" + cmd +
-                "' (slots, batches, tiers, break, clear, pause, resume, paused, metrics, "
-                "timeline, subscribe)";
-      } else if (!*op) {
-        error = "'" + cmd + "' needs a connector with a scheduler half";
+void Endpoint::answer(Client &c, std::string_view line) {
+  nlohmann::json reply = nlohmann::json::object(), req;
+  std::string error;
+  try {
+    req = nlohmann::json::parse(line);
+  } catch (const std::exception &e) {
+    error = std::string("malformed request: ") + e.what();
+  }
+  if (error.empty() && (!req.is_object() || !req.contains("cmd") || !req["cmd"].is_string()))
+    error = "a request is a JSON object with a string \"cmd\"";
+  if (error.empty()) {
+    const std::string cmd = req["cmd"];
+    const std::pair<const char *, const EndpointOps::Op *> table[] = {
+        {"slots", &ops_.slots},     {"batches", &ops_.batches},
+        {"tiers", &ops_.tiers},     {"break", &ops_.add_breakpoint},
+        {"clear", &ops_.remove_breakpoint}, {"pause", &ops_.pause},
+        {"resume", &ops_.resume},   {"paused", &ops_.paused},
+        {"metrics", &ops_.metrics}};
+    const EndpointOps::Op *op = nullptr;
+    for (const auto &[name, o] : table)
+      if (cmd == name) op = o;
+    if (cmd == "timeline") {
+      if (!req.contains("req_id") || !req["req_id"].is_string()) {
+        error = "\"timeline\" needs a string \"req_id\"";
       } else {
-        try {
-          error = (*op)(req, &reply);
-        } catch (const std::exception &e) {
-          error = e.what();
+        const size_t n = req.contains("n") && req["n"].is_number_unsigned()
+                             ? req["n"].get<size_t>()
+                             : kHistoryEvents;
+        reply["events"] = timeline(req["req_id"].get<std::string>(), n);
+      }
+    } else if (cmd == "subscribe") {
+      try {
+        if (!c.sub) {
+          c.sub = std::make_shared<Subscriber>(kStreamEvents);
+          bus_->subscribe(c.sub);
         }
+      } catch (const std::exception &e) {
+        error = e.what();
+      }
+    } else if (op == nullptr) {
+      error = "unknown cmd '" + cmd +
+              "' (slots, batches, tiers, break, clear, pause, resume, paused, metrics, "
+              "timeline, subscribe)";
+    } else if (!*op) {
+      error = "'" + cmd + "' needs a connector with a scheduler half";
+    } else {
+      try {
+        error = (*op)(req, &reply);
+      } catch (const std::exception &e) {
+        error = e.what();
       }
     }
-    reply["ok"] = error.empty();
-    if (!error.empty()) reply["error"] = error;
-    c.out += reply_line(reply);
-  };
+  }
+  reply["ok"] = error.empty();
+  if (!error.empty()) reply["error"] = error;
+  c.out += reply_line(reply);
+}
 
-  std::vector<pollfd> fds;
+void Endpoint::turn_away(int fd, const std::string &why) noexcept {
+  ++refused_;
+  try {
+    const std::string line = reply_line({{"ok", false}, {"error", why}});
+    [[maybe_unused]] ssize_t n = send(fd, line.data(), line.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+  } catch (...) {  // no memory for the line: closed without it
+  }
+  close(fd);
+}
+
+void Endpoint::accept_clients(std::vector<std::unique_ptr<Client>> &clients, uint64_t now) {
+  for (size_t i = 0; i < kAcceptsPerWake; ++i) {
+    int fd = accept4(socket_.fd(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+    if (fd < 0) {
+      if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+        // The pending connection stays queued and poll would report it at once: rest
+        // instead of spinning, and let the host's own calls have the descriptors.
+        if (accept_after_ns_ == 0)
+          log(KVT_LOG_WARN, "endpoint: cannot accept a client: %s; retrying in %llu ms",
+              std::strerror(errno), (unsigned long long)(kAcceptRestNs / 1000000));
+        accept_after_ns_ = now + kAcceptRestNs;
+      }
+      return;
+    }
+    accept_after_ns_ = 0;
+    std::string why;
+    if (!socket_.admits(fd, &why)) {
+      // Logged at the 1st, 2nd, 4th, 8th... refusal: visible, never a flood.
+      if (std::has_single_bit(refused_.load() + 1))
+        log(KVT_LOG_WARN, "endpoint: turned away a client: %s", why.c_str());
+      turn_away(fd, why);
+    } else if (clients.size() >= limits_.max_clients) {
+      turn_away(fd, "too many clients (" + std::to_string(limits_.max_clients) +
+                        "); try again later");
+    } else {
+      clients.push_back(std::make_unique<Client>(Client{fd, {}, {}, nullptr, now}));
+    }
+  }
+}
+
+void Endpoint::serve_client(Client &c, uint64_t now) {
+  const size_t budget = limits_.client_buffer;
+  // Read while its unread replies are within budget, a line's worth at most per wake: a
+  // client that sends faster than it reads is held back by its own socket.
+  while (!c.eof && !c.closing && c.out.size() < budget && c.in.size() <= kMaxLine) {
+    char b[4096];
+    ssize_t n = read(c.fd, b, sizeof b);
+    if (n > 0) {
+      c.in.append(b, size_t(n));
+    } else if (n == 0) {
+      c.eof = true;
+    } else if (errno != EINTR) {
+      if (errno != EAGAIN) c.closing = true, c.out.clear();
+      break;
+    }
+  }
+  size_t at = 0;
+  for (size_t nl; !c.closing && c.out.size() < budget &&
+                  (nl = c.in.find('\n', at)) != std::string::npos;
+       at = nl + 1)
+    try {
+      answer(c, std::string_view(c.in).substr(at, nl - at));
+    } catch (const std::exception &) {  // out of memory: this client goes, the engine stays
+      c.closing = true;
+      c.out.clear();
+    }
+  c.in.erase(0, at);
+  const size_t first = std::min(c.in.find('\n'), c.in.size());
+  if (!c.closing && first > kMaxLine) {
+    c.out += reply_line({{"ok", false}, {"error", "request longer than 64 KiB"}});
+    c.in.clear();
+    c.closing = true;
+    ++dropped_;
+  }
+  if (c.eof && c.in.find('\n') == std::string::npos) c.closing = true;
+  if (c.sub && !c.closing) {
+    kvt_obs_event ev[64];
+    // A client that reads slowly is fed no faster: its queue drops the oldest events.
+    while (c.out.size() < budget) {
+      size_t n = c.sub->drain(ev, 64);
+      if (n == 0) break;
+      for (size_t i = 0; i < n; ++i) c.out += reply_line({{"event", event_json(ev[i])}});
+    }
+  }
+  if (c.out.size() > peak_buffered_.load(std::memory_order_relaxed))
+    peak_buffered_.store(c.out.size(), std::memory_order_relaxed);
+  size_t sent = 0;
+  while (sent < c.out.size()) {
+    ssize_t n = send(c.fd, c.out.data() + sent, c.out.size() - sent, MSG_NOSIGNAL);
+    if (n > 0) {
+      sent += size_t(n);
+    } else if (n < 0 && errno == EINTR) {
+      continue;
+    } else {
+      if (n < 0 && errno != EAGAIN) c.closing = true, c.out.clear(), sent = 0;
+      break;
+    }
+  }
+  c.out.erase(0, sent);
+  if (sent > 0 || c.out.empty()) c.progress_ns = now;
+  if (now - c.progress_ns > kStallNs) {  // it stopped reading
+    c.closing = true;
+    c.out.clear();
+    ++dropped_;
+  }
+}
+
+void Endpoint::serve(std::vector<std::unique_ptr<Client>> &clients) {
+  index_events();
+  uint64_t now = now_ns();
+  const bool resting = accept_after_ns_ > now;
+  std::vector<pollfd> fds = {{resting ? -1 : socket_.fd(), POLLIN, 0},
+                             {wake_fd_, POLLIN, 0},
+                             {history_sub_->fd(), POLLIN, 0}};
+  int timeout_ms = resting ? int(std::min<uint64_t>((accept_after_ns_ - now) / 1000000 + 1, 500))
+                           : 500;
+  for (const auto &c : clients) {
+    const bool room = !c->closing && c->out.size() < limits_.client_buffer;
+    const bool reads = room && !c->eof && c->in.size() <= kMaxLine;
+    fds.push_back({c->fd, short((reads ? POLLIN : 0) | (c->out.empty() ? 0 : POLLOUT)), 0});
+    if (c->sub && room) fds.push_back({c->sub->fd(), POLLIN, 0});
+    if (room && c->in.find('\n') != std::string::npos) timeout_ms = 0;  // lines wait for room
+  }
+  if (poll(fds.data(), fds.size(), timeout_ms) < 0 && errno != EINTR) {
+    log(KVT_LOG_ERROR, "endpoint: poll: %s", std::strerror(errno));
+    poll(nullptr, 0, 100);  // whatever it is (no memory), not in a tight loop
+    return;
+  }
+  now = now_ns();
+  if (fds[0].revents & POLLIN || (resting && accept_after_ns_ <= now))
+    accept_clients(clients, now);
+  for (auto &c : clients) serve_client(*c, now);
+  std::erase_if(clients, [&](const std::unique_ptr<Client> &c) {
+    if (!c->closing || !c->out.empty()) return false;
+    if (c->sub) bus_->unsubscribe(c->sub.get());
+    close(c->fd);
+    return true;
+  });
+  clients_.store(clients.size(), std::memory_order_relaxed);
+}
+
+void Endpoint::run() noexcept {
+  pthread_setname_np(pthread_self(), "kvt-endpoint");  // for top -H, and the tests
+  std::vector<std::unique_ptr<Client>> clients;
   while (!stop_) {
-    index_events();
-    fds.assign({{listen_fd_, POLLIN, 0}, {wake_fd_, POLLIN, 0}, {history_sub_->fd(), POLLIN, 0}});
-    for (const auto &c : clients) {
-      fds.push_back({c->fd, short(POLLIN | (c->out.empty() ? 0 : POLLOUT)), 0});
-      if (c->sub) fds.push_back({c->sub->fd(), POLLIN, 0});
+    try {
+      serve(clients);
+    } catch (const std::exception &e) {  // out of memory: the engine goes on, and is told
+      log(KVT_LOG_ERROR, "endpoint: %s", e.what());
     }
-    if (poll(fds.data(), fds.size(), 500) < 0 && errno != EINTR) break;
-    if (fds[0].revents & POLLIN) {
-      int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
-      if (fd >= 0) clients.push_back(std::make_unique<Client>(Client{fd, {}, {}, nullptr}));
-    }
-    for (auto &c : clients) {
-      char b[4096];
-      for (;;) {  // read what is there
-        ssize_t n = read(c->fd, b, sizeof b);
-        if (n > 0) {
-          c->in.append(b, size_t(n));
-          continue;
-        }
-        if (n == 0 || (errno != EAGAIN && errno != EINTR)) c->closing = true, c->out.clear();
-        break;
-      }
-      for (size_t nl; !c->closing && (nl = c->in.find('\n')) != std::string::npos;) {
-        try {
-          answer(*c, c->in.substr(0, nl));
-        } catch (const std::exception &) {  // out of memory: this client goes, the engine stays
-          c->closing = true;
-          c->out.clear();
-        }
-        c->in.erase(0, nl + 1);
-      }
-      if (c->in.size() > kMaxLine) {
-        c->out += reply_line({{"ok", false}, {"error", "request longer than 64 KiB"}});
-        c->in.clear();
-        c->closing = true;
-      }
-      if (c->sub) {
-        kvt_obs_event ev[64];
-        // A client that reads slowly is fed no faster: its queue drops the oldest events.
-        while (c->out.size() < kStreamBehind) {
-          size_t n = c->sub->drain(ev, 64);
-          if (n == 0) break;
-          for (size_t i = 0; i < n; ++i)
-            c->out += reply_line({{"event", event_json(ev[i])}});
-        }
-      }
-      while (!c->out.empty()) {
-        ssize_t n = send(c->fd, c->out.data(), c->out.size(), MSG_NOSIGNAL);
-        if (n > 0) {
-          c->out.erase(0, size_t(n));
-          continue;
-        }
-        if (n < 0 && errno != EAGAIN && errno != EINTR) c->closing = true, c->out.clear();
-        break;
-      }
-      if (c->out.size() > kMaxBehind) c->closing = true, c->out.clear();  // it stopped reading
-    }
-    std::erase_if(clients, [&](const std::unique_ptr<Client> &c) {
-      if (!c->closing || !c->out.empty()) return false;
-      if (c->sub) bus_->unsubscribe(c->sub.get());
-      close(c->fd);
-      return true;
-    });
   }
   for (auto &c : clients) {
     if (c->sub) bus_->unsubscribe(c->sub.get());

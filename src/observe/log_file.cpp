@@ -1,6 +1,7 @@
 #include "observe/log_file.hpp"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -12,28 +13,82 @@
 
 namespace kvt::obs {
 
+namespace {
+
+const char *kind_of(mode_t mode) {
+  return S_ISLNK(mode)    ? "a symbolic link"
+         : S_ISDIR(mode)  ? "a directory"
+         : S_ISFIFO(mode) ? "a FIFO"
+         : S_ISCHR(mode)  ? "a character device"
+         : S_ISBLK(mode)  ? "a block device"
+         : S_ISSOCK(mode) ? "a socket"
+                          : "not a regular file";
+}
+
+kvt_status not_regular(const char *verb, const std::string &path, mode_t mode) {
+  return fail(KVT_ERR_INVALID_ARGUMENT,
+              "cannot %s the event log: '%s' is %s; event logs are regular files only", verb,
+              path.c_str(), kind_of(mode));
+}
+
+// Opens path as a regular file into *fd, or refuses whatever else is there with
+// KVT_ERR_INVALID_ARGUMENT, saying what it is. O_NONBLOCK keeps a FIFO without a peer, or a
+// device, from blocking the open (and so the caller); on the regular file it is cleared
+// again. With O_NOFOLLOW in flags a symbolic link as the last component is refused; links
+// among the directories above it are followed, as for G3's files.
+kvt_status open_regular(const std::string &path, int flags, const char *verb, int *fd) {
+  const int f = ::open(path.c_str(), flags | O_NONBLOCK | O_NOCTTY | O_CLOEXEC, 0644);
+  struct stat st;
+  if (f < 0) {
+    const int err = errno;  // ELOOP for a link, ENXIO for a FIFO without a reader, EISDIR...
+    if (fstatat(AT_FDCWD, path.c_str(), &st, flags & O_NOFOLLOW ? AT_SYMLINK_NOFOLLOW : 0) == 0 &&
+        !S_ISREG(st.st_mode))
+      return not_regular(verb, path, st.st_mode);
+    return fail(KVT_ERR_IO, "cannot %s the event log '%s': %s", verb, path.c_str(),
+                std::strerror(err));
+  }
+  int err = 0;
+  if (fstat(f, &st) != 0) {
+    err = errno;
+  } else if (!S_ISREG(st.st_mode)) {
+    ::close(f);
+    return not_regular(verb, path, st.st_mode);
+  } else if (int fl = fcntl(f, F_GETFL); fl < 0 || fcntl(f, F_SETFL, fl & ~O_NONBLOCK) != 0) {
+    err = errno;
+  }
+  if (err != 0) {
+    ::close(f);
+    return fail(KVT_ERR_IO, "cannot %s the event log '%s': %s", verb, path.c_str(),
+                std::strerror(err));
+  }
+  *fd = f;
+  return KVT_OK;
+}
+
+}  // namespace
+
 LogWriter::~LogWriter() { close(); }
 
 kvt_status LogWriter::open(const std::string &path) {
-  close();  // one that failed is still open_, its thread waiting
-  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0)
-    return fail(KVT_ERR_IO, "cannot create the event log '%s': %s", path.c_str(),
-                std::strerror(errno));
+  int fd = -1;
+  if (kvt_status st = open_regular(path, O_WRONLY | O_CREAT | O_NOFOLLOW, "create", &fd);
+      st != KVT_OK)
+    return st;
   path_ = path;
   fd_ = fd;
   std::string header;
   encode_header(&header);
-  if (kvt_status st = write_all(header); st != KVT_OK) {
+  // Truncated only once known to be a regular file: the log replaces it.
+  kvt_status st = ftruncate(fd_, 0) == 0
+                      ? write_all(header)
+                      : fail(KVT_ERR_IO, "cannot create the event log '%s': %s", path.c_str(),
+                             std::strerror(errno));
+  if (st != KVT_OK) {
     ::close(fd_);
     fd_ = -1;
     return st;
   }
-  buf_.clear();
   buf_.reserve(kRun + 1024);
-  dropped_ = 0;
-  stop_ = false;
-  failed_ = false;
   thread_ = std::thread([this] { run(); });
   open_ = true;
   return KVT_OK;
@@ -131,10 +186,15 @@ LogReader::~LogReader() {
 }
 
 kvt_status LogReader::open(const std::string &path) {
-  f_ = std::fopen(path.c_str(), "rbe");
-  if (f_ == nullptr)
+  // Links are followed: reading through one harms nothing, unlike blocking on a FIFO.
+  int fd = -1;
+  if (kvt_status st = open_regular(path, O_RDONLY, "open", &fd); st != KVT_OK) return st;
+  f_ = fdopen(fd, "rb");
+  if (f_ == nullptr) {
+    ::close(fd);
     return fail(KVT_ERR_IO, "cannot open the event log '%s': %s", path.c_str(),
                 std::strerror(errno));
+  }
   path_ = path;
   if (!fill(kLogHeaderBytes) && std::ferror(f_))
     return fail(KVT_ERR_IO, "cannot read the event log '%s'", path.c_str());

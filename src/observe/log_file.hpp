@@ -20,12 +20,16 @@ namespace kvt::obs {
 class LogWriter {
  public:
   ~LogWriter();  // writes what is buffered
-  // Creates (or replaces) the file, writes its header and starts the writing thread.
+  // Creates (or replaces) the regular file at path, writes its header and starts the
+  // writing thread; once per writer. Anything else at path (a symbolic link, a FIFO, a
+  // device, a directory) is refused with KVT_ERR_INVALID_ARGUMENT and left as it is. Blocks
+  // only its caller, on a slow disk: call it under no lock that events take.
   kvt_status open(const std::string &path);
   // Buffers e. A writer that falls 64 MiB behind loses events, and the log says how many
   // with a DROPPED record; after a failed write the log is closed (logged once).
   void append(const ObsEvent &e) noexcept;
-  // Writes everything appended so far; KVT_ERR_IO if a write failed.
+  // Writes everything appended so far and joins the thread, which may wait on a slow disk;
+  // KVT_ERR_IO if a write failed.
   kvt_status close() noexcept;
   bool is_open() const noexcept { return open_ && !failed_.load(std::memory_order_relaxed); }
   // Open, but stopped by a failed write (until close).
@@ -56,7 +60,9 @@ class LogWriter {
 class LogReader {
  public:
   ~LogReader();
-  kvt_status open(const std::string &path);  // checks the header
+  // A regular file (links followed; a FIFO, a device or a directory is refused with
+  // KVT_ERR_INVALID_ARGUMENT without blocking); checks the header.
+  kvt_status open(const std::string &path);
   // KVT_OK; KVT_ERR_NOT_FOUND at the end; KVT_ERR_CORRUPT once at a torn or bad record.
   // args (may be null): a CALL's arguments.
   kvt_status next(kvt_obs_event *out, std::string *args = nullptr);

@@ -4,6 +4,7 @@
 #include <unistd.h>
 #include <zmq.h>
 
+#include <algorithm>
 #include <bit>
 #include <cerrno>
 #include <chrono>
@@ -11,6 +12,7 @@
 
 #include "common/error.hpp"
 #include "common/log.hpp"
+#include "publish/replay_request.hpp"
 
 namespace kvt::pub {
 namespace {
@@ -18,16 +20,7 @@ namespace {
 constexpr int kHwm = 100000;              // vLLM's default high-water mark
 constexpr int kMaxRequestBytes = 256;     // a replay request is 8 bytes; bigger ones disconnect
 constexpr int kRequestsPerWake = 16;      // replays served between two event batches
-constexpr unsigned char kEndSeq[8] = {0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff};  // -1
-
-void put_be64(unsigned char *p, uint64_t v) noexcept {
-  for (int i = 7; i >= 0; --i, v >>= 8) p[i] = static_cast<unsigned char>(v);
-}
-uint64_t get_be64(const unsigned char *p) noexcept {
-  uint64_t v = 0;
-  for (int i = 0; i < 8; ++i) v = v << 8 | p[i];
-  return v;
-}
+constexpr uint64_t kEndSeq = ~uint64_t{0};  // vLLM's END_SEQ, -1 as 8 signed bytes
 
 kvt_status zmq_fail(const char *field, const std::string &endpoint, const char *op) {
   int e = zmq_errno();
@@ -72,8 +65,10 @@ kvt_status Publisher::create(std::unique_ptr<Publisher> *out, const PublisherCon
                         : zmq_connect(p->pub_, c.endpoint.c_str()) != 0)
     return zmq_fail("kv_events_endpoint", c.endpoint, binds(c.endpoint) ? "bind" : "connect");
   if (!c.replay_endpoint.empty()) {
+    // No high-water mark: the budgets bound what each client's pipe holds (counting every
+    // message), and a reply cut by a full pipe would lose its END_SEQ.
     if ((p->router_ = zmq_socket(p->ctx_, ZMQ_ROUTER)) == nullptr ||
-        !set_int(p->router_, ZMQ_LINGER, 0))
+        !set_int(p->router_, ZMQ_LINGER, 0) || !set_int(p->router_, ZMQ_SNDHWM, 0))
       return zmq_fail("kv_events_replay_endpoint", c.replay_endpoint, "open a ROUTER socket for");
     int64_t max_bytes = kMaxRequestBytes;
     if (zmq_setsockopt(p->router_, ZMQ_MAXMSGSIZE, &max_bytes, sizeof max_bytes) != 0 ||
@@ -206,10 +201,55 @@ void Publisher::send_batch(const std::vector<QueuedEvent> &events) {
   zmq_send(pub_, seq, sizeof seq, ZMQ_SNDMORE | ZMQ_DONTWAIT);
   zmq_send(pub_, payload_.data(), payload_.size(), ZMQ_DONTWAIT);
   if (router_) {  // kept only where a replay can ask for it
-    if (replay_.size() == cfg_.buffer) replay_.pop_front();
-    replay_.emplace_back(seq_, payload_);
+    ReplayLedger &l = *ledger_;
+    if (replay_.size() == cfg_.buffer) {
+      l.kept_cost.fetch_sub(message_cost(*replay_.front().second), std::memory_order_relaxed);
+      replay_.pop_front();
+    }
+    replay_.emplace_back(seq_, std::make_shared<const std::string>(payload_));
+    l.kept_cost.fetch_add(message_cost(payload_), std::memory_order_relaxed);
+    l.kept_batches.store(replay_.size(), std::memory_order_relaxed);
   }
   ++seq_;
+}
+
+namespace {
+
+// One reply message's hold on its batch (shared, never copied) and its reply, from
+// zmq_msg_init_data until ZMQ frees the message.
+struct Lease {
+  std::shared_ptr<const std::string> batch;  // null: END_SEQ's empty payload
+  std::shared_ptr<ReplayReply> reply;
+  uint64_t cost = 0;
+  // Stored before the message goes to ZMQ, loaded when it is freed: libzmq's queues are
+  // invisible to TSan, and this pair makes the hand-over one it sees.
+  std::atomic<bool> handed{false};
+};
+
+// ZMQ's free callback, on its I/O thread (or the sender's, for a message dropped at once).
+void free_lease(void *, void *hint) noexcept {
+  auto *lease = static_cast<Lease *>(hint);
+  [[maybe_unused]] bool handed = lease->handed.load(std::memory_order_acquire);
+  ReplayClient &c = *lease->reply->client;
+  c.bytes.fetch_sub(lease->cost, std::memory_order_relaxed);
+  c.ledger->bytes.fetch_sub(lease->cost, std::memory_order_relaxed);
+  delete lease;
+}
+
+void raise_peak(std::atomic<uint64_t> &peak, uint64_t v) noexcept {  // one writer
+  if (v > peak.load(std::memory_order_relaxed)) peak.store(v, std::memory_order_relaxed);
+}
+
+}  // namespace
+
+uint64_t Publisher::message_cost(const std::string &payload) const noexcept {
+  const bool with_topic = cfg_.format == KVT_KV_EVENTS_FORMAT_CURRENT;
+  return payload.size() + (with_topic ? cfg_.topic.size() : 0) + kReplayMessageOverhead;
+}
+
+bool Publisher::bump_and_tell(std::atomic<uint64_t> *count) noexcept {
+  const uint64_t before = count->fetch_add(1, std::memory_order_relaxed);
+  return std::bit_width(before) != std::bit_width(before + 1);
 }
 
 // vLLM's replay protocol: a request is [identity, empty, start seq (8 bytes big-endian)];
@@ -218,9 +258,9 @@ void Publisher::send_batch(const std::vector<QueuedEvent> &events) {
 // [identity, empty, seq, payload], then [identity, empty, -1, empty]). A request of another
 // shape is ignored.
 bool Publisher::serve_replay() {
-  const bool with_topic = cfg_.format == KVT_KV_EVENTS_FORMAT_CURRENT;
+  ReplayLedger &l = *ledger_;
   for (int r = 0; r < kRequestsPerWake; ++r) {
-    std::string frames[3];
+    std::string frames[kReplayRequestFrames];
     size_t count = 0;
     for (bool more = true; more; ++count) {
       zmq_msg_t m;
@@ -230,37 +270,109 @@ bool Publisher::serve_replay() {
         if (count == 0) return false;
         break;
       }
-      if (count < 3) frames[count].assign(static_cast<const char *>(zmq_msg_data(&m)),
-                                          zmq_msg_size(&m));
+      if (count < kReplayRequestFrames)
+        frames[count].assign(static_cast<const char *>(zmq_msg_data(&m)), zmq_msg_size(&m));
       more = zmq_msg_more(&m);
       zmq_msg_close(&m);
     }
-    if (count != 3 || frames[2].size() != 8) {
+    const std::string_view views[kReplayRequestFrames] = {frames[0], frames[1], frames[2]};
+    const ReplayRequest q = parse_replay_request(views, count);
+    if (q.ok) {
+      answer(views[0], q.start);
+    } else if (bump_and_tell(&l.malformed)) {
       log(KVT_LOG_WARN,
-          "kv events: ignored a replay request of %zu frame(s) (want 3: identity, empty, the "
-          "start sequence number as 8 bytes big-endian)",
-          count);
-      continue;
+          "kv events: %llu replay request(s) ignored so far; this one of %zu frame(s) had %s",
+          (unsigned long long)l.malformed.load(std::memory_order_relaxed), count, q.why);
     }
-    const uint64_t start = get_be64(reinterpret_cast<const unsigned char *>(frames[2].data()));
-    const std::string &id = frames[0];
-    auto reply = [&](const std::string &topic_frame, const void *seq, const std::string &payload) {
-      zmq_send(router_, id.data(), id.size(), ZMQ_SNDMORE | ZMQ_DONTWAIT);
-      zmq_send(router_, "", 0, ZMQ_SNDMORE | ZMQ_DONTWAIT);
-      if (with_topic)
-        zmq_send(router_, topic_frame.data(), topic_frame.size(), ZMQ_SNDMORE | ZMQ_DONTWAIT);
-      zmq_send(router_, seq, 8, ZMQ_SNDMORE | ZMQ_DONTWAIT);
-      zmq_send(router_, payload.data(), payload.size(), ZMQ_DONTWAIT);
-    };
-    for (const auto &[seq, payload] : replay_) {
-      if (seq < start) continue;
-      unsigned char be[8];
-      put_be64(be, seq);
-      reply(cfg_.topic, be, payload);
-    }
-    reply(std::string(), kEndSeq, std::string());
+    l.requests.fetch_add(1, std::memory_order_release);  // after its outcome is counted
   }
   return true;  // more requests may wait
+}
+
+// Sends the kept batches from `start` on, as many as the client's and the total budget
+// leave room for (a client that does not read keeps its replies in flight), then END_SEQ;
+// without room for END_SEQ, or with kMaxRepliesPerClient replies in flight, nothing.
+void Publisher::answer(std::string_view id, uint64_t start) {
+  ReplayLedger &l = *ledger_;
+  if (clients_.size() >= sweep_at_) {
+    std::erase_if(clients_, [](const auto &kv) { return kv.second.expired(); });
+    sweep_at_ = std::max<size_t>(64, 2 * clients_.size());
+  }
+  std::weak_ptr<ReplayClient> &entry = clients_[std::string(id)];
+  std::shared_ptr<ReplayClient> client = entry.lock();
+  if (!client) entry = client = std::make_shared<ReplayClient>(ledger_);
+  // Others only ever lower these two while we read them: the room is never overstated.
+  const uint64_t client_bytes = client->bytes.load(std::memory_order_relaxed);
+  const uint64_t total_bytes = l.bytes.load(std::memory_order_relaxed);
+  const uint64_t client_budget = l.client_budget(), total_budget = l.total_budget();
+  uint64_t room = std::min(client_budget - std::min(client_budget, client_bytes),
+                           total_budget - std::min(total_budget, total_bytes));
+  const bool busy = client->replies.load(std::memory_order_acquire) >= kMaxRepliesPerClient;
+  if (busy || room < kReplayMessageOverhead) {
+    if (bump_and_tell(&l.dropped))
+      log(KVT_LOG_WARN,
+          "kv events: %llu replay request(s) dropped so far, unanswered: this client has %s "
+          "(a client may hold %u replies and %llu bytes, all clients %llu bytes)",
+          (unsigned long long)l.dropped.load(std::memory_order_relaxed),
+          busy ? "replies in flight it has not read" : "its budget in flight",
+          kMaxRepliesPerClient, (unsigned long long)client_budget,
+          (unsigned long long)total_budget);
+    return;
+  }
+  room -= kReplayMessageOverhead;  // END_SEQ's, kept for it
+  auto reply = std::make_shared<ReplayReply>(client);
+  auto it = std::lower_bound(replay_.begin(), replay_.end(), start,
+                             [](const auto &kept, uint64_t s) { return kept.first < s; });
+  bool cut = false;
+  for (; it != replay_.end(); ++it) {
+    const uint64_t cost = message_cost(*it->second);
+    if (cost > room) {
+      cut = true;
+      break;
+    }
+    room -= cost;
+    send_reply(id, it->first, it->second, reply, cost);
+  }
+  send_reply(id, kEndSeq, nullptr, reply, kReplayMessageOverhead);
+  if (!cut) {
+    l.full.fetch_add(1, std::memory_order_relaxed);
+  } else if (bump_and_tell(&l.cut)) {
+    log(KVT_LOG_WARN,
+        "kv events: %llu replay(s) cut short so far: this one ends at seq %llu, before its "
+        "client's budget of %llu bytes in flight (all clients %llu) ran out",
+        (unsigned long long)l.cut.load(std::memory_order_relaxed),
+        (unsigned long long)it->first, (unsigned long long)client_budget,
+        (unsigned long long)total_budget);
+  }
+}
+
+// One message of a reply: the batch goes zero-copy, and its cost counts as in flight from
+// here until ZMQ frees it. A message ZMQ drops (its client is gone) is freed as well.
+void Publisher::send_reply(std::string_view id, uint64_t seq,
+                           std::shared_ptr<const std::string> batch,
+                           const std::shared_ptr<ReplayReply> &reply, uint64_t cost) {
+  const bool end = seq == kEndSeq;
+  auto *lease = new Lease{std::move(batch), reply, cost};
+  ReplayClient &c = *reply->client;
+  raise_peak(ledger_->peak_client_bytes, c.bytes.fetch_add(cost, std::memory_order_relaxed) + cost);
+  raise_peak(ledger_->peak_bytes, ledger_->bytes.fetch_add(cost, std::memory_order_relaxed) + cost);
+  lease->handed.store(true, std::memory_order_release);
+  zmq_msg_t m;
+  const std::string *b = lease->batch.get();
+  if (zmq_msg_init_data(&m, b ? const_cast<char *>(b->data()) : nullptr, b ? b->size() : 0,
+                        free_lease, lease) != 0) {
+    free_lease(nullptr, lease);
+    return;
+  }
+  unsigned char be[8];
+  put_be64(be, seq);
+  // The ROUTER never blocks: a frame for a client that is gone is dropped (and freed).
+  zmq_send(router_, id.data(), id.size(), ZMQ_SNDMORE | ZMQ_DONTWAIT);
+  zmq_send(router_, "", 0, ZMQ_SNDMORE | ZMQ_DONTWAIT);
+  if (cfg_.format == KVT_KV_EVENTS_FORMAT_CURRENT)
+    zmq_send(router_, cfg_.topic.data(), end ? 0 : cfg_.topic.size(), ZMQ_SNDMORE | ZMQ_DONTWAIT);
+  zmq_send(router_, be, 8, ZMQ_SNDMORE | ZMQ_DONTWAIT);
+  if (zmq_msg_send(&m, router_, ZMQ_DONTWAIT) < 0) zmq_msg_close(&m);  // frees the lease
 }
 
 }  // namespace kvt::pub

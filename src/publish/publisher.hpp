@@ -1,21 +1,26 @@
 // The KV-event publisher: vLLM's ZmqEventPublisher in C++ (docs/KV_EVENTS.md). Tiers hand it
 // their events through KvSink; its thread encodes what is pending as one batch each time it
 // wakes and sends it on a PUB socket as [topic, seq (8 bytes big-endian), payload], keeping
-// the last batches for a ROUTER socket that answers replay requests. The calls that cause
-// events only take short locks: the network never holds them up.
+// the last batches for a ROUTER socket that answers replay requests, within the budgets of
+// publish/replay_ledger.hpp. The calls that cause events only take short locks: the network
+// never holds them up.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <deque>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <thread>
+#include <unordered_map>
 #include <vector>
 
 #include "event/kv_sink.hpp"
 #include "kvtier.h"
 #include "publish/batch_encoder.hpp"
+#include "publish/replay_ledger.hpp"
 #include "publish/token_memo.hpp"
 
 namespace kvt::pub {
@@ -50,6 +55,8 @@ class Publisher final : public KvSink {
   // tokens until the thread encodes it.
   void publish(const kvt_event *events, size_t n) noexcept override;
 
+  friend ReplayStats replay_stats(const KvSink &publisher) noexcept;
+
   static constexpr int kLingerMs = 1000;
   // Events waiting for the thread; past this many, the oldest waiting batch is dropped
   // whole and its sequence number skipped, so that subscribers see the gap.
@@ -61,6 +68,12 @@ class Publisher final : public KvSink {
   void send_batch(const std::vector<QueuedEvent> &events);
   // Answers waiting replay requests, a few at a time: true when more may wait.
   bool serve_replay();
+  void answer(std::string_view id, uint64_t start);
+  void send_reply(std::string_view id, uint64_t seq, std::shared_ptr<const std::string> batch,
+                  const std::shared_ptr<ReplayReply> &reply, uint64_t cost);
+  uint64_t message_cost(const std::string &payload) const noexcept;
+  // Bumps *count; true at the 1st, 2nd, 4th, 8th... bump, when to log: visible, never a flood.
+  static bool bump_and_tell(std::atomic<uint64_t> *count) noexcept;
   void wake() noexcept;
   void drop_pending() noexcept;  // under mu_
 
@@ -80,8 +93,22 @@ class Publisher final : public KvSink {
   uint64_t seq_ = 0;
   uint64_t unknown_tokens_ = 0;  // stored blocks published with token_ids []
   std::string payload_;
-  std::deque<std::pair<uint64_t, std::string>> replay_;  // the last cfg_.buffer batches
+  // The last cfg_.buffer batches: immutable, shared with the replies ZMQ still holds.
+  std::deque<std::pair<uint64_t, std::shared_ptr<const std::string>>> replay_;
+  std::shared_ptr<ReplayLedger> ledger_ = std::make_shared<ReplayLedger>();
+  // By identity; an entry expires with its client's last reply, and expired ones are
+  // swept once the map doubles.
+  std::unordered_map<std::string, std::weak_ptr<ReplayClient>> clients_;
+  size_t sweep_at_ = 64;
   std::thread thread_;
 };
+
+// What the replay socket of a publisher (a manager's kv_sink()) did and holds; callable from
+// any thread. UBSan's check of the downcast is off: the tests that call it see this class but
+// not its typeinfo, which the library hides.
+__attribute__((no_sanitize("vptr"))) inline ReplayStats replay_stats(
+    const KvSink &publisher) noexcept {
+  return static_cast<const Publisher &>(publisher).ledger_->stats();
+}
 
 }  // namespace kvt::pub

@@ -154,3 +154,45 @@ def test_the_endpoint_refuses_bad_requests_and_survives_clients_that_vanish(tmp_
     finally:
         replay.kill()
         replay.wait()
+
+
+def test_a_replay_killed_with_sigkill_comes_back_on_its_socket(tmp_path):
+    """Issue 24, finding 5: kill -9 leaves the socket file, and the restarted engine failed to
+    create its connector ("Address already in use"): a crash-looping engine never came back.
+    The socket of an owner that has ended is replaced; that of a live one never is."""
+    sock = tmp_path / "kvtier.sock"
+    first = start_replay(sock)
+    try:
+        wait_for_socket(first, sock)
+        first.kill()  # SIGKILL: nothing is cleaned up
+        first.wait()
+        assert sock.exists(), "kill -9 left no socket: nothing to test"
+        second = start_replay(sock)
+        try:
+            deadline = time.monotonic() + 30
+            while True:
+                assert second.poll() is None, second.stderr.read().decode()
+                try:
+                    s = socket.socket(socket.AF_UNIX)
+                    s.connect(str(sock))
+                    break
+                except (ConnectionRefusedError, FileNotFoundError):
+                    s.close()
+                    assert time.monotonic() < deadline, "the restarted replay never served"
+                    time.sleep(0.02)
+            assert ask(s.makefile("rw"), {"cmd": "tiers"})["ok"] is True
+            assert oct(sock.stat().st_mode & 0o777) == "0o600"
+            # While it lives, a third one is refused and leaves the second's socket alone.
+            third = subprocess.run([REPLAY, "--trace", TRACE, "--mode", "engine", "--no-progress",
+                                    "--console-socket", sock], capture_output=True, text=True,
+                                   timeout=120)
+            assert third.returncode != 0
+            assert "served by a live process" in third.stderr, third.stderr
+            assert ask(s.makefile("rw"), {"cmd": "tiers"})["ok"] is True
+            s.close()
+        finally:
+            second.kill()
+            second.wait()
+    finally:
+        first.kill()
+        first.wait()

@@ -393,8 +393,26 @@ kvt_status kvt_connector_resume(kvt_connector *c);
 kvt_status kvt_connector_wait_paused(kvt_pause_info *out, kvt_connector *c, uint32_t timeout_ms);
 kvt_status kvt_connector_set_pause_timeout(kvt_connector *c, uint32_t timeout_ms);
 typedef struct kvt_endpoint kvt_endpoint;
+typedef struct kvt_endpoint_config {
+  uint32_t struct_size;
+  uint32_t max_clients;
+  int64_t allow_uid;
+  int64_t allow_gid;
+  uint64_t client_buffer_bytes;
+} kvt_endpoint_config;
+void kvt_endpoint_config_init_sized(kvt_endpoint_config *cfg, size_t size);
 kvt_status kvt_endpoint_open(kvt_endpoint **out, kvt_manager *m, kvt_connector *c, const char *path);
+kvt_status kvt_endpoint_open_with(kvt_endpoint **out, kvt_manager *m, kvt_connector *c, const char *path, const kvt_endpoint_config *cfg);
 void kvt_endpoint_close(kvt_endpoint *e);
+typedef struct kvt_endpoint_stats {
+  uint32_t struct_size;
+  uint32_t reserved;
+  uint64_t clients;
+  uint64_t refused;
+  uint64_t dropped;
+  uint64_t peak_buffered_bytes;
+} kvt_endpoint_stats;
+kvt_status kvt_endpoint_stats_get(kvt_endpoint_stats *out, kvt_endpoint *e);
 kvt_status kvt_tier_hashes(uint64_t *out, size_t cap, size_t *n, kvt_manager *m, kvt_tier tier);
 typedef struct kvt_log_replay {
   uint32_t struct_size;
