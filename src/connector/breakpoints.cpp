@@ -1,8 +1,5 @@
 #include "connector/breakpoints.hpp"
 
-#include <algorithm>
-#include <cstring>
-
 #include "common/log.hpp"
 
 namespace kvt::conn {
@@ -104,7 +101,7 @@ void Breakpoints::check(kvt_obs_trigger trigger, std::string_view req_id, uint32
   info_.state = state;
   info_.breakpoint = hit;
   info_.pauses = ++pauses_;
-  std::memcpy(info_.req_id, req_id.data(), std::min<size_t>(req_id.size(), KVT_REQ_ID_MAX));
+  req_id.copy(info_.req_id, KVT_REQ_ID_MAX);  // not memcpy: a call without an id has no data()
   paused_ = true;
   cv_.notify_all();
   const bool resumed = cv_.wait_for(lock, timeout_, [&] { return resumes_ != resumes; });
