@@ -348,8 +348,10 @@ def test_every_stored_block_carries_the_tokens_of_its_hash(tmp_path):
         out.writelines(line for _, line in zip(range(800), f))
     run = ReplayRun(tmp_path)
     follower = consumer.Consumer([("kvtier", run.sub, run.replay)], salt=SALT, resync=0.3)
+    # hold: the late consumer joins once the run is over; on a loaded 2-core machine Python
+    # may take seconds to connect and replay all of it.
     run.start("--page-size", 256, "--g1-blocks", 1500, "--g2-blocks", 1500, "--g3-blocks", 0,
-              trace=trace, hold=5)
+              trace=trace, hold=15)
     deadline = time.monotonic() + 120
     while not run.dump.exists() and time.monotonic() < deadline:
         follower.poll(20)
