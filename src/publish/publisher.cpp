@@ -352,15 +352,15 @@ void Publisher::send_reply(std::string_view id, uint64_t seq,
                            std::shared_ptr<const std::string> batch,
                            const std::shared_ptr<ReplayReply> &reply, uint64_t cost) {
   const bool end = seq == kEndSeq;
+  char *data = batch ? const_cast<char *>(batch->data()) : nullptr;
+  const size_t size = batch ? batch->size() : 0;
   auto *lease = new Lease{std::move(batch), reply, cost};
   ReplayClient &c = *reply->client;
   raise_peak(ledger_->peak_client_bytes, c.bytes.fetch_add(cost, std::memory_order_relaxed) + cost);
   raise_peak(ledger_->peak_bytes, ledger_->bytes.fetch_add(cost, std::memory_order_relaxed) + cost);
-  lease->handed.store(true, std::memory_order_release);
+  lease->handed.store(true, std::memory_order_release);  // this thread's last touch of it
   zmq_msg_t m;
-  const std::string *b = lease->batch.get();
-  if (zmq_msg_init_data(&m, b ? const_cast<char *>(b->data()) : nullptr, b ? b->size() : 0,
-                        free_lease, lease) != 0) {
+  if (zmq_msg_init_data(&m, data, size, free_lease, lease) != 0) {
     free_lease(nullptr, lease);
     return;
   }
