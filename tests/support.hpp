@@ -9,6 +9,8 @@
 #include <cstring>
 #include <filesystem>
 #include <memory>
+#include <fstream>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -186,5 +188,15 @@ struct Snapshot {
   }
   bool operator==(const Snapshot &o) const { return v == o.v; }
 };
+
+// A file's bytes ("" if it cannot be read), and a file written with exactly these bytes.
+inline std::string slurp(const std::string &path) {
+  std::ifstream f(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(f), {});
+}
+
+inline void spit(const std::string &path, const std::string &bytes) {
+  std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
+}
 
 }  // namespace kvt_test

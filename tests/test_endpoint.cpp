@@ -31,15 +31,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-std::string slurp(const std::string &path) {
-  std::ifstream f(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(f), {});
-}
-
-void spit(const std::string &path, const std::string &bytes) {
-  std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
-}
-
 sockaddr_un address(const std::string &path) {
   sockaddr_un a{};
   a.sun_family = AF_UNIX;

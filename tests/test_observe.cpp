@@ -58,15 +58,6 @@ bool same(const kvt_obs_event &a, const kvt_obs_event &b) {
   return std::memcmp(&a, &b, sizeof a) == 0;
 }
 
-std::string slurp(const std::string &path) {
-  std::ifstream f(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(f), {});
-}
-
-void spit(const std::string &path, const std::string &bytes) {
-  std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
-}
-
 // A call that might block forever (as the recorder's did on a FIFO before issue 24), on a
 // thread of its own: returned() waits up to 30 s for it, so that such a call fails the test
 // instead of hanging it, once the test has let it go.
