@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <csignal>
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -199,7 +200,8 @@ TEST(Endpoint, AStaleSocketIsReplacedAndALiveOneNever) {
 namespace {
 
 // In a child that becomes uid:gid, one request to path: what came back, or "connect: ERRNO".
-// Only system calls after fork: the parent has threads.
+// Only system calls after fork: the parent has threads. The child ends by SIGKILL, so that
+// valgrind, which follows a fork, does not check the parent's heap for leaks at its exit.
 std::string ask_as(const std::string &path, uid_t uid, gid_t gid) {
   int pipefd[2];
   if (pipe(pipefd) != 0) return "pipe";
@@ -209,7 +211,7 @@ std::string ask_as(const std::string &path, uid_t uid, gid_t gid) {
     close(pipefd[0]);
     char out[4096];
     int len = 0;
-    if (setgroups(0, nullptr) != 0 || setgid(gid) != 0 || setuid(uid) != 0) _exit(2);
+    if (setgroups(0, nullptr) != 0 || setgid(gid) != 0 || setuid(uid) != 0) raise(SIGSEGV);
     int fd = socket(AF_UNIX, SOCK_STREAM, 0);
     if (connect(fd, reinterpret_cast<sockaddr *>(&a), sizeof a) != 0) {
       len = std::snprintf(out, sizeof out, "connect: %d", errno);
@@ -221,15 +223,15 @@ std::string ask_as(const std::string &path, uid_t uid, gid_t gid) {
       for (ssize_t n; len < int(sizeof out) && (n = read(fd, out + len, sizeof out - len)) > 0;)
         len += int(n);
     }
-    if (write(pipefd[1], out, size_t(len)) != len) _exit(4);
-    _exit(0);
+    if (write(pipefd[1], out, size_t(len)) != len) raise(SIGSEGV);
+    raise(SIGKILL);
   }
   close(pipefd[1]);
   const std::string got = read_to_eof(pipefd[0]);
   close(pipefd[0]);
   int status = 0;
   waitpid(pid, &status, 0);
-  return WIFEXITED(status) && WEXITSTATUS(status) == 0 ? got : "child failed";
+  return WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL ? got : "child failed";
 }
 
 }  // namespace
@@ -301,7 +303,9 @@ TEST(Endpoint, ClientsBeyondTheLimitAreTurnedAwayAndTheHostKeepsItsDescriptors) 
       if (!connected[i]) {
         if (connect(fds[i], reinterpret_cast<sockaddr *>(&a), sizeof a) != 0) continue;
         connected[i] = true;
-        ASSERT_EQ(write(fds[i], "{\"cmd\":\"tiers\"}\n", 16), 16);
+        // It may have been turned away and closed already: no SIGPIPE, and its line is
+        // still to read.
+        [[maybe_unused]] ssize_t n = send(fds[i], "{\"cmd\":\"tiers\"}\n", 16, MSG_NOSIGNAL);
       }
       char b[512];
       ssize_t n = read(fds[i], b, sizeof b);
