@@ -1328,7 +1328,9 @@ typedef struct kvt_pause_info {
 } kvt_pause_info;
 
 /* *id: the new breakpoint's id (1, 2, ...). KVT_ERR_INVALID_ARGUMENT for a state that is not
- * a kvt_slot_state, or neither a state nor a request. */
+ * a kvt_slot_state, or neither a state nor a request; KVT_ERR_NO_SPACE (0.5.0) with
+ * KVT_MAX_BREAKPOINTS set already. */
+#define KVT_MAX_BREAKPOINTS 1024
 KVT_API kvt_status kvt_breakpoint_add(uint64_t *id, kvt_connector *c, uint32_t state,
                                       const char *req_id);
 /* KVT_ERR_NOT_FOUND for an unknown id. A thread paused at it stays paused until resumed. */

@@ -11,9 +11,11 @@
 #include <unistd.h>
 #include <zmq.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
@@ -903,6 +905,115 @@ TEST_F(KvEvents, ReplayRequestsWhileOneIsInFlightAreLimited) {
   EXPECT_EQ(replay_stats(p).full - s0.full, 2u);
   d.close();
   EXPECT_TRUE(eventually([&] { return replay_stats(p).bytes == 0; }));
+}
+
+// ---- The PUB socket within its budget (publish/send_ledger.hpp)
+
+using kvt::pub::send_stats;
+using kvt::pub::SendStats;
+
+// Issue 24: ZMQ's high-water mark counts messages, so a subscriber that never read let the
+// PUB socket hold 100,000 batches for it, whatever their size. Now what ZMQ holds is counted
+// in bytes, and past kSendBudgetBytes batches are not sent (a gap in seq): a subscriber that
+// reads gets every batch that was sent. Once the one that does not read is gone, what it held
+// comes back and publishing goes on. The old code grew by each batch until the end of this
+// test's 400 rounds (some 500 MiB).
+TEST_F(KvEvents, ASubscriberThatNeverReadsPinsAtMostTheSendBudget) {
+  constexpr uint32_t kBigPage = 4096;  // tokens per block: 20 KiB each in msgpack
+  constexpr size_t kBlocks = 64;       // per round, and so per batch: some 1.3 MiB
+  kvt_manager_config c = config();
+  c.page_size = kBigPage;
+  c.chunk_bytes = 0;
+  c.g1_blocks = 4 * kBlocks;
+  c.g2_blocks = 0;
+  c.kv_events_replay_endpoint = nullptr;
+  create(c);
+  // Closed however the test ends: an open socket would hold TearDown's zmq_ctx_term.
+  std::unique_ptr<void, int (*)(void *)> stuck_socket(zmq_socket(ctx_, ZMQ_SUB), zmq_close);
+  void *stuck = stuck_socket.get();
+  int one = 1, zero = 0;
+  ASSERT_EQ(zmq_setsockopt(stuck, ZMQ_RCVHWM, &one, sizeof one), 0);
+  ASSERT_EQ(zmq_setsockopt(stuck, ZMQ_LINGER, &zero, sizeof zero), 0);
+  ASSERT_EQ(zmq_setsockopt(stuck, ZMQ_SUBSCRIBE, "", 0), 0);
+  ASSERT_EQ(zmq_connect(stuck, endpoint_.c_str()), 0);
+  Frames f;
+  bool subscribed = false;  // once it received a message; from then on it reads nothing
+  for (int i = 0; i < 600 && !subscribed; ++i) {
+    ASSERT_EQ(kvt_manager_reset(m_, 0), KVT_OK);
+    subscribed = recv_frames(stuck, &f, 100);
+  }
+  ASSERT_TRUE(subscribed);
+  subscribe(endpoint_);
+  const uint64_t first = sync();
+
+  // The subscriber that reads, on its own thread; stopped and joined however the test ends.
+  struct Reader {
+    std::atomic<bool> stop{false};
+    std::atomic<uint64_t> read{0}, next, gaps{0};
+    std::thread thread;
+    Reader(void *sub, uint64_t first) : next(first) {
+      thread = std::thread([this, sub] {
+        Frames g;
+        while (!stop.load())
+          if (recv_frames(sub, &g, 100)) {
+            const uint64_t seq = from_be64(g.at(1));
+            gaps += seq != next.load();
+            next = seq + 1;
+            ++read;
+          }
+      });
+    }
+    ~Reader() {
+      stop = true;
+      thread.join();
+    }
+  } reader(sub_, first);
+  std::atomic<uint64_t> &read = reader.read, &gaps = reader.gaps;
+  const kvt::KvSink &p = publisher_of(m_);
+  const SendStats s0 = send_stats(p);
+  const int64_t rss0 = rss_bytes();
+  std::vector<uint64_t> h(kBlocks);
+  std::vector<uint32_t> t(kBlocks * kBigPage);
+  std::vector<kvt_block> b(kBlocks);
+  uint64_t round = 0;
+  auto publish_round = [&] {
+    for (size_t i = 0; i < kBlocks; ++i) h[i] = (round + 1) << 32 | i;
+    for (size_t i = 0; i < t.size(); ++i) t[i] = uint32_t(1u << 20 | (round * t.size() + i));
+    ++round;
+    ASSERT_EQ(kvt_manager_note_tokens(m_, h.data(), kBlocks, t.data()), KVT_OK);
+    ASSERT_EQ(kvt_block_alloc(b.data(), kBlocks, m_, KVT_TIER_G1), KVT_OK);
+    ASSERT_EQ(kvt_block_register_hashes(b.data(), m_, b.data(), h.data(), kBlocks, 0), KVT_OK);
+    ASSERT_EQ(kvt_block_release(m_, b.data(), kBlocks), KVT_OK);
+  };
+  // A round at a time: each in its own batches, sent or skipped, and read when sent (the
+  // reader's own queue is in this process too).
+  auto batches = [&] { return send_stats(p).sent + send_stats(p).skipped - s0.sent - s0.skipped; };
+  auto all_read = [&] { return read.load() == send_stats(p).sent - s0.sent; };
+  while (round < 400 && send_stats(p).skipped < s0.skipped + 3) {
+    publish_round();
+    ASSERT_TRUE(eventually([&] { return batches() >= round; }));
+    ASSERT_TRUE(eventually(all_read)) << "the reader did not get every batch sent";
+  }
+  const SendStats s = send_stats(p);
+  const int64_t grew = rss_bytes() - rss0;
+  EXPECT_GE(s.skipped - s0.skipped, 3u) << "the budget was never reached";
+  EXPECT_LE(s.peak_bytes, s.budget);
+  EXPECT_GT(s.bytes, s.budget / 2) << "what the stuck subscriber did not read is held";
+  EXPECT_LT(grew, int64_t(s.budget + (48 << 20))) << "grew by " << (grew >> 20) << " MiB";
+
+  // Once the subscriber that reads nothing is gone, what it held comes back, and the next
+  // batches go out, after one gap: the skipped ones.
+  stuck_socket.reset();
+  EXPECT_TRUE(eventually([&] { return send_stats(p).bytes == 0; }))
+      << send_stats(p).bytes << " bytes still held";
+  const uint64_t sent_before = send_stats(p).sent, gaps_before = gaps.load();
+  for (uint64_t i = 1; i <= 3; ++i) {
+    publish_round();
+    ASSERT_TRUE(eventually([&] { return send_stats(p).sent >= sent_before + i; }));
+  }
+  EXPECT_TRUE(eventually(all_read));
+  EXPECT_EQ(send_stats(p).skipped, s.skipped);
+  EXPECT_EQ(gaps.load(), gaps_before + 1) << "the last batches before were skipped";
 }
 
 }  // namespace

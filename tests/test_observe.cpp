@@ -994,6 +994,38 @@ TEST(Observe, EndpointRepliesToBytesThatAreNotUtf8) {
       << "the endpoint stopped answering";
 }
 
+// Each breakpoint is checked on every scheduler call, and the endpoint lets its clients add
+// them: at most KVT_MAX_BREAKPOINTS are set, from the API and the endpoint alike. They used
+// to grow without a bound.
+TEST(Breakpoints, AtMostKvtMaxBreakpointsFromTheApiOrTheEndpoint) {
+  TempDir dir;
+  const std::string sock = dir.path + "/k.sock";
+  kvt_connector_config cc = connector_config();
+  cc.endpoint_path = sock.c_str();
+  Rig r(cc);
+  ASSERT_NE(r.c, nullptr);
+  uint64_t id = 0, first = 0;
+  for (int i = 0; i < KVT_MAX_BREAKPOINTS - 1; ++i) {
+    const std::string req = "r" + std::to_string(i);
+    ASSERT_KVT_OK(kvt_breakpoint_add(&id, r.c, KVT_SLOT_FINISHED, req.c_str()));
+    if (i == 0) first = id;
+  }
+  std::string reply = ask_endpoint(sock, "{\"cmd\": \"break\", \"req_id\": \"last\"}\n");
+  EXPECT_NE(reply.find("\"ok\":true"), std::string::npos) << reply;
+  reply = ask_endpoint(sock, "{\"cmd\": \"break\", \"req_id\": \"more\"}\n");
+  EXPECT_NE(reply.find("\"ok\":false"), std::string::npos) << reply;
+  EXPECT_NE(reply.find("1024 breakpoints are set already"), std::string::npos) << reply;
+  EXPECT_KVT(kvt_breakpoint_add(&id, r.c, KVT_SLOT_FINISHED, "more"), KVT_ERR_NO_SPACE);
+  EXPECT_NE(std::string(kvt_last_error()).find("1024 breakpoints are set already"),
+            std::string::npos);
+  ASSERT_KVT_OK(kvt_breakpoint_remove(r.c, first));
+  ASSERT_KVT_OK(kvt_breakpoint_add(&id, r.c, KVT_SLOT_FINISHED, "more"));
+  reply = ask_endpoint(sock, "{\"cmd\": \"clear\"}\n");
+  EXPECT_NE(reply.find("\"ok\":true"), std::string::npos) << reply;
+  reply = ask_endpoint(sock, "{\"cmd\": \"break\", \"state\": \"FINISHED\"}\n");
+  EXPECT_NE(reply.find("\"ok\":true"), std::string::npos) << "clear frees them all: " << reply;
+}
+
 // kvt_connector_set_hooks: will_call and finished_call pair up around each of the six
 // scheduler calls, with the call's status; transition sees every slot move, in order.
 TEST(Hooks, InterceptorsSeeEveryCallAndTransition) {

@@ -44,7 +44,9 @@ echo "== valgrind (memcheck, leaks)"
 # G3 through I/O threads: valgrind does not see io_uring's writes into user buffers. The
 # library reads no such switch; the test programs turn their G3 managers' g3_io to THREADS
 # when KVTIER_TEST_G3_IO=threads (tests/support.hpp, fuzz/fuzz_api.cpp).
-for cmd in "build/tests/kvtier_tests --gtest_filter=-Cuda.*" \
+# KvEvents.ASubscriberThatNeverReads... is left to ASan: it encodes 64 MiB of batches, and
+# under valgrind the heartbeat could drop its stuck subscriber before the budget is reached.
+for cmd in "build/tests/kvtier_tests --gtest_filter=-Cuda.*:KvEvents.ASubscriberThatNeverReads*" \
            "build/fuzz/replay_api fuzz/corpus/api" "build/fuzz/replay_config fuzz/corpus/config" \
            "build/fuzz/replay_hash fuzz/corpus/hash" \
            "build/fuzz/replay_connector_meta fuzz/corpus/connector_meta" \

@@ -481,7 +481,9 @@ KVT_API kvt_status kvt_breakpoint_add(uint64_t *id, kvt_connector *c, uint32_t s
       return fail(KVT_ERR_INVALID_ARGUMENT,
                   "%s: a breakpoint needs a state, a request id, or both", fn);
     }
-    *id = bp.add(state, req_id ? req_id : "");
+    if ((*id = bp.add(state, req_id ? req_id : "")) == 0)
+      return fail(KVT_ERR_NO_SPACE, "%s: %d breakpoints are set already, the most there may be",
+                  fn, KVT_MAX_BREAKPOINTS);
     return KVT_OK;
   });
 }

@@ -123,7 +123,11 @@ obs::EndpointOps ops_for(kvt_manager *m, Manager *mgr, kvt_connector *c) {
         return std::string("\"req_id\" must have 1 to 255 bytes");
     }
     if (state == 0 && id.empty()) return std::string("a breakpoint needs \"state\" or \"req_id\"");
-    (*r)["id"] = bp.add(state, id);
+    const uint64_t added = bp.add(state, id);
+    if (added == 0)
+      return std::to_string(KVT_MAX_BREAKPOINTS) +
+             " breakpoints are set already, the most there may be";
+    (*r)["id"] = added;
     return std::string();
   };
   ops.remove_breakpoint = [&bp](const json &req, json *) {

@@ -6,6 +6,7 @@ namespace kvt::conn {
 
 uint64_t Breakpoints::add(uint32_t state, std::string req_id) {
   std::lock_guard lock(mu_);
+  if (points_.size() >= KVT_MAX_BREAKPOINTS) return 0;
   points_.push_back(Point{next_id_, state, std::move(req_id)});
   rearm_locked();
   return next_id_++;

@@ -32,6 +32,8 @@ class Breakpoints {
   // One branch for the scheduler while nothing is set.
   bool armed() const noexcept { return kObserve && armed_.load(std::memory_order_relaxed); }
 
+  // The new breakpoint's id (1, 2, ...), or 0 with KVT_MAX_BREAKPOINTS set already: the
+  // endpoint lets its clients add them, and each costs a check on every scheduler call.
   uint64_t add(uint32_t state, std::string req_id);
   bool remove(uint64_t id);
   void clear();  // every breakpoint; a paused thread stays paused until resumed

@@ -17,7 +17,6 @@
 namespace kvt::pub {
 namespace {
 
-constexpr int kHwm = 100000;              // vLLM's default high-water mark
 constexpr int kMaxRequestBytes = 256;     // a replay request is 8 bytes; bigger ones disconnect
 constexpr int kRequestsPerWake = 16;      // replays served between two event batches
 constexpr uint64_t kEndSeq = ~uint64_t{0};  // vLLM's END_SEQ, -1 as 8 signed bytes
@@ -31,6 +30,11 @@ kvt_status zmq_fail(const char *field, const std::string &endpoint, const char *
 
 bool set_int(void *socket, int option, int value) {
   return zmq_setsockopt(socket, option, &value, sizeof value) == 0;
+}
+
+bool set_heartbeat(void *socket) {
+  return set_int(socket, ZMQ_HEARTBEAT_IVL, kHeartbeatIvlMs) &&
+         set_int(socket, ZMQ_HEARTBEAT_TIMEOUT, kHeartbeatTimeoutMs);
 }
 
 double now_seconds() {
@@ -59,7 +63,8 @@ kvt_status Publisher::create(std::unique_ptr<Publisher> *out, const PublisherCon
   if ((p->ctx_ = zmq_ctx_new()) == nullptr)
     return fail(KVT_ERR_IO, "kv_events_endpoint: no ZMQ context: %s", zmq_strerror(zmq_errno()));
   if ((p->pub_ = zmq_socket(p->ctx_, ZMQ_PUB)) == nullptr ||
-      !set_int(p->pub_, ZMQ_SNDHWM, kHwm) || !set_int(p->pub_, ZMQ_LINGER, kLingerMs))
+      !set_int(p->pub_, ZMQ_SNDHWM, kSendHwm) || !set_int(p->pub_, ZMQ_LINGER, kLingerMs) ||
+      !set_heartbeat(p->pub_))
     return zmq_fail("kv_events_endpoint", c.endpoint, "open a PUB socket for");
   if (binds(c.endpoint) ? zmq_bind(p->pub_, c.endpoint.c_str()) != 0
                         : zmq_connect(p->pub_, c.endpoint.c_str()) != 0)
@@ -68,7 +73,8 @@ kvt_status Publisher::create(std::unique_ptr<Publisher> *out, const PublisherCon
     // No high-water mark: the budgets bound what each client's pipe holds (counting every
     // message), and a reply cut by a full pipe would lose its END_SEQ.
     if ((p->router_ = zmq_socket(p->ctx_, ZMQ_ROUTER)) == nullptr ||
-        !set_int(p->router_, ZMQ_LINGER, 0) || !set_int(p->router_, ZMQ_SNDHWM, 0))
+        !set_int(p->router_, ZMQ_LINGER, 0) || !set_int(p->router_, ZMQ_SNDHWM, 0) ||
+        !set_heartbeat(p->router_))
       return zmq_fail("kv_events_replay_endpoint", c.replay_endpoint, "open a ROUTER socket for");
     int64_t max_bytes = kMaxRequestBytes;
     if (zmq_setsockopt(p->router_, ZMQ_MAXMSGSIZE, &max_bytes, sizeof max_bytes) != 0 ||
@@ -142,7 +148,14 @@ void Publisher::publish(const kvt_event *events, size_t n) noexcept {
 
 void Publisher::run() noexcept {
   std::vector<QueuedEvent> batch;
-  zmq_pollitem_t items[2] = {{nullptr, wake_fd_, ZMQ_POLLIN, 0},
+  // The PUB socket acts on ZMQ's commands (a subscriber gone: free what its queue held)
+  // only inside a call on it; its ZMQ_FD says when some wait, for a thread that may send
+  // nothing for a long time (the budget is held, or no events come).
+  int pub_fd = -1;
+  size_t fd_size = sizeof pub_fd;
+  zmq_getsockopt(pub_, ZMQ_FD, &pub_fd, &fd_size);
+  zmq_pollitem_t items[3] = {{nullptr, wake_fd_, ZMQ_POLLIN, 0},
+                             {nullptr, pub_fd, ZMQ_POLLIN, 0},
                              {router_, 0, ZMQ_POLLIN, 0}};
   for (;;) {
     uint64_t skipped;
@@ -173,9 +186,15 @@ void Publisher::run() noexcept {
     }
     if (!idle) continue;  // more may have come meanwhile
     if (stopping) return;
-    if (zmq_poll(items, router_ ? 2 : 1, -1) > 0 && items[0].revents) {
+    if (zmq_poll(items, router_ ? 3 : 2, -1) <= 0) continue;
+    if (items[0].revents) {
       uint64_t v;
       [[maybe_unused]] ssize_t n = read(wake_fd_, &v, sizeof v);
+    }
+    if (items[1].revents) {
+      int events;
+      size_t size = sizeof events;
+      zmq_getsockopt(pub_, ZMQ_EVENTS, &events, &size);  // runs the commands
     }
   }
 }
@@ -194,26 +213,38 @@ void Publisher::send_batch(const std::vector<QueuedEvent> &events) {
           (unsigned long long)unknown_tokens_);
   }
   if (n == 0) return;
-  unsigned char seq[8];
-  put_be64(seq, seq_);
-  // PUB never blocks: a subscriber at its high-water mark misses the message (a gap).
-  zmq_send(pub_, cfg_.topic.data(), cfg_.topic.size(), ZMQ_SNDMORE | ZMQ_DONTWAIT);
-  zmq_send(pub_, seq, sizeof seq, ZMQ_SNDMORE | ZMQ_DONTWAIT);
-  zmq_send(pub_, payload_.data(), payload_.size(), ZMQ_DONTWAIT);
+  auto batch = std::make_shared<const std::string>(std::move(payload_));
+  payload_.clear();  // moved from: the next batch is encoded into it again
+  send_pub(batch);
   if (router_) {  // kept only where a replay can ask for it
     ReplayLedger &l = *ledger_;
     if (replay_.size() == cfg_.buffer) {
       l.kept_cost.fetch_sub(message_cost(*replay_.front().second), std::memory_order_relaxed);
       replay_.pop_front();
     }
-    replay_.emplace_back(seq_, std::make_shared<const std::string>(payload_));
-    l.kept_cost.fetch_add(message_cost(payload_), std::memory_order_relaxed);
+    l.kept_cost.fetch_add(message_cost(*batch), std::memory_order_relaxed);
+    replay_.emplace_back(seq_, std::move(batch));
     l.kept_batches.store(replay_.size(), std::memory_order_relaxed);
   }
   ++seq_;
 }
 
 namespace {
+
+// One PUB message's hold on its batch, from zmq_msg_init_data until ZMQ frees the message.
+struct SendLease {
+  std::shared_ptr<const std::string> batch;
+  std::shared_ptr<SendLedger> ledger;
+  uint64_t cost = 0;
+  std::atomic<bool> handed{false};  // as Lease::handed below
+};
+
+void free_send_lease(void *, void *hint) noexcept {
+  auto *lease = static_cast<SendLease *>(hint);
+  [[maybe_unused]] bool handed = lease->handed.load(std::memory_order_acquire);
+  lease->ledger->bytes.fetch_sub(lease->cost, std::memory_order_relaxed);
+  delete lease;
+}
 
 // One reply message's hold on its batch (shared, never copied) and its reply, from
 // zmq_msg_init_data until ZMQ frees the message.
@@ -241,6 +272,38 @@ void raise_peak(std::atomic<uint64_t> &peak, uint64_t v) noexcept {  // one writ
 }
 
 }  // namespace
+
+// PUB never blocks: a subscriber at its high-water mark misses the message (a gap), and so
+// do all while the budget is held. One batch goes while nothing is held, however big.
+void Publisher::send_pub(const std::shared_ptr<const std::string> &batch) {
+  SendLedger &l = *sent_;
+  const uint64_t cost = batch->size() + cfg_.topic.size() + kSendMessageOverhead;
+  const uint64_t held = l.bytes.load(std::memory_order_relaxed);
+  if (held != 0 && cost > kSendBudgetBytes - std::min(held, kSendBudgetBytes)) {
+    if (bump_and_tell(&l.skipped))
+      log(KVT_LOG_WARN,
+          "kv events: %llu batch(es) not published so far (this one is seq %llu): "
+          "subscribers that do not read hold %llu bytes, the most they may",
+          (unsigned long long)l.skipped.load(std::memory_order_relaxed),
+          (unsigned long long)seq_, (unsigned long long)held);
+    return;
+  }
+  auto *lease = new SendLease{batch, sent_, cost};
+  raise_peak(l.peak_bytes, l.bytes.fetch_add(cost, std::memory_order_relaxed) + cost);
+  lease->handed.store(true, std::memory_order_release);
+  zmq_msg_t m;
+  if (zmq_msg_init_data(&m, const_cast<char *>(batch->data()), batch->size(), free_send_lease,
+                        lease) != 0) {
+    free_send_lease(nullptr, lease);
+    return;
+  }
+  unsigned char seq[8];
+  put_be64(seq, seq_);
+  zmq_send(pub_, cfg_.topic.data(), cfg_.topic.size(), ZMQ_SNDMORE | ZMQ_DONTWAIT);
+  zmq_send(pub_, seq, sizeof seq, ZMQ_SNDMORE | ZMQ_DONTWAIT);
+  if (zmq_msg_send(&m, pub_, ZMQ_DONTWAIT) < 0) zmq_msg_close(&m);  // frees the lease
+  l.sent.fetch_add(1, std::memory_order_relaxed);
+}
 
 uint64_t Publisher::message_cost(const std::string &payload) const noexcept {
   const bool with_topic = cfg_.format == KVT_KV_EVENTS_FORMAT_CURRENT;

@@ -1,9 +1,10 @@
 // The KV-event publisher: vLLM's ZmqEventPublisher in C++ (docs/KV_EVENTS.md). Tiers hand it
 // their events through KvSink; its thread encodes what is pending as one batch each time it
 // wakes and sends it on a PUB socket as [topic, seq (8 bytes big-endian), payload], keeping
-// the last batches for a ROUTER socket that answers replay requests, within the budgets of
-// publish/replay_ledger.hpp. The calls that cause events only take short locks: the network
-// never holds them up.
+// the last batches for a ROUTER socket that answers replay requests. Both sockets hand ZMQ
+// the kept batch itself, never a copy, and count what ZMQ holds against the budgets of
+// publish/send_ledger.hpp and publish/replay_ledger.hpp. The calls that cause events only
+// take short locks: the network never holds them up.
 #pragma once
 
 #include <atomic>
@@ -21,6 +22,7 @@
 #include "kvtier.h"
 #include "publish/batch_encoder.hpp"
 #include "publish/replay_ledger.hpp"
+#include "publish/send_ledger.hpp"
 #include "publish/token_memo.hpp"
 
 namespace kvt::pub {
@@ -56,6 +58,7 @@ class Publisher final : public KvSink {
   void publish(const kvt_event *events, size_t n) noexcept override;
 
   friend ReplayStats replay_stats(const KvSink &publisher) noexcept;
+  friend SendStats send_stats(const KvSink &publisher) noexcept;
 
   static constexpr int kLingerMs = 1000;
   // Events waiting for the thread; past this many, the oldest waiting batch is dropped
@@ -66,6 +69,7 @@ class Publisher final : public KvSink {
   explicit Publisher(const PublisherConfig &c);
   void run() noexcept;
   void send_batch(const std::vector<QueuedEvent> &events);
+  void send_pub(const std::shared_ptr<const std::string> &batch);
   // Answers waiting replay requests, a few at a time: true when more may wait.
   bool serve_replay();
   void answer(std::string_view id, uint64_t start);
@@ -95,6 +99,7 @@ class Publisher final : public KvSink {
   std::string payload_;
   // The last cfg_.buffer batches: immutable, shared with the replies ZMQ still holds.
   std::deque<std::pair<uint64_t, std::shared_ptr<const std::string>>> replay_;
+  std::shared_ptr<SendLedger> sent_ = std::make_shared<SendLedger>();
   std::shared_ptr<ReplayLedger> ledger_ = std::make_shared<ReplayLedger>();
   // By identity; an entry expires with its client's last reply, and expired ones are
   // swept once the map doubles.
@@ -109,6 +114,11 @@ class Publisher final : public KvSink {
 __attribute__((no_sanitize("vptr"))) inline ReplayStats replay_stats(
     const KvSink &publisher) noexcept {
   return static_cast<const Publisher &>(publisher).ledger_->stats();
+}
+
+// What the PUB socket of a publisher sent and holds; callable from any thread.
+__attribute__((no_sanitize("vptr"))) inline SendStats send_stats(const KvSink &publisher) noexcept {
+  return static_cast<const Publisher &>(publisher).sent_->stats();
 }
 
 }  // namespace kvt::pub
