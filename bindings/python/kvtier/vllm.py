@@ -332,10 +332,11 @@ class KvtierConnector(KVConnectorBase_V1):
         if full <= len(hashes):
             return
         seq.append(list(tokens[done:full * self._page_size]))
-        mine = seq.hashes(len(hashes))  # only the new blocks': decode adds one at a time
+        first = len(hashes)  # the loop appends to hashes
+        mine = seq.hashes(first)  # only the new blocks': decode adds one at a time
         lora = getattr(request, "lora_request", None)
-        for i in range(len(hashes), full):
-            h = mine[i - len(hashes)]
+        for i in range(first, full):
+            h = mine[i - first]
             name = self._name(h)
             if name is None:
                 start = i * self._page_size

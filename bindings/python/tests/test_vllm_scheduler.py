@@ -508,6 +508,10 @@ def test_events_are_vllms(make, vllm, tier):
             assert ev.token_ids == [t for h in ev.block_hashes for t in want[h][1]]
         else:
             assert all(h in seen for h in ev.block_hashes)
+    for rid, toks in (("A", a), ("B", b)):
+        full = {conv(h) for h in e.requests[rid].block_hashes[:len(toks) // BS]}
+        assert full <= seen, "%s: %d of its %d prompt blocks have no BlockStored" % (
+            rid, len(full - seen), len(full))
     if tier == "G2":
         assert any(isinstance(ev, vllm.kv_events.BlockRemoved) for ev in events)
     e.assert_drained()
