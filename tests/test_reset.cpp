@@ -362,6 +362,12 @@ TEST(Threads, ResetWhileOtherThreadsOffloadOnboardAndMatch) {
     xfers.push_back(x);
   };
   std::atomic<int> bad_status{0}, bad_bytes{0}, onboarded{0}, offloaded{0}, cancelled{0};
+  std::string why;  // each bad status, with the call it came from
+  auto bad = [&](const char *call, kvt_status s) {
+    std::lock_guard lock(xm);
+    why += std::string(call) + ": " + std::to_string(s) + " " + kvt_last_error() + "\n";
+    ++bad_status;
+  };
   auto chain = [](int round) {
     std::vector<uint64_t> h(4);
     for (size_t i = 0; i < h.size(); ++i) h[i] = 1 + uint64_t(round % 8) * 16 + i;
@@ -382,7 +388,7 @@ TEST(Threads, ResetWhileOtherThreadsOffloadOnboardAndMatch) {
       if (kvt_offload(&x, m.get(), b.data(), b.size(), dst_of(r), nullptr, r) == KVT_OK) {
         keep(x);
         kvt_status s = finish(x);
-        if (s != KVT_OK && s != KVT_ERR_CANCELLED) ++bad_status;
+        if (s != KVT_OK && s != KVT_ERR_CANCELLED) bad("offload", s);
         cancelled += s == KVT_ERR_CANCELLED;
         if (s == KVT_OK) {
           ++offloaded;
@@ -419,7 +425,7 @@ TEST(Threads, ResetWhileOtherThreadsOffloadOnboardAndMatch) {
       std::vector<kvt_block> mine = dst;  // what the caller holds afterwards
       if (s == KVT_OK) {
         std::vector<kvt_block> fin(n);
-        if (kvt_xfer_blocks(fin.data(), n, x) != KVT_OK) ++bad_status;
+        if (kvt_status b = kvt_xfer_blocks(fin.data(), n, x); b != KVT_OK) bad("xfer_blocks", b);
         for (size_t i = 0; i < n; ++i) {
           if (fin[i] == 0) continue;  // dropped: dst[i] stays the caller's
           mine[i] = fin[i];
@@ -427,7 +433,7 @@ TEST(Threads, ResetWhileOtherThreadsOffloadOnboardAndMatch) {
           ++onboarded;
         }
       } else if (s != KVT_ERR_CANCELLED) {
-        ++bad_status;
+        bad("onboard", s);
       } else {
         ++cancelled;
       }
@@ -455,7 +461,7 @@ TEST(Threads, ResetWhileOtherThreadsOffloadOnboardAndMatch) {
   offloader.join();
   onboarder.join();
   matcher.join();
-  EXPECT_EQ(bad_status.load(), 0);
+  EXPECT_EQ(bad_status.load(), 0) << why;
   EXPECT_EQ(bad_bytes.load(), 0);
   Seen seen(drain(m.get()));
   EXPECT_EQ(seen.done.size(), xfers.size());

@@ -41,6 +41,8 @@ TSAN_OPTIONS="halt_on_error=1 suppressions=$PWD/tools/tsan.supp" \
 
 echo "== valgrind (memcheck, leaks)"
 # --max-threads: one test holds KVT_MAX_MANAGERS managers at once, each with its threads.
+# --fair-sched: valgrind runs one thread at a time, and its default lock let a busy thread
+# (Threads.ResetWhile...'s matcher) starve the others for up to minutes, past a 20 s wait.
 # G3 through I/O threads: valgrind does not see io_uring's writes into user buffers. The
 # library reads no such switch; the test programs turn their G3 managers' g3_io to THREADS
 # when KVTIER_TEST_G3_IO=threads (tests/support.hpp, fuzz/fuzz_api.cpp).
@@ -55,7 +57,7 @@ for cmd in "build/tests/kvtier_tests --gtest_filter=-Cuda.*:KvEvents.ASubscriber
            "build/fuzz/replay_event_log fuzz/corpus/event_log" \
            "build/fuzz/replay_endpoint_line fuzz/corpus/endpoint_line" \
            "build/fuzz/replay_replay_request fuzz/corpus/replay_request"; do
-  KVTIER_TEST_G3_IO=threads valgrind -q --max-threads=1100 --leak-check=full \
+  KVTIER_TEST_G3_IO=threads valgrind -q --fair-sched=yes --max-threads=1100 --leak-check=full \
     --errors-for-leak-kinds=definite,indirect \
     --error-exitcode=9 $cmd > valgrind.log 2>&1 || { tail -60 valgrind.log; exit 1; }
   echo "valgrind clean: $cmd"
