@@ -1005,8 +1005,9 @@ TEST_F(KvEvents, ASubscriberThatNeverReadsPinsAtMostTheSendBudget) {
   EXPECT_GE(s.skipped - s0.skipped, 3u) << "the budget was never reached";
   EXPECT_LE(s.peak_bytes, s.budget);
   EXPECT_GT(s.bytes, s.budget / 2) << "what the stuck subscriber did not read is held";
-  if (!kAsan)  // ASan keeps freed memory in its quarantine (256 MiB): RSS says nothing there
+  if (!kAsan) {  // ASan keeps freed memory in its quarantine (256 MiB): RSS says nothing there
     EXPECT_LT(grew, int64_t(s.budget + (48 << 20))) << "grew by " << (grew >> 20) << " MiB";
+  }
 
   // Once the subscriber that reads nothing is gone, what it held comes back, and the next
   // batches go out.
