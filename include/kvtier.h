@@ -933,7 +933,17 @@ typedef struct kvt_connector_config {
   uint32_t pause_timeout_ms;    /* how long a breakpoint's pause waits for a resume before
                                    it ends itself: 1 ms .. 1 hour (default 30000) */
   uint32_t reserved2;           /* must be 0 */
+  /* 0.5.0: tensor and pipeline parallelism. One scheduler half plans for world_size worker
+   * halves, each in its own process with its own manager, moving its shard of every block
+   * (its KV heads, its layers) under the block's one name. A batch ends when every rank's
+   * report has named it, failed if any rank's copy failed: a block is stored only when
+   * every shard is. Every rank reports its own finished sets; the engine counts world_size
+   * of them (vLLM's KVOutputAggregator). */
+  uint32_t world_size;          /* 1..KVT_MAX_WORLD_SIZE (default 1); BOTH needs 1 */
+  uint32_t rank;                /* a worker half's rank, below world_size (default 0) */
 } kvt_connector_config;
+
+#define KVT_MAX_WORLD_SIZE 4096
 
 /* Sets cfg->struct_size to size and every field within the first size bytes to its default.
  * Call it through kvt_connector_config_init. */

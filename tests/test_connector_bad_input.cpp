@@ -312,14 +312,14 @@ constexpr size_t kMetaVersionAt = 1 + 12, kReportVersionAt = 1 + 14;
 TEST_F(ConnectorBadInput, MetadataBytes) {
   std::string meta = keep_meta();
   ASSERT_GT(meta.size(), kMetaVersionAt);
-  ASSERT_EQ(uint8_t(meta[kMetaVersionAt]), 1u) << "the format moved: see docs/CONNECTOR.md";
+  ASSERT_EQ(uint8_t(meta[kMetaVersionAt]), 2u) << "the format moved: see docs/CONNECTOR.md";
   for (size_t len = 0; len < meta.size(); ++len)
     EXPECT_CONN_REFUSED(r, ids, bind_meta(r.c, meta.substr(0, len)), KVT_ERR_CORRUPT);
   EXPECT_CONN_REFUSED(r, ids, bind_meta(r.c, meta + '\0'), KVT_ERR_CORRUPT);  // trailing bytes
   EXPECT_CONN_REFUSED(r, ids, bind_meta(r.c, std::string(64, '\xc1')), KVT_ERR_CORRUPT);
-  std::string v2 = meta, magic = meta, header = meta, report = a_done.reports.back();
-  v2[kMetaVersionAt] = 2;
-  EXPECT_CONN_REFUSED(r, ids, bind_meta(r.c, v2), KVT_ERR_CORRUPT);
+  std::string v1 = meta, magic = meta, header = meta, report = a_done.reports.back();
+  v1[kMetaVersionAt] = 1;
+  EXPECT_CONN_REFUSED(r, ids, bind_meta(r.c, v1), KVT_ERR_CORRUPT);
   EXPECT_NE(std::string(kvt_last_error()).find("version"), std::string::npos) << kvt_last_error();
   magic[3] ^= 0x20;
   EXPECT_CONN_REFUSED(r, ids, bind_meta(r.c, magic), KVT_ERR_CORRUPT);
@@ -358,20 +358,26 @@ TEST_F(ConnectorBadInput, ReportBytes) {
   for (const auto &rep : a_done.reports)
     if (rep.size() > report.size()) report = rep;  // the one naming A's store batch
   ASSERT_GT(report.size(), kReportVersionAt);
-  ASSERT_EQ(uint8_t(report[kReportVersionAt]), 1u) << "the format moved: see docs/CONNECTOR.md";
+  ASSERT_EQ(uint8_t(report[kReportVersionAt]), 2u) << "the format moved: see docs/CONNECTOR.md";
   for (size_t len = 0; len < report.size(); ++len)
     EXPECT_CONN_REFUSED(r, ids, report_to(r.c, report.substr(0, len)), KVT_ERR_CORRUPT);
   EXPECT_CONN_REFUSED(r, ids, report_to(r.c, report + '\0'), KVT_ERR_CORRUPT);
   EXPECT_CONN_REFUSED(r, ids, report_to(r.c, std::string(64, '\xc1')), KVT_ERR_CORRUPT);
-  std::string v2 = report;
-  v2[kReportVersionAt] = 2;
-  EXPECT_CONN_REFUSED(r, ids, report_to(r.c, v2), KVT_ERR_CORRUPT);
+  std::string v1 = report;
+  v1[kReportVersionAt] = 1;
+  EXPECT_CONN_REFUSED(r, ids, report_to(r.c, v1), KVT_ERR_CORRUPT);
   EXPECT_CONN_REFUSED(r, ids, kvt_connector_update_connector_output(r.c, nullptr, 8),
                       KVT_ERR_INVALID_ARGUMENT);
   kvt::conn::Report other;
   ASSERT_KVT_OK(kvt::conn::decode(&other, report.data(), report.size()));
   other.shape.g2_blocks = 40;
   EXPECT_CONN_REFUSED(r, ids, report_to(r.c, kvt::conn::encode(other)), KVT_ERR_CORRUPT);
+  ASSERT_KVT_OK(kvt::conn::decode(&other, report.data(), report.size()));
+  other.shape.world_size = 2;  // a worker of another world
+  other.rank = 1;
+  EXPECT_CONN_REFUSED(r, ids, report_to(r.c, kvt::conn::encode(other)), KVT_ERR_CORRUPT);
+  EXPECT_NE(std::string(kvt_last_error()).find("2 workers"), std::string::npos)
+      << kvt_last_error();
   keep_finishes();
 }
 

@@ -17,7 +17,7 @@ std::string bytes(std::initializer_list<uint8_t> b) { return std::string(b.begin
 
 Meta full_meta() {
   Meta m;
-  m.shape = {16, 50, 1u << 20};
+  m.shape = {16, 50, 1u << 20, 2};
   m.step = 1ull << 40;
   m.async_load = true;
   m.lazy_stores = {{7, "lazy", {{99, KVT_TIER_G2, 49, 0xfedcba9876543210ull, 0}}}};
@@ -34,7 +34,8 @@ Meta full_meta() {
 
 Report full_report() {
   Report r;
-  r.shape = {16, 50, 1u << 20};
+  r.shape = {16, 50, 1u << 20, KVT_MAX_WORLD_SIZE};
+  r.rank = KVT_MAX_WORLD_SIZE - 1;
   r.loads = {{1, {{0, KVT_ERR_CORRUPT}, {UINT32_MAX, KVT_ERR_IO}}}, {2, {}}};
   r.stores = {{UINT64_MAX, {{3, INT32_MIN}}}};
   r.finished_sending = {"req-A"};
@@ -106,16 +107,17 @@ TEST(ConnectorMetadata, EncodesTheDocumentedBytes) {
   m.loads = {{1, "A", {{3, KVT_TIER_G2, 0, 0x1234, 0}}}};
   m.finished = {"B"};
   EXPECT_EQ(encode(m), bytes({0x99, 0xab, 'k', 'v', 't', 'i', 'e', 'r', '-', 'm', 'e', 't', 'a',
-                              0x01, 0x93, 0x10, 0x04, 0x00, 0x01, 0xc2, 0x90, 0x91, 0x93, 0x01,
-                              0xa1, 'A', 0x91, 0x95, 0x03, 0x02, 0x00, 0xcd, 0x12, 0x34, 0x00,
-                              0x90, 0x91, 0xa1, 'B'}));
+                              0x02, 0x94, 0x10, 0x04, 0x00, 0x01, 0x01, 0xc2, 0x90, 0x91, 0x93,
+                              0x01, 0xa1, 'A', 0x91, 0x95, 0x03, 0x02, 0x00, 0xcd, 0x12, 0x34,
+                              0x00, 0x90, 0x91, 0xa1, 'B'}));
   Report r;
-  r.shape = {16, 4, 0};
+  r.shape = {16, 4, 0, 2};
+  r.rank = 1;
   r.loads = {{1, {{0, KVT_ERR_CORRUPT}}}};
   r.finished_recving = {"A"};
-  EXPECT_EQ(encode(r), bytes({0x97, 0xad, 'k', 'v', 't', 'i', 'e', 'r', '-', 'r', 'e', 'p', 'o',
-                              'r', 't', 0x01, 0x93, 0x10, 0x04, 0x00, 0x91, 0x92, 0x01, 0x91,
-                              0x92, 0x00, 0xf8, 0x90, 0x90, 0x91, 0xa1, 'A'}));
+  EXPECT_EQ(encode(r), bytes({0x98, 0xad, 'k', 'v', 't', 'i', 'e', 'r', '-', 'r', 'e', 'p', 'o',
+                              'r', 't', 0x02, 0x94, 0x10, 0x04, 0x00, 0x02, 0x91, 0x92, 0x01,
+                              0x91, 0x92, 0x00, 0xf8, 0x90, 0x90, 0x91, 0xa1, 'A', 0x01}));
 }
 
 TEST(ConnectorMetadata, EveryTruncationIsCorrupt) {
@@ -178,13 +180,17 @@ struct Raw {
   }
   Raw &u(uint64_t v) { return pk.pack_uint64(v), *this; }
   Raw &i(int64_t v) { return pk.pack_int64(v), *this; }
-  Raw &shape(uint64_t g2 = 8, uint64_t g3 = 8) { return arr(3).u(16).u(g2).u(g3); }
+  Raw &shape(uint64_t g2 = 8, uint64_t g3 = 8, uint64_t world = 1) {
+    return arr(4).u(16).u(g2).u(g3).u(world);
+  }
   Raw &meta_head(uint64_t version = kFormatVersion, uint32_t fields = 9) {
     arr(fields).str("kvtier-meta").u(version).shape().u(1);  // ... step 1,
     pk.pack_false();                                         // async_load false
     return *this;
   }
-  Raw &report_head() { return arr(7).str("kvtier-report").u(kFormatVersion).shape(); }
+  Raw &report_head(uint64_t world = 1) {
+    return arr(8).str("kvtier-report").u(kFormatVersion).shape(8, 8, world);
+  }
   std::string get() const { return std::string(buf.data(), buf.size()); }
 };
 
@@ -198,17 +204,17 @@ std::string meta_with(const std::string &req, uint64_t tier, uint64_t slot) {
 TEST(ConnectorMetadata, OtherVersionsAreRefusedNamingBoth) {
   for (uint64_t v : {uint64_t(0), uint64_t(kFormatVersion + 1), uint64_t(UINT64_MAX)}) {
     const std::string want = "version " + std::to_string(v);
-    Raw same;   // version 1's layout
+    Raw same;   // version 2's layout
     same.meta_head(v).arr(0).arr(0).arr(0).arr(0);
-    expect_corrupt<Meta>(same.get(), {want.c_str(), "reads version 1"});
+    expect_corrupt<Meta>(same.get(), {want.c_str(), "reads version 2"});
     Raw more;   // a later version with another field
     more.meta_head(v, 10).arr(0).arr(0).arr(0).arr(0).u(0);
-    expect_corrupt<Meta>(more.get(), {want.c_str(), "reads version 1"});
+    expect_corrupt<Meta>(more.get(), {want.c_str(), "reads version 2"});
   }
   std::string b = encode(full_report());
-  ASSERT_EQ(b[15], 0x01);  // after the array and the 13-byte magic
-  b[15] = 0x02;
-  expect_corrupt<Report>(b, {"version 2", "reads version 1"});
+  ASSERT_EQ(b[15], 0x02);  // after the array and the 13-byte magic
+  b[15] = 0x01;            // version 1: no world size, no rank
+  expect_corrupt<Report>(b, {"version 1", "reads version 2"});
 }
 
 TEST(ConnectorMetadata, WrongMagicIsRefused) {
@@ -261,7 +267,7 @@ TEST(ConnectorMetadata, RequestIdsAreOneTo255BytesWithoutNul) {
   fin.meta_head().arr(0).arr(0).arr(0).arr(2).str("ok").str("");
   expect_corrupt<Meta>(fin.get(), {"finished[1]", "0 bytes"});
   Raw rep;
-  rep.report_head().arr(0).arr(0).arr(0).arr(1).str(std::string(256, 'z'));
+  rep.report_head().arr(0).arr(0).arr(0).arr(1).str(std::string(256, 'z')).u(0);
   expect_corrupt<Report>(rep.get(), {"finished_recving[0]", "256 bytes"});
 }
 
@@ -277,8 +283,8 @@ TEST(ConnectorMetadata, WrongTypesAreRefusedByField) {
   g1.meta_head().arr(0).arr(1).arr(3).u(5).str("r").arr(1).arr(5).u(1ull << 32).u(2).u(0).u(0);
   expect_corrupt<Meta>(g1.u(0).arr(0).arr(0).get(), {"loads[0].ops[0].g1", "4294967296"});
   Raw shape;  // page_size negative
-  shape.arr(7).str("kvtier-report").u(kFormatVersion).arr(3).i(-16).u(1).u(1);
-  expect_corrupt<Report>(shape.arr(0).arr(0).arr(0).arr(0).get(), {"shape.page_size"});
+  shape.arr(8).str("kvtier-report").u(kFormatVersion).arr(4).i(-16).u(1).u(1).u(1);
+  expect_corrupt<Report>(shape.arr(0).arr(0).arr(0).arr(0).u(0).get(), {"shape.page_size"});
   Raw fields;  // a batch of 4 fields
   fields.meta_head().arr(0).arr(1).arr(4).u(5).str("r").arr(0).u(0);
   expect_corrupt<Meta>(fields.arr(0).arr(0).get(), {"loads[0] has 4 fields, not 3"});
@@ -291,7 +297,7 @@ TEST(ConnectorMetadata, FailuresHoldAnErrorStatusAnd32BitOp) {
   auto report = [](uint64_t op, int64_t status) {
     Raw r;
     r.report_head().arr(0).arr(1).arr(2).u(9).arr(1).arr(2).u(op).i(status);
-    return r.arr(0).arr(0).get();
+    return r.arr(0).arr(0).u(0).get();
   };
   Report out;
   const std::string good = report(UINT32_MAX, KVT_ERR_CORRUPT);
@@ -301,6 +307,28 @@ TEST(ConnectorMetadata, FailuresHoldAnErrorStatusAnd32BitOp) {
   expect_corrupt<Report>(report(0, KVT_OK), {"stores[0].failed[0].status"});
   expect_corrupt<Report>(report(0, 5), {"stores[0].failed[0].status"});
   expect_corrupt<Report>(report(0, int64_t(INT32_MIN) - 1), {"stores[0].failed[0].status"});
+}
+
+// Version 2: the world's size is 1..KVT_MAX_WORLD_SIZE, and a report's rank below it.
+TEST(ConnectorMetadata, WorldSizeAndRankAreInRange) {
+  auto report = [](uint64_t world, uint64_t rank) {
+    Raw r;
+    r.report_head(world).arr(0).arr(0).arr(0).arr(0).u(rank);
+    return r.get();
+  };
+  Report out;
+  const std::string good = report(KVT_MAX_WORLD_SIZE, KVT_MAX_WORLD_SIZE - 1);
+  ASSERT_EQ(decode(&out, good.data(), good.size()), KVT_OK) << last_error();
+  EXPECT_EQ(out.shape.world_size, uint32_t(KVT_MAX_WORLD_SIZE));
+  EXPECT_EQ(out.rank, uint32_t(KVT_MAX_WORLD_SIZE - 1));
+  expect_corrupt<Report>(report(2, 2), {"rank is 2, but the world has 2"});
+  expect_corrupt<Report>(report(0, 0), {"shape.world_size", "is 0"});
+  expect_corrupt<Report>(report(KVT_MAX_WORLD_SIZE + 1, 0), {"shape.world_size", "4097"});
+  expect_corrupt<Report>(report(1, 1ull << 32), {"rank"});
+  Raw meta;
+  meta.arr(9).str("kvtier-meta").u(kFormatVersion).shape(8, 8, 0).u(1);
+  meta.pk.pack_false();
+  expect_corrupt<Meta>(meta.arr(0).arr(0).arr(0).arr(0).get(), {"shape.world_size"});
 }
 
 // Array headers that claim far more elements than the bytes hold are refused as truncated

@@ -32,6 +32,7 @@ void defaults(kvt_connector_config *c) {
   c->store_tier = KVT_TIER_G2;
   c->salt_hash = hash_salt(nullptr, 0);
   c->pause_timeout_ms = 30000;
+  c->world_size = 1;
 }
 
 kvt_status validate(kvt_connector_config *c, const Manager &m, const char *fn) {
@@ -50,6 +51,12 @@ kvt_status validate(kvt_connector_config *c, const Manager &m, const char *fn) {
   if (c->reserved2 != 0) return bad("reserved2", c->reserved2, "0");
   if (c->pause_timeout_ms < 1 || c->pause_timeout_ms > kMaxPauseMs)
     return bad("pause_timeout_ms", c->pause_timeout_ms, "1 .. 3600000 (1 ms .. 1 hour)");
+  if (c->world_size < 1 || c->world_size > KVT_MAX_WORLD_SIZE)
+    return bad("world_size", c->world_size, "1 .. KVT_MAX_WORLD_SIZE (4096)");
+  if (c->rank >= c->world_size)
+    return bad("rank", c->rank, "below world_size");
+  if (c->role == KVT_ROLE_BOTH && c->world_size != 1)
+    return bad("world_size", c->world_size, "1 for a connector of both halves (KVT_ROLE_BOTH)");
   if (c->endpoint_path != nullptr && c->endpoint_path[0] == '\0')
     return fail(KVT_ERR_INVALID_ARGUMENT, "%s: cfg->endpoint_path is empty (NULL: no endpoint)",
                 fn);
@@ -167,7 +174,8 @@ KVT_API kvt_status kvt_connector_create(kvt_connector **out, kvt_manager *m,
     conn->mgr = &mgr;
     try {
       if (c.role & KVT_ROLE_SCHEDULER) conn->sched = std::make_unique<Scheduler>(mgr, c);
-      if (c.role & KVT_ROLE_WORKER) conn->worker = std::make_unique<Worker>(mgr);
+      if (c.role & KVT_ROLE_WORKER)
+        conn->worker = std::make_unique<Worker>(mgr, c.world_size, c.rank);
     } catch (...) {
       mgr.give_connector();
       throw;

@@ -17,7 +17,7 @@ namespace {
 
 constexpr char kMetaMagic[] = "kvtier-meta";
 constexpr char kReportMagic[] = "kvtier-report";
-constexpr uint32_t kMetaFields = 9, kReportFields = 7;
+constexpr uint32_t kMetaFields = 9, kReportFields = 8;
 // Deeper than any version's messages need (version 1: 5), shallow enough to bound the
 // parser's stack.
 constexpr uint32_t kMaxDepth = 32;
@@ -40,10 +40,11 @@ void pack_head(Packer &pk, uint32_t fields, const char *magic, const Shape &s) {
   pk.pack_array(fields);
   pack_str(pk, magic);
   pk.pack_uint32(kFormatVersion);
-  pk.pack_array(3);
+  pk.pack_array(4);
   pk.pack_uint32(s.page_size);
   pk.pack_uint64(s.g2_blocks);
   pk.pack_uint64(s.g3_blocks);
+  pk.pack_uint32(s.world_size);
 }
 
 void pack_batches(Packer &pk, const std::vector<Batch> &batches) {
@@ -250,11 +251,16 @@ class Reader {
     if (kvt_status s = record(o, nullptr, fields, items); s != KVT_OK) return s;
     const Path p{nullptr, "shape", 0};
     Items f = nullptr;
-    if (kvt_status s = record((*items)[2], &p, 3, &f); s != KVT_OK) return s;
-    const Path page{&p, "page_size", 0}, g2{&p, "g2_blocks", 0}, g3{&p, "g3_blocks", 0};
+    if (kvt_status s = record((*items)[2], &p, 4, &f); s != KVT_OK) return s;
+    const Path page{&p, "page_size", 0}, g2{&p, "g2_blocks", 0}, g3{&p, "g3_blocks", 0},
+        world{&p, "world_size", 0};
     if (kvt_status s = uint(f[0], &page, &shape->page_size); s != KVT_OK) return s;
     if (kvt_status s = uint(f[1], &g2, &shape->g2_blocks); s != KVT_OK) return s;
-    return uint(f[2], &g3, &shape->g3_blocks);
+    if (kvt_status s = uint(f[2], &g3, &shape->g3_blocks); s != KVT_OK) return s;
+    if (kvt_status s = uint(f[3], &world, &shape->world_size); s != KVT_OK) return s;
+    if (shape->world_size == 0 || shape->world_size > KVT_MAX_WORLD_SIZE)
+      return bad(&world, "is %u, not 1..%d", shape->world_size, KVT_MAX_WORLD_SIZE);
+    return KVT_OK;
   }
 
  private:
@@ -377,6 +383,7 @@ std::string encode(const Report &r) {
   pack_dones(pk, r.stores);
   pack_ids(pk, r.finished_sending);
   pack_ids(pk, r.finished_recving);
+  pk.pack_uint32(r.rank);
   return std::move(out.bytes);
 }
 
@@ -407,12 +414,16 @@ kvt_status decode(Report *out, const void *bytes, size_t len) {
     if (kvt_status s = r.head(o, kReportMagic, kReportFields, &f, &rep.shape); s != KVT_OK)
       return s;
     const Path loads{nullptr, "loads", 0}, stores{nullptr, "stores", 0},
-        sending{nullptr, "finished_sending", 0}, recving{nullptr, "finished_recving", 0};
+        sending{nullptr, "finished_sending", 0}, recving{nullptr, "finished_recving", 0},
+        rank{nullptr, "rank", 0};
     kvt_status s;
     if ((s = read_dones(r, f[3], &loads, &rep.loads)) != KVT_OK) return s;
     if ((s = read_dones(r, f[4], &stores, &rep.stores)) != KVT_OK) return s;
     if ((s = r.ids(f[5], &sending, &rep.finished_sending)) != KVT_OK) return s;
     if ((s = r.ids(f[6], &recving, &rep.finished_recving)) != KVT_OK) return s;
+    if ((s = r.uint(f[7], &rank, &rep.rank)) != KVT_OK) return s;
+    if (rep.rank >= rep.shape.world_size)
+      return r.bad(&rank, "is %u, but the world has %u", rep.rank, rep.shape.world_size);
     *out = std::move(rep);
     return KVT_OK;
   });

@@ -11,12 +11,14 @@
 
 namespace kvt::conn {
 
-inline constexpr uint32_t kFormatVersion = 1;
+// 2 (0.5.0): the shape has the world's size, and a report its rank.
+inline constexpr uint32_t kFormatVersion = 2;
 
-// Capacities both halves must agree on; a message from a connector with others is refused.
+// What both halves must agree on; a message from a connector with another is refused.
 struct Shape {
   uint32_t page_size = 0;
   uint64_t g2_blocks = 0, g3_blocks = 0;
+  uint32_t world_size = 1;  // workers of the scheduler half, each with its shard of a block
   bool operator==(const Shape &) const = default;
 };
 
@@ -66,6 +68,7 @@ struct Done {
 
 struct Report {
   Shape shape;
+  uint32_t rank = 0;                        // the worker's, below shape.world_size
   std::vector<Done> loads, stores;          // batches that ended
   std::vector<std::string> finished_sending;
   std::vector<std::string> finished_recving;
@@ -80,7 +83,7 @@ struct Report {
 // with len > 0). They check the message's own consistency only: in a decoded message every
 // op's tier is G2 or G3 and its slot below the message's own shape's capacity of that tier,
 // every request id is 1..KVT_REQ_ID_MAX bytes without NUL, every failure's status is
-// negative. The caller compares the shape with its own and checks G1 block ids and batch
+// negative, the world's size 1..KVT_MAX_WORLD_SIZE and a report's rank below it. The caller compares the shape with its own and checks G1 block ids and batch
 // ids.
 std::string encode(const Meta &m);
 std::string encode(const Report &r);

@@ -19,19 +19,20 @@ std::string quoted(std::string_view id) { return std::string(id); }
 absl::string_view key(std::string_view id) { return {id.data(), id.size()}; }
 }  // namespace
 
-Shape shape_of(const Manager &m) {
+Shape shape_of(const Manager &m, uint32_t world_size) {
   const kvt_manager_config &c = m.config();
-  return Shape{c.page_size, c.g2_blocks, c.g3_blocks};
+  return Shape{c.page_size, c.g2_blocks, c.g3_blocks, world_size};
 }
 
 kvt_status check_shape(const char *fn, const char *what, const Shape &got, const Shape &have) {
   if (got == have) return KVT_OK;
   return fail(KVT_ERR_CORRUPT,
               "%s: the %s comes from a connector with other capacities (page_size %u, G2 %llu, "
-              "G3 %llu blocks; this one has %u, %llu, %llu)",
+              "G3 %llu blocks, %u workers; this one has %u, %llu, %llu, %u)",
               fn, what, got.page_size, (unsigned long long)got.g2_blocks,
-              (unsigned long long)got.g3_blocks, have.page_size,
-              (unsigned long long)have.g2_blocks, (unsigned long long)have.g3_blocks);
+              (unsigned long long)got.g3_blocks, got.world_size, have.page_size,
+              (unsigned long long)have.g2_blocks, (unsigned long long)have.g3_blocks,
+              have.world_size);
 }
 
 Scheduler::Scheduler(Manager &m, const kvt_connector_config &c)
@@ -39,7 +40,7 @@ Scheduler::Scheduler(Manager &m, const kvt_connector_config &c)
       tiers_{m.tier_if_present(KVT_TIER_G2), m.tier_if_present(KVT_TIER_G3)},
       page_(m.config().page_size), writer_(c.num_gpu_blocks, nullptr),
       stamp_(c.num_gpu_blocks, 0) {
-  shape_ = shape_of(m);
+  shape_ = shape_of(m, c.world_size);
   if (c.offload == KVT_OFFLOAD_LAZY) content_.resize(c.num_gpu_blocks);
   stats_.struct_size = sizeof stats_;
   cfg_.endpoint_path = nullptr;  // borrowed for create only; the ABI serves it
@@ -524,12 +525,16 @@ kvt_status Scheduler::take_output(const Report &r) {
   if (kvt_status e = check_shape(fn, "report", r.shape, shape_); e != KVT_OK) return e;
   // Check everything first: a report naming an unknown batch changes nothing.
   absl::flat_hash_set<uint64_t> seen;
-  auto check = [&](const Done &d, size_t ops, bool sent, bool known, const char *what) {
-    if (!known || !sent)
+  auto check = [&](const Done &d, size_t ops, bool sent, const Acks *acks, const char *what) {
+    if (acks == nullptr || !sent)
       return fail(KVT_ERR_INVALID_ARGUMENT, "%s: the report names an unknown %s batch %llu",
                   fn, what, (unsigned long long)d.id);
     if (!seen.insert(d.id).second)
       return fail(KVT_ERR_INVALID_ARGUMENT, "%s: the report names %s batch %llu twice", fn,
+                  what, (unsigned long long)d.id);
+    if (!acks->by.empty() && acks->by[r.rank])
+      return fail(KVT_ERR_INVALID_ARGUMENT,
+                  "%s: rank %u named %s batch %llu in an earlier report already", fn, r.rank,
                   what, (unsigned long long)d.id);
     for (const Failure &f : d.failed)
       if (f.op >= ops)
@@ -540,46 +545,48 @@ kvt_status Scheduler::take_output(const Report &r) {
   };
   for (const Done &d : r.loads) {
     auto it = loads_.find(d.id);
-    bool known = it != loads_.end();
+    const bool known = it != loads_.end();
     if (kvt_status e = check(d, known ? it->second.src.size() : 0, known && it->second.step != 0,
-                             known, "load");
+                             known ? &it->second.acks : nullptr, "load");
         e != KVT_OK)
       return e;
   }
   for (const Done &d : r.stores) {
     auto it = stores_.find(d.id);
-    bool known = it != stores_.end();
+    const bool known = it != stores_.end();
     if (kvt_status e = check(d, known ? it->second.dst.size() : 0, known && it->second.step != 0,
-                             known, "store");
+                             known ? &it->second.acks : nullptr, "store");
         e != KVT_OK)
       return e;
   }
 
   std::vector<Slot *> touched;
+  std::vector<uint32_t> fresh;
   for (const Done &d : r.loads) {
     auto it = loads_.find(d.id);
     LoadRec &rec = it->second;
-    std::vector<bool> bad(rec.src.size());
-    for (const Failure &f : d.failed) {
-      bad[f.op] = true;
-      // A copy that failed (its checksum, an I/O error) leaves the registry: no match serves
-      // it, and the engine's recompute is not matched to it again and again.
-      m_.tier_of(rec.src[f.op].block)->remove(rec.src[f.op].block);
-      if (!content_.empty()) content_[rec.g1[f.op]].valid = false;
+    const bool failed_before = rec.acks.any_failed;
+    const bool last = ack(rec.acks, r, d, rec.src.size(), &fresh);
+    for (uint32_t op : fresh) {
+      // A copy that failed (its checksum, an I/O error, on any rank) leaves the registry at
+      // once: no match serves it, and the engine's recompute is not matched to it again and
+      // again. Its pin holds the block until the last rank's report.
+      m_.tier_of(rec.src[op].block)->remove(rec.src[op].block);
+      if (!content_.empty()) content_[rec.g1[op]].valid = false;
     }
+    if (rec.acks.any_failed && !failed_before) doom_stores(*rec.slot, rec.step);
+    if (!last) continue;
     std::vector<kvt_block> pins;
+    kvt_status first = KVT_OK;
     for (size_t i = 0; i < rec.src.size(); ++i) {
       pins.push_back(rec.src[i].block);
-      ++(bad[i] ? stats_.load_errors : stats_.loaded_blocks);
+      const kvt_status st = rec.acks.failed[i];
+      ++(st != KVT_OK ? stats_.load_errors : stats_.loaded_blocks);
+      if (first == KVT_OK) first = st;
     }
-    if (d.failed.empty())
-      candidate(*rec.slot, KVT_CANDIDATE_COMPLETED, d.id, handle::tier(pins[0]), KVT_TIER_G1,
-                pins.size());
-    else
-      candidate(*rec.slot, KVT_CANDIDATE_FAILED, d.id, handle::tier(pins[0]), KVT_TIER_G1,
-                pins.size(), d.failed[0].status);
+    candidate(*rec.slot, first == KVT_OK ? KVT_CANDIDATE_COMPLETED : KVT_CANDIDATE_FAILED, d.id,
+              handle::tier(pins[0]), KVT_TIER_G1, pins.size(), first);
     release(pins);
-    if (!d.failed.empty()) doom_stores(*rec.slot, rec.step);
     if (rec.async) --rec.slot->async_loads;
     --rec.slot->batches;
     touched.push_back(rec.slot);
@@ -588,13 +595,16 @@ kvt_status Scheduler::take_output(const Report &r) {
   for (const Done &d : r.stores) {
     auto it = stores_.find(d.id);
     StoreRec &rec = it->second;
-    std::vector<bool> bad(rec.dst.size());
-    for (const Failure &f : d.failed) bad[f.op] = true;
+    if (!ack(rec.acks, r, d, rec.dst.size(), &fresh)) continue;
     std::vector<kvt_block> done;
+    kvt_status first = KVT_OK;
     for (size_t i = 0; i < rec.dst.size(); ++i) {
       if (!rec.doomed) storing_.erase(rec.hash[i]);
+      const kvt_status st = rec.acks.failed[i];
+      if (first == KVT_OK) first = st;
       kvt_block b = rec.dst[i];
-      if (!bad[i] && !rec.doomed && rec.tier->register_hash(&b, rec.dst[i], rec.hash[i], rec.parent[i]) == KVT_OK) {
+      if (st == KVT_OK && !rec.doomed &&
+          rec.tier->register_hash(&b, rec.dst[i], rec.hash[i], rec.parent[i]) == KVT_OK) {
         ++stats_.stored_blocks;
       } else {
         ++stats_.store_failures;
@@ -603,13 +613,11 @@ kvt_status Scheduler::take_output(const Report &r) {
       done.push_back(b);
     }
     if (m_.bus().on()) {
-      const kvt_candidate_state cs = rec.doomed           ? KVT_CANDIDATE_CANCELLED
-                                     : d.failed.empty() ? KVT_CANDIDATE_COMPLETED
-                                                        : KVT_CANDIDATE_FAILED;
+      const kvt_candidate_state cs = rec.doomed      ? KVT_CANDIDATE_CANCELLED
+                                     : first == KVT_OK ? KVT_CANDIDATE_COMPLETED
+                                                       : KVT_CANDIDATE_FAILED;
       candidate(*rec.slot, cs, d.id, KVT_TIER_G1, rec.tier->id(), rec.dst.size(),
-                rec.doomed         ? KVT_ERR_CANCELLED
-                : d.failed.empty() ? KVT_OK
-                                   : d.failed[0].status);
+                rec.doomed ? KVT_ERR_CANCELLED : first);
     }
     release(done);
     --rec.slot->batches;
@@ -621,6 +629,24 @@ kvt_status Scheduler::take_output(const Report &r) {
   for (Slot *s : touched)
     if (s->state == KVT_SLOT_FINISHING && s->batches == 0) finish(*s);
   return KVT_OK;
+}
+
+bool Scheduler::ack(Acks &a, const Report &r, const Done &d, size_t ops,
+                    std::vector<uint32_t> *fresh) {
+  if (a.by.empty()) {
+    a.by.resize(shape_.world_size);
+    a.failed.assign(ops, KVT_OK);
+  }
+  a.by[r.rank] = true;
+  ++a.count;
+  fresh->clear();
+  for (const Failure &f : d.failed) {
+    if (a.failed[f.op] != KVT_OK) continue;
+    a.failed[f.op] = f.status;
+    a.any_failed = true;
+    fresh->push_back(f.op);
+  }
+  return a.count == shape_.world_size;
 }
 
 // s's eager stores of the step in which a load of s failed, and of later steps (async

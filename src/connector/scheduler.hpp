@@ -25,9 +25,9 @@ class Tier;
 
 namespace kvt::conn {
 
-// The capacities of m that both halves must agree on, and the refusal of a message (what:
-// "metadata", "report") from a connector with others.
-Shape shape_of(const Manager &m);
+// The capacities of m and the world's size, which both halves must agree on, and the
+// refusal of a message (what: "metadata", "report") from a connector with others.
+Shape shape_of(const Manager &m, uint32_t world_size);
 kvt_status check_shape(const char *fn, const char *what, const Shape &got, const Shape &have);
 
 class Scheduler {
@@ -66,12 +66,21 @@ class Scheduler {
   uint64_t salt() const noexcept { return cfg_.salt_hash; }
 
  private:
+  // What the workers' reports said of one batch: it ends once every rank named it, and a
+  // copy failed if it failed on any rank (its shard is missing).
+  struct Acks {
+    std::vector<bool> by;            // per rank: its report named the batch
+    uint32_t count = 0;
+    std::vector<kvt_status> failed;  // per copy: the first failure reported, or KVT_OK
+    bool any_failed = false;
+  };
   struct LoadRec {
     Slot *slot = nullptr;
     uint64_t step = 0;             // the metadata that carried it; 0: planned for the next one
     bool async = false;            // the engine waits for finished_recving, not the step
-    std::vector<Pinned> src;       // pinned until the report
+    std::vector<Pinned> src;       // pinned until the last rank's report
     std::vector<uint32_t> g1;
+    Acks acks;
   };
   struct StoreRec {
     Slot *slot = nullptr;
@@ -83,7 +92,11 @@ class Scheduler {
     bool doomed = false;
     std::vector<kvt_block> dst;    // Empty blocks of the store tier, held until the report
     std::vector<uint64_t> hash, parent;
+    Acks acks;
   };
+  // Counts r's Done for a batch of ops copies; true when it was the last rank's. *fresh:
+  // the copies whose failure this report is the first to tell.
+  bool ack(Acks &a, const Report &r, const Done &d, size_t ops, std::vector<uint32_t> *fresh);
 
   // The calls' bodies.
   kvt_status matched_tokens(uint64_t *out, std::string_view id, uint64_t salt,

@@ -14,7 +14,8 @@
 
 namespace kvt::conn {
 
-Worker::Worker(Manager &m) : m_(m), shape_(shape_of(m)) {
+Worker::Worker(Manager &m, uint32_t world_size, uint32_t rank)
+    : m_(m), shape_(shape_of(m, world_size)), rank_(rank) {
   thread_ = std::thread([this] { run(); });
 }
 
@@ -210,6 +211,7 @@ kvt_status Worker::get_finished(kvt_finished *out) {
   std::lock_guard out_lk(out_mu_);
   Report r;
   r.shape = shape_;
+  r.rank = rank_;
   {
     std::lock_guard lk(mu_);
     r.loads = std::move(loads_done_);

@@ -29,7 +29,8 @@ namespace kvt::conn {
 
 class Worker {
  public:
-  explicit Worker(Manager &m);
+  // rank: this worker's, of world_size workers of one scheduler half.
+  Worker(Manager &m, uint32_t world_size, uint32_t rank);
   ~Worker();  // runs what is queued, then stops
   Worker(const Worker &) = delete;
   Worker &operator=(const Worker &) = delete;
@@ -64,6 +65,7 @@ class Worker {
 
   Manager &m_;
   Shape shape_;
+  uint32_t rank_;
   TierMemory g1_;
   uint64_t g1_blocks_ = 0;
   std::unique_ptr<CudaEngine> cuda_;

@@ -247,6 +247,8 @@ typedef struct kvt_connector_config {
   const char *endpoint_path;
   uint32_t pause_timeout_ms;
   uint32_t reserved2;
+  uint32_t world_size;
+  uint32_t rank;
 } kvt_connector_config;
 void kvt_connector_config_init_sized(kvt_connector_config *cfg, size_t size);
 kvt_status kvt_connector_create(kvt_connector **out, kvt_manager *m, const kvt_connector_config *cfg);
@@ -451,6 +453,7 @@ CONST = {
     'KVT_MAX_BREAKPOINTS': 1024,
     'KVT_MAX_MANAGERS': 256,
     'KVT_MAX_TIER_BLOCKS': 67108863,
+    'KVT_MAX_WORLD_SIZE': 4096,
     'KVT_OBS_SCHEMA_VERSION': 2,
     'KVT_OK': 0,
     'KVT_POLICY_FREQUENCY': 2,
