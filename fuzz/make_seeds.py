@@ -51,17 +51,18 @@ def batch(i, req, n_ops, tier, cap):
     return [i, req, [[i * 7 + k, tier, (i + k) % cap, rng.getrandbits(64), k] for k in range(n_ops)]]
 
 
-shape = [16, 50, 4096]
+# Format version 2: the shape ends with the world's size, and a report with its rank.
+shape = [16, 50, 4096, 2]
 d = os.path.join(HERE, "corpus", "connector_meta")
 os.makedirs(d, exist_ok=True)
 seeds = {
-    "meta-empty": ["kvtier-meta", 1, [0, 0, 0], 0, False, [], [], [], []],
-    "meta-step": ["kvtier-meta", 1, shape, 3, True, [batch(1, "lazy", 1, 2, 50)],
+    "meta-empty": ["kvtier-meta", 2, [0, 0, 0, 1], 0, False, [], [], [], []],
+    "meta-step": ["kvtier-meta", 2, shape, 3, True, [batch(1, "lazy", 1, 2, 50)],
                   [batch(2, "req-A", 2, 2, 50), batch(3, "req-B", 3, 3, 4096)],
                   [batch(4, "x" * 40, 20, 3, 4096)], ["req-C", "f" * 255]],
-    "report-empty": ["kvtier-report", 1, [0, 0, 0], [], [], [], []],
-    "report-step": ["kvtier-report", 1, shape, [[2, []], [3, [[1, -8], [2, -7]]]],
-                    [[4, [[0, -2147483648]]]], ["req-A"], ["req-B", "r" * 32]],
+    "report-empty": ["kvtier-report", 2, [0, 0, 0, 1], [], [], [], [], 0],
+    "report-step": ["kvtier-report", 2, shape, [[2, []], [3, [[1, -8], [2, -7]]]],
+                    [[4, [[0, -2147483648]]]], ["req-A"], ["req-B", "r" * 32], 1],
 }
 for name, msg in seeds.items():
     with open(os.path.join(d, name), "wb") as f:

@@ -1034,12 +1034,15 @@ KVT_API kvt_status kvt_connector_build_connector_meta(
 /* The worker's report (kvt_finished.report): registers completed stores in their tier,
  * unpins what the finished copies used, drops failed stores, unregisters G3 blocks that
  * failed their checksum, and finishes FINISHING slots whose copies drained. A report
- * naming an unknown transfer fails with KVT_ERR_INVALID_ARGUMENT and changes nothing. */
+ * naming an unknown transfer fails with KVT_ERR_INVALID_ARGUMENT and changes nothing.
+ * With world_size > 1, each rank's reports come here: a transfer ends when every rank
+ * named it, failed if any rank's copy failed; a rank naming one twice is refused. */
 KVT_API kvt_status kvt_connector_update_connector_output(kvt_connector *c, const void *report,
                                                          size_t len);
 
 /* The request is done. *out_delay_free is 1 when copies still use its G1 blocks: the
- * engine keeps them until the worker lists the request in finished_sending. The worker
+ * engine keeps them until the worker (every rank's, with world_size > 1) lists the request
+ * in finished_sending. The worker
  * learns of the finish from the next step's metadata, so the engine keeps building and
  * binding steps (empty ones will do) until then, as vLLM does. A request whose
  * asynchronous load is in flight gets 0 and is never listed in finished_sending: the

@@ -68,6 +68,10 @@ type ConnectorConfig struct {
 	EndpointPath string
 	// How long a breakpoint's pause waits for a resume: 1 ms .. 1 hour.
 	PauseTimeoutMs uint32
+	// Tensor and pipeline parallelism: the scheduler half's workers (1..4096), and a worker
+	// half's rank below it. RoleBoth needs 1.
+	WorldSize uint32
+	Rank      uint32
 }
 
 func initConnectorConfig(c *C.kvt_connector_config) {
@@ -81,7 +85,7 @@ func DefaultConnectorConfig() ConnectorConfig {
 	return ConnectorConfig{
 		Role: ConnectorRole(c.role), Offload: OffloadMode(c.offload), StoreTier: Tier(c.store_tier),
 		NumGPUBlocks: uint64(c.num_gpu_blocks), SaltHash: uint64(c.salt_hash), LoadAsync: c.load_async != 0,
-		PauseTimeoutMs: uint32(c.pause_timeout_ms),
+		PauseTimeoutMs: uint32(c.pause_timeout_ms), WorldSize: uint32(c.world_size), Rank: uint32(c.rank),
 	}
 }
 
@@ -147,6 +151,7 @@ func (m *Manager) NewConnector(cfg ConnectorConfig) (*Connector, error) {
 		c.load_async = 1
 	}
 	c.pause_timeout_ms = C.uint32_t(cfg.PauseTimeoutMs)
+	c.world_size, c.rank = C.uint32_t(cfg.WorldSize), C.uint32_t(cfg.Rank)
 	if cfg.EndpointPath != "" {
 		p := C.CString(cfg.EndpointPath)
 		defer C.free(unsafe.Pointer(p))

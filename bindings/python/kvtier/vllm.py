@@ -17,7 +17,8 @@ drafts, reset_prefix_cache, and its block identity (cache_salt, LoRA, multimodal
 
 kv_connector_extra_config keys (docs/VLLM.md):
   g2_blocks, g3_blocks   capacities of G2 (host memory) and G3 (a file), in blocks (default 0)
-  g3_path                directory of the G3 file
+  g3_path                directory of the G3 file (of a worker of world_size N > 1: its
+                         subdirectory rank-<r>-of-<N>, created if need be)
   store_tier             "G2" (default) or "G3": where stores go
   offload                "eager" (default) or "lazy"; lazy_offload (bool), as in vLLM's
                          SimpleCPUOffloadConnector, is accepted too
@@ -33,6 +34,7 @@ import collections
 import dataclasses
 import enum
 import json
+import os
 
 import kvtier
 from kvtier import _vllm_layout
@@ -161,6 +163,42 @@ def _options(extra):
     return manager, connector, extra.get("g3_path"), None if salt is None else str(salt)
 
 
+def _parallel(vllm_config, role):
+    """(world_size, rank, TP, PP) from vLLM's parallel_config; a ValueError names what
+    kvtier cannot serve (context parallel) or what does not add up."""
+    parallel = getattr(vllm_config, "parallel_config", None)
+
+    def size(field, default=1):
+        v = getattr(parallel, field, default)
+        if isinstance(v, bool) or not isinstance(v, int):
+            raise ValueError("kvtier.vllm: parallel_config.%s is an int (got %r)" % (field, v))
+        return v
+
+    for field in ("decode_context_parallel_size", "prefill_context_parallel_size"):
+        if size(field) > 1:
+            raise ValueError("kvtier.vllm: %s %d: context parallel is not supported yet "
+                             "(a block's tokens would be split across ranks)"
+                             % (field, size(field)))
+    world, tp, pp = size("world_size"), size("tensor_parallel_size"), \
+        size("pipeline_parallel_size")
+    if world < 1 or tp < 1 or pp < 1:
+        raise ValueError("kvtier.vllm: parallel_config world_size %d, tensor_parallel_size "
+                         "%d, pipeline_parallel_size %d: each is >= 1" % (world, tp, pp))
+    if getattr(parallel, "rank", None) is not None:
+        rank = size("rank")
+    elif world > 1 and getattr(role, "name", None) == "WORKER":
+        # (vLLM's ParallelConfig always has it.) Two workers both taken as rank 0 would
+        # report as one rank twice: the scheduler half refuses that, and no batch ends.
+        raise ValueError("kvtier.vllm: a worker of world_size %d needs parallel_config.rank"
+                         % world)
+    else:
+        rank = 0
+    if not 0 <= rank < world:
+        raise ValueError("kvtier.vllm: parallel_config.rank %d is not in [0, world_size %d)"
+                         % (rank, world))
+    return world, rank, tp, pp
+
+
 def _identity(vllm_config, salt):
     """What, besides a request's tokens, decides every block's bytes in this deployment:
     the model and its weights' revision, the dtypes, the page size, and the user's salt.
@@ -201,16 +239,25 @@ def _vllm_hash_helpers():
 
 class KvtierConnector(KVConnectorBase_V1):
     """vLLM's KV connector over kvtier: prefix hits from G2/G3, eager or lazy offload of the
-    engine's blocks. One worker per scheduler (tensor and pipeline parallel size 1); one KV
-    cache group (full attention)."""
+    engine's blocks; one KV cache group (full attention).
+
+    Tensor and pipeline parallel: one scheduler connector (world_size = the engine's
+    parallel_config.world_size) and one worker connector per rank (world_size and its
+    parallel_config.rank), each worker over a manager of its own that holds its shard of
+    every block (its KV heads under TP, its layers under PP) at the slot the scheduler
+    chose. The scheduler names a block once, for all ranks; it counts a block as stored only
+    when every rank stored its shard, and a load that failed on any rank removes the block
+    (vLLM's KVOutputAggregator unions the ranks' invalid_block_ids, so every rank
+    recomputes). Each worker's G3 file lives in <g3_path>/rank-<r>-of-<N>, and its G3/G4
+    namespaces are the deployment's folded with (rank, world_size, TP, PP): a persistent G3
+    file of another rank or another parallel layout is refused, never read as this rank's
+    shard. Decode and prefill context parallel (DCP/PCP > 1) are not supported."""
 
     def __init__(self, vllm_config, role, kv_cache_config=None):
         super().__init__(vllm_config, role, kv_cache_config)
         extra = self._kv_transfer_config.kv_connector_extra_config or {}
         self._manager_config, self._connector_config, self._g3_path, salt = _options(extra)
-        world = getattr(getattr(vllm_config, "parallel_config", None), "world_size", 1)
-        if world != 1:
-            raise ValueError("kvtier.vllm: one worker per scheduler (world_size %d)" % world)
+        self._world, self._rank, self._tp, self._pp = _parallel(vllm_config, role)
         self._page_size = vllm_config.cache_config.block_size
         if kv_cache_config is not None:
             self._num_gpu_blocks = kv_cache_config.num_blocks
@@ -265,11 +312,30 @@ class KvtierConnector(KVConnectorBase_V1):
 
     def _open(self, role, **shape):
         config = dict(self._manager_config)
-        g3_path = self._g3_path
+        # g3_path may come in manager={...} too (it was passed twice then); the key wins
+        g3_path = config.pop("g3_path", None)
+        if self._g3_path is not None:
+            g3_path = self._g3_path
+        connector = dict(self._connector_config, world_size=self._world)
         if role == kvtier.ROLE_SCHEDULER and config.get("g3_persist"):
             # The worker's manager owns the persistent file (and its lock); the scheduler's,
             # which holds no bytes, keeps its G3 registry in a file of its own.
             config["g3_persist"], g3_path = 0, None
+        if role == kvtier.ROLE_WORKER:
+            connector["rank"] = self._rank
+            if self._world > 1:
+                # This rank's shard: a directory of its own (the persistent file is always
+                # kvtier-g3.bin, under an exclusive lock), and namespaces of its own, so that
+                # another rank's G3 file is a mismatch, never read as this shard. Block names
+                # (the salt) stay the scheduler's: every rank holds block h at the same slot.
+                if g3_path is not None:
+                    g3_path = os.path.join(str(g3_path), "rank-%d-of-%d"
+                                           % (self._rank, self._world))
+                    os.makedirs(g3_path, exist_ok=True)
+                for field in ("g3_namespace", "g4_namespace"):
+                    config[field] = kvtier.hash_salt(json.dumps(
+                        [str(config[field]), "shard", self._rank, self._world, self._tp,
+                         self._pp]))
         try:
             self.manager = kvtier.Manager(g3_path=g3_path, page_size=self._page_size,
                                           g1_blocks=1, **shape, **config)
@@ -278,7 +344,7 @@ class KvtierConnector(KVConnectorBase_V1):
         try:
             self.connector = kvtier.Connector(self.manager, role=role,
                                               num_gpu_blocks=self._num_gpu_blocks,
-                                              **self._connector_config)
+                                              **connector)
         except BaseException:
             self.manager.close()
             raise

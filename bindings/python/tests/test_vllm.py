@@ -44,11 +44,15 @@ def test_extra_config_is_checked(bad):
                                     types.SimpleNamespace(num_blocks=8))
 
 
-def test_gpu_blocks_and_world_size_are_checked():
+def test_gpu_blocks_and_ranks_are_checked():
     worker = kvtier.vllm.KVConnectorRole.WORKER
     with pytest.raises(ValueError):  # G1's size comes from kv_cache_config or the config
         kvtier.vllm.KvtierConnector(vllm_config(), worker)
     config = vllm_config()
     config.parallel_config.world_size = 2
-    with pytest.raises(ValueError):
+    # Two workers both taken as rank 0 would report as one rank twice.
+    with pytest.raises(ValueError, match="needs parallel_config.rank"):
+        kvtier.vllm.KvtierConnector(config, worker, types.SimpleNamespace(num_blocks=8))
+    config.parallel_config.rank = 2
+    with pytest.raises(ValueError, match="rank 2 is not in"):
         kvtier.vllm.KvtierConnector(config, worker, types.SimpleNamespace(num_blocks=8))

@@ -552,14 +552,46 @@ def test_bad_extra_config(vllm, tmp_path, bad, key, role):
             c.shutdown()
 
 
-def test_world_size_is_checked(vllm, tmp_path):
-    cfg = H.make_vllm_config(dict(g2_blocks=8), async_scheduling=True, block_size=BS,
-                             num_gpu_blocks=8, max_model_len=256, max_num_batched_tokens=64,
-                             max_num_seqs=2, num_spec_tokens=0, kv_events=False,
-                             kv_load_failure_policy="recompute", world_size=2)
-    with pytest.raises(ValueError, match="world_size"):
+def _parallel_config(**parallel):
+    return H.make_vllm_config(dict(g2_blocks=8, num_gpu_blocks=8), async_scheduling=True,
+                              block_size=BS, num_gpu_blocks=8, max_model_len=256,
+                              max_num_batched_tokens=64, max_num_seqs=2, num_spec_tokens=0,
+                              kv_events=False,
+                              kv_load_failure_policy="recompute", **parallel)
+
+
+@pytest.mark.parametrize("field", ["decode_context_parallel_size",
+                                   "prefill_context_parallel_size"])
+@pytest.mark.parametrize("role", ["SCHEDULER", "WORKER"])
+def test_context_parallel_is_refused(vllm, field, role):
+    """DCP/PCP > 1 split a block's tokens across ranks: refused, naming the field."""
+    cfg = _parallel_config(tensor_parallel_size=2, **{field: 2})
+    with pytest.raises(ValueError, match=field):
         vllm.KVConnectorFactory.create_connector(
-            config=cfg, role=vllm.base.KVConnectorRole.SCHEDULER, kv_cache_config=None)
+            config=cfg, role=getattr(vllm.base.KVConnectorRole, role), kv_cache_config=None)
+
+
+def test_world_size_2_is_accepted(vllm, tmp_path):
+    """TP 2: a scheduler connector of world_size 2, and workers of each rank; a rank outside
+    the world is refused. (A worker's G3 directory and namespaces per rank, and the
+    scheduler counting both ranks' reports: test_vllm_parallel.py.)"""
+    cfg = _parallel_config(tensor_parallel_size=2)
+    assert cfg.parallel_config.world_size == 2
+    c = vllm.KVConnectorFactory.create_connector(
+        config=cfg, role=vllm.base.KVConnectorRole.SCHEDULER, kv_cache_config=None)
+    try:
+        assert c.connector is not None
+    finally:
+        c.shutdown()
+    for rank in (0, 1):
+        cfg = _parallel_config(tensor_parallel_size=2, rank=rank)
+        c = vllm.KVConnectorFactory.create_connector(
+            config=cfg, role=vllm.base.KVConnectorRole.WORKER, kv_cache_config=None)
+        c.shutdown()
+    cfg = _parallel_config(tensor_parallel_size=2, rank=2)
+    with pytest.raises(ValueError, match="rank"):
+        vllm.KVConnectorFactory.create_connector(
+            config=cfg, role=vllm.base.KVConnectorRole.WORKER, kv_cache_config=None)
 
 
 # a mixed workload: arrivals, shared prefixes, preemptions, drafts, aborts, G2 evictions

@@ -18,12 +18,15 @@ hash_block_tokens, get_request_block_hasher, init_none_hash, maybe_convert_block
 KVCacheBlock, FreeKVCacheBlockQueue (kv_cache_utils.py); FlashAttentionBackend's
 get_kv_cache_shape and get_kv_cache_stride_order; KVConnectorModelRunnerMixin's connector
 context (kv_connector_model_runner_mixin.py); maybe_transfer_kv_layer (kv_transfer_utils.py);
-the VllmConfig properties the scheduler reads; ConstantList.
+KVOutputAggregator (kv_connector/utils.py), which merges N workers' KVConnectorOutputs; the
+VllmConfig properties the scheduler reads; ConstantList.
 
 Stand-ins (documented where defined): BlockPool, the unitary KV-cache coordinator, the FCFS
 request queue, check_stop, the engine core loop (EngineCore.step and step_with_batch_queue),
-and the worker (Worker: GPUModelRunner's connector order, _update_states' bookkeeping, a
-deterministic "model" with speculative decoding).
+the worker (Worker: GPUModelRunner's connector order, _update_states' bookkeeping, a
+deterministic "model" with speculative decoding), and, for tensor/pipeline parallel, the
+multiproc executor (WorkerGroup: one spawned process per rank, each a Worker over its shard
+of the KV caches, bytes only between them and the scheduler).
 """
 import ast
 import contextlib
@@ -1073,6 +1076,15 @@ def setup():
     V.maybe_transfer_kv_layer = compile_functions(path, ["maybe_transfer_kv_layer"],
                                                   ns)["maybe_transfer_kv_layer"]
 
+    # the executor's aggregation of every rank's KVConnectorOutput (N workers)
+    path = os.path.join(vdir, "distributed", "kv_transfer", "kv_connector", "utils.py")
+    ns = import_namespace(path, "vllm.distributed.kv_transfer.kv_connector.utils",
+                          "holds only KVOutputAggregator, compiled from vLLM's "
+                          "kv_connector/utils.py (the rest of that file needs torch)")
+    ns["logger"] = init_logger(ns["__name__"])
+    V.KVOutputAggregator = compile_class(path, "KVOutputAggregator",
+                                         ["__init__", "from_connector", "aggregate"], ns)
+
     # VllmConfig's properties that the scheduler reads
     path = os.path.join(vdir, "config", "vllm.py")
     V.VllmConfigProps = compile_class(path, "VllmConfig", [
@@ -1155,8 +1167,11 @@ class CacheConfig:
 
 @dataclasses.dataclass
 class ParallelConfig:
-    """Stand-in of vllm.config.ParallelConfig: one worker."""
+    """Stand-in of vllm.config.ParallelConfig: world_size = PP x TP (x PCP), and rank, the
+    worker's global rank (vLLM's WorkerBase sets it; the multiproc executor numbers ranks
+    with TP rank = rank % TP, PP rank = rank // TP)."""
     world_size: int = 1
+    rank: int = 0
     pipeline_parallel_size: int = 1
     tensor_parallel_size: int = 1
     data_parallel_size: int = 1
@@ -1212,11 +1227,17 @@ class SpeculativeConfig:
 
 def make_vllm_config(extra, *, async_scheduling, block_size, num_gpu_blocks, max_model_len,
                      max_num_batched_tokens, max_num_seqs, num_spec_tokens, kv_events,
-                     kv_load_failure_policy, long_prefill_token_threshold=0, world_size=1,
-                     enable_prefix_caching=True):
+                     kv_load_failure_policy, long_prefill_token_threshold=0, world_size=None,
+                     enable_prefix_caching=True, tensor_parallel_size=1,
+                     pipeline_parallel_size=1, rank=0, decode_context_parallel_size=1,
+                     prefill_context_parallel_size=1):
     """A VllmConfig with kvtier.vllm as the KV connector (kv_both), built as vLLM builds it
     for `--kv-transfer-config '{"kv_connector": "KvtierConnector", "kv_connector_module_path":
-    "kvtier.vllm", ...}'`."""
+    "kvtier.vllm", ...}'`; world_size defaults to PP x TP x PCP, as vLLM computes it, and rank
+    is the worker's (the scheduler's config keeps 0)."""
+    if world_size is None:
+        world_size = (pipeline_parallel_size * tensor_parallel_size
+                      * prefill_context_parallel_size)
     ktc = V.kv_transfer_config.KVTransferConfig(
         kv_connector="KvtierConnector", kv_connector_module_path="kvtier.vllm",
         kv_role="kv_both", kv_connector_extra_config=dict(extra),
@@ -1231,7 +1252,11 @@ def make_vllm_config(extra, *, async_scheduling, block_size, num_gpu_blocks, max
         cache_config=CacheConfig(block_size=block_size, num_gpu_blocks=num_gpu_blocks,
                                  enable_prefix_caching=enable_prefix_caching),
         model_config=ModelConfig(max_model_len=max_model_len),
-        parallel_config=ParallelConfig(world_size=world_size),
+        parallel_config=ParallelConfig(
+            world_size=world_size, rank=rank, tensor_parallel_size=tensor_parallel_size,
+            pipeline_parallel_size=pipeline_parallel_size,
+            decode_context_parallel_size=decode_context_parallel_size,
+            prefill_context_parallel_size=prefill_context_parallel_size),
         speculative_config=SpeculativeConfig(num_spec_tokens) if num_spec_tokens else None,
         kv_events_config=V.kv_events_config.KVEventsConfig(
             enable_kv_cache_events=True, publisher="harness") if kv_events else None)
@@ -1402,10 +1427,20 @@ class Worker:
     inputs are wrong writes poisoned KV (garbage in, garbage out). Mismatches in blocks the
     step's KVConnectorOutput.invalid_block_ids names (or an earlier step's, in slots not
     rewritten since, and KV computed over those) follow from the connector's reported
-    failures; any other is recorded in `errors`."""
+    failures; any other is recorded in `errors`.
 
-    def __init__(self, vllm_config, kv_cache_config, ctx_of, async_scheduling):
+    One of N ranks (WorkerProc): its KV caches hold its shard, the layers from layer0 and
+    the KV heads from head0 of the model's (kv_bytes takes the global layer and head, so a
+    shard loaded into another rank's caches fails the check); a PP stage that is not the
+    last returns ModelRunnerOutput.with_kv_conn_output_only, as GPUModelRunner does (it
+    samples too, standing in for the last stage's broadcast of the sampled tokens)."""
+
+    def __init__(self, vllm_config, kv_cache_config, ctx_of, async_scheduling, layer0=0,
+                 head0=0, last_stage=True):
         self.vllm_config, self.kv_cache_config = vllm_config, kv_cache_config
+        self.layer0, self.head0, self.last_stage = layer0, head0, last_stage
+        # request -> the positions below its computed count that the forward read (checked)
+        self.reads = defaultdict(set)
         spec = kv_cache_config.kv_cache_groups[0].kv_cache_spec
         self.block_size, self.num_kv_heads = spec.block_size, spec.num_kv_heads
         self.head_size, self.el = spec.head_size, spec.dtype.itemsize
@@ -1464,6 +1499,8 @@ class Worker:
         if defer:  # sample_tokens: drafting, then the deferred connector finalization
             self._propose_drafts(so, step)
             V.Mixin.finalize_kv_connector()
+        if not self.last_stage:  # GPUModelRunner.sample_tokens on a PP rank but the last
+            return V.outputs.ModelRunnerOutput.with_kv_conn_output_only(kv_out)
         return V.outputs.ModelRunnerOutput(
             req_ids=req_ids, req_id_to_index={r: i for i, r in enumerate(req_ids)},
             sampled_token_ids=sampled, kv_connector_output=kv_out)
@@ -1536,16 +1573,20 @@ class Worker:
     def layer_forward(self, layer_name, step):
         """The attention layer: reads the computed KV (checked), writes the new positions'."""
         t = self.kv_caches[layer_name]
-        layer = self.layers.index(layer_name)
+        local = self.layers.index(layer_name)
+        layer = self.layer0 + local  # the model's layer: the bytes depend on it
         n = 2 * self.head_size * self.el
         assert t.stride(3) == 1
         mem = memoryview(t.buf).cast("B")
         for rid, p in step.plan.items():
+            reads = self.reads[rid]
             for pos in range(p.c):
+                reads.add(pos)
                 for h in range(self.num_kv_heads):
                     block, off = self._slot(t, p.st.block_ids, pos, h)
                     self.checked_positions += 1
-                    if bytes(mem[off:off + n]) != kv_bytes(p.digests[pos], layer, h, n):
+                    if bytes(mem[off:off + n]) != kv_bytes(p.digests[pos], layer,
+                                                           self.head0 + h, n):
                         tainted = pos % self.block_size in self.tainted.get(block, ())
                         step.violations.append((rid, pos, block, layer_name, tainted))
                         step.poisoned.add(rid)
@@ -1554,8 +1595,8 @@ class Worker:
                 d = p.digests[pos] if rid not in step.poisoned else b"poison%d" % self.step
                 for h in range(self.num_kv_heads):
                     block, off = self._slot(t, p.st.block_ids, pos, h)
-                    mem[off:off + n] = kv_bytes(d, layer, h, n)
-                if layer == len(self.layers) - 1:
+                    mem[off:off + n] = kv_bytes(d, layer, self.head0 + h, n)
+                if local == len(self.layers) - 1:
                     slot = pos % self.block_size
                     if rid in step.poisoned:  # computed over garbage: garbage itself
                         step.poisoned_slots.append((block, slot))
@@ -1621,13 +1662,225 @@ def _attention_op(query, layer_name):
 
 
 # ---------------------------------------------------------------------------------------
-# The engine core: EngineCore.step (sync scheduling) and step_with_batch_queue (async)
+# N workers: one process per rank, as MultiprocExecutor runs them
+# ---------------------------------------------------------------------------------------
+
+def rank_kv_cache_config(rank, num_gpu_blocks, block_size, num_kv_heads, head_size, layers,
+                         tp=1, pp=1):
+    """A rank's KVCacheConfig as vLLM builds it per worker: under TP its spec has the rank's
+    share of the KV heads (num_kv_heads // tp), under PP its tensors and group only the
+    rank's stage's layers; every rank has the same num_blocks. Returns (the config, the
+    model's index of its first layer, of its first KV head, whether it is the last PP
+    stage). TP rank = rank % tp, PP rank = rank // tp (the multiproc executor's numbering)."""
+    torch = sys.modules["torch"]
+    kci = V.kv_cache_interface
+    tp_rank, pp_rank = rank % tp, rank // tp
+    if num_kv_heads % tp or len(layers) % pp:
+        raise HarnessError("%d KV heads, %d layers do not split over TP %d, PP %d"
+                           % (num_kv_heads, len(layers), tp, pp))
+    heads, per_stage = num_kv_heads // tp, len(layers) // pp
+    mine = list(layers[pp_rank * per_stage:(pp_rank + 1) * per_stage])
+    spec = kci.FullAttentionSpec(block_size=block_size, num_kv_heads=heads,
+                                 head_size=head_size, dtype=torch.float16)
+    cfg = kci.KVCacheConfig(
+        num_blocks=num_gpu_blocks,
+        kv_cache_tensors=[kci.KVCacheTensor(size=spec.page_size_bytes * num_gpu_blocks,
+                                            shared_by=[name]) for name in mine],
+        kv_cache_groups=[kci.KVCacheGroupSpec(mine, spec)])
+    return cfg, pp_rank * per_stage, tp_rank * heads, pp_rank == pp - 1
+
+
+def _rank_main(conn, params):
+    """A worker process (spawned: a fresh interpreter): sets vLLM up, builds its rank's
+    VllmConfig (parallel_config.rank = its rank, as WorkerBase sets it) and KV caches, its
+    Worker (whose connector vLLM's factory builds with role WORKER), then serves the parent's
+    requests. Only bytes cross the pipe: pickles in both directions, and within them the
+    SchedulerOutput and ModelRunnerOutput pickled as vLLM's message queues pickle them."""
+    import traceback
+    worker = None
+    try:
+        p = pickle.loads(params)
+        setup()
+        cfg = make_vllm_config(p["extra"], rank=p["rank"], **p["config"])
+        kcc, layer0, head0, last = rank_kv_cache_config(rank=p["rank"], **p["shape"])
+        ctx = {}
+        worker = Worker(cfg, kcc, ctx.__getitem__, p["config"]["async_scheduling"],
+                        layer0=layer0, head0=head0, last_stage=last)
+        conn.send_bytes(pickle.dumps(("ok", None)))
+    except BaseException:  # noqa: BLE001 - reported to the parent, which raises it
+        conn.send_bytes(pickle.dumps(("error", traceback.format_exc())))
+        return
+    while True:
+        try:
+            op, args = pickle.loads(conn.recv_bytes())
+        except EOFError:  # the parent is gone
+            op, args = "close", ()
+        try:
+            if op == "execute":
+                so_bytes, new_ctx = args
+                ctx.update(new_ctx)
+                res = worker.execute_model(so_bytes)
+            elif op == "drafts":
+                res = worker.take_draft_token_ids()
+            elif op == "query":
+                res = {name: getattr(worker, name) for name in args}
+            elif op == "close":
+                worker.shutdown()
+                res = None
+            else:
+                raise HarnessError("unknown op %r" % (op,))
+            reply = ("ok", res)
+        except BaseException:  # noqa: BLE001 - reported to the parent, which raises it
+            reply = ("error", traceback.format_exc())
+        try:
+            conn.send_bytes(pickle.dumps(reply))
+        except (BrokenPipeError, OSError):
+            return
+        if op == "close":
+            return
+
+
+class WorkerProc:
+    """One rank's process (multiprocessing's "spawn" context, never fork: this process has
+    kvtier's threads) and its pipe."""
+
+    TIMEOUT = 120.0
+
+    def __init__(self, rank, params):
+        import multiprocessing
+        mp = multiprocessing.get_context("spawn")
+        self.rank = rank
+        self.conn, child = mp.Pipe()
+        self.proc = mp.Process(target=_rank_main, args=(child, pickle.dumps(params)),
+                               name="kvtier-rank-%d" % rank, daemon=True)
+        self.proc.start()
+        child.close()
+        self.ready = False
+
+    def send(self, op, *args):
+        self.conn.send_bytes(pickle.dumps((op, args)))
+
+    def recv(self, timeout=None):
+        if not self.conn.poll(self.TIMEOUT if timeout is None else timeout):
+            raise HarnessError("rank %d did not answer in time (alive: %s)"
+                               % (self.rank, self.proc.is_alive()))
+        try:
+            status, value = pickle.loads(self.conn.recv_bytes())
+        except EOFError:
+            raise HarnessError("rank %d exited (code %s)" % (self.rank, self.proc.exitcode))
+        if status != "ok":
+            raise AssertionError("rank %d failed:\n%s" % (self.rank, value))
+        return value
+
+    def call(self, op, *args):
+        self.send(op, *args)
+        return self.recv()
+
+    def close(self):
+        try:
+            if self.proc.is_alive():
+                self.send("close")
+                self.recv(timeout=30)
+        finally:
+            self.proc.join(10)
+            if self.proc.is_alive():
+                self.proc.kill()
+                self.proc.join(5)
+            self.conn.close()
+
+
+class WorkerGroup:
+    """N ranks as MultiprocExecutor runs them with a KV connector: the SchedulerOutput is
+    pickled once and every rank unpickles its own copy (the broadcast queue); every rank
+    replies, and vLLM's own KVOutputAggregator (compiled from kv_connector/utils.py, built
+    by from_connector over the scheduler's connector) merges their KVConnectorOutputs into
+    the output of output_rank = world_size - TP (TP rank 0 of the last PP stage).
+
+    rank_outputs: per execution, each rank's own KVConnectorOutput (None for an empty one),
+    kept before aggregate replaces the output rank's; aggregated: the merged ones."""
+
+    def __init__(self, extra, config, shape, ctx, rank_manager):
+        self.tp, self.pp = shape["tp"], shape["pp"]
+        self.world = self.tp * self.pp
+        self.output_rank = self.world - self.tp
+        self.num_spec = config["num_spec_tokens"]
+        self._ctx, self._ctx_sent = ctx, set()
+        self.aggregator = None
+        self.rank_outputs, self.aggregated = [], []
+        self.procs = []
+        try:
+            for rank in range(self.world):
+                mine = copy.deepcopy(dict(extra))
+                if rank in rank_manager:
+                    mine["manager"] = dict(mine.get("manager") or {}, **rank_manager[rank])
+                self.procs.append(WorkerProc(rank, dict(
+                    extra=mine, config=config, shape=shape, rank=rank)))
+        except BaseException:
+            self.shutdown()
+            raise
+
+    def start(self, aggregator):
+        """Waits for every rank to be up (their connectors registered their KV caches)."""
+        self.aggregator = aggregator
+        for p in self.procs:
+            p.recv()
+            p.ready = True
+
+    def execute_model(self, scheduler_output_bytes):
+        new = {k: v for k, v in self._ctx.items() if k not in self._ctx_sent}
+        self._ctx_sent.update(new)
+        for p in self.procs:  # the broadcast: all ranks run the step at once
+            p.send("execute", scheduler_output_bytes, new)
+        outputs = [pickle.loads(p.recv()) for p in self.procs]
+        self.rank_outputs.append([getattr(o, "kv_connector_output", None) for o in outputs])
+        out = self.aggregator.aggregate(outputs, output_rank=self.output_rank)
+        self.aggregated.append(out.kv_connector_output if out is not None else None)
+        return pickle.dumps(out)
+
+    def take_draft_token_ids(self):
+        return self.procs[self.output_rank].call("drafts")
+
+    def query(self, *names):
+        """Per rank, {name: the value of the Worker's attribute}."""
+        for p in self.procs:
+            p.send("query", *names)
+        return [p.recv() for p in self.procs]
+
+    @property
+    def errors(self):
+        return [(q_rank,) + tuple(e) for q_rank, q in enumerate(self.query("errors"))
+                for e in q["errors"]]
+
+    def shutdown(self):
+        procs, self.procs = self.procs, []
+        failure = None
+        for p in procs:
+            try:
+                if p.ready:
+                    p.close()
+                else:  # it may still be setting up: no pipe protocol yet
+                    p.proc.kill()
+                    p.proc.join(5)
+                    p.conn.close()
+            except BaseException as e:  # noqa: BLE001 - close the others first
+                failure = failure or e
+        if failure is not None:
+            raise failure
+
+
+# ---------------------------------------------------------------------------------------
+# The engine core: EngineCore.step, and step_with_batch_queue (async scheduling, or PP)
 # ---------------------------------------------------------------------------------------
 
 class Engine:
     """vLLM's engine core around the compiled Scheduler (AsyncScheduler with async
     scheduling, vLLM's default) and one Worker, as UniProcExecutor runs it (one worker, its
-    ModelRunnerOutput passed on as is, across a pickle). Requests are vLLM's Request with vLLM's
+    ModelRunnerOutput passed on as is, across a pickle); with tp * pp > 1, N worker processes
+    (WorkerGroup: MultiprocExecutor's broadcast and vLLM's own KVOutputAggregator), and
+    step_with_batch_queue whenever vLLM's max_concurrent_batches > 1 (PP too, as EngineCore
+    does). rank_manager {rank: {kvt_manager_config field: value}} is a test device: that
+    rank's kv_connector_extra_config "manager" gets the fields (real vLLM gives every rank
+    the same config), e.g. G3 fault injection on one rank. Requests are vLLM's Request with vLLM's
     block hasher (get_request_block_hasher over sha256, init_none_hash as EngineCore does).
     The model's KV depends on the tokens and on the request's LoRA and cache_salt (standing
     for tenant-specific weights, so that a cross-tenant hit shows in the bytes too)."""
@@ -1638,38 +1891,49 @@ class Engine:
                  num_kv_heads=4, head_size=8, max_model_len=1024, max_num_batched_tokens=256,
                  max_num_seqs=8, num_spec_tokens=0, kv_events=True,
                  kv_load_failure_policy="recompute", long_prefill_token_threshold=0,
-                 layers=LAYERS):
+                 layers=LAYERS, tp=1, pp=1, rank_manager=None):
         setup()
-        torch = sys.modules["torch"]
-        self.cfg = make_vllm_config(
-            extra, async_scheduling=async_scheduling, block_size=block_size,
+        config = dict(
+            async_scheduling=async_scheduling, block_size=block_size,
             num_gpu_blocks=num_gpu_blocks, max_model_len=max_model_len,
             max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs,
             num_spec_tokens=num_spec_tokens, kv_events=kv_events,
             kv_load_failure_policy=kv_load_failure_policy,
-            long_prefill_token_threshold=long_prefill_token_threshold)
-        kci = V.kv_cache_interface
-        spec = kci.FullAttentionSpec(block_size=block_size, num_kv_heads=num_kv_heads,
-                                     head_size=head_size, dtype=torch.float16)
-        self.kv_cache_config = kci.KVCacheConfig(
-            num_blocks=num_gpu_blocks,
-            kv_cache_tensors=[kci.KVCacheTensor(size=spec.page_size_bytes * num_gpu_blocks,
-                                                shared_by=[name]) for name in layers],
-            kv_cache_groups=[kci.KVCacheGroupSpec(list(layers), spec)])
+            long_prefill_token_threshold=long_prefill_token_threshold,
+            tensor_parallel_size=tp, pipeline_parallel_size=pp)
+        self.cfg = make_vllm_config(extra, **config)
+        self.world, self.tp, self.pp = tp * pp, tp, pp
+        shape = dict(num_gpu_blocks=num_gpu_blocks, block_size=block_size,
+                     num_kv_heads=num_kv_heads, head_size=head_size, layers=list(layers),
+                     tp=tp, pp=pp)
+        self.ctx = {}
+        if self.world > 1:  # the workers start first (spawned: they set vLLM up meanwhile)
+            self.worker = WorkerGroup(extra, config, shape, self.ctx, rank_manager or {})
+        # the scheduler's KVCacheConfig is worker 0's (vLLM's EngineCore)
+        self.kv_cache_config = rank_kv_cache_config(rank=0, **shape)[0]
         self.async_scheduling = async_scheduling
         hash_fn = V.hashing.get_hash_fn_by_name(self.cfg.cache_config.prefix_caching_hash_algo)
         V.kv_cache_utils.init_none_hash(hash_fn)
         self.block_hasher = V.kv_cache_utils.get_request_block_hasher(block_size, hash_fn)
-        self.ctx = {}
-        self.worker = Worker(self.cfg, self.kv_cache_config, self.ctx.__getitem__,
-                             async_scheduling)
+        if self.world == 1:
+            self.worker = Worker(self.cfg, self.kv_cache_config, self.ctx.__getitem__,
+                                 async_scheduling)
         cls = V.AsyncScheduler if async_scheduling else V.Scheduler
-        self.sched = cls(vllm_config=self.cfg, kv_cache_config=self.kv_cache_config,
-                         structured_output_manager=StructuredOutputManager(),
-                         block_size=block_size, log_stats=False)
+        try:
+            self.sched = cls(vllm_config=self.cfg, kv_cache_config=self.kv_cache_config,
+                             structured_output_manager=StructuredOutputManager(),
+                             block_size=block_size, log_stats=False)
+            if self.world > 1:  # Executor.init_kv_output_aggregator(scheduler.connector)
+                self.worker.start(V.KVOutputAggregator.from_connector(self.sched.connector,
+                                                                      self.world))
+        except BaseException:
+            self.worker.shutdown()
+            raise
         self.connector = self.sched.connector
         self.batch_queue = deque()
-        self.batch_queue_size = self.cfg.max_concurrent_batches if async_scheduling else 1
+        # EngineCore: step_with_batch_queue whenever max_concurrent_batches > 1 (async
+        # scheduling, or PP > 1 even with sync scheduling)
+        self.batch_queue_size = self.cfg.max_concurrent_batches
         self.requests, self.outputs, self.finish_reasons = {}, defaultdict(list), {}
         # request -> (GPU hit, kvtier hit) of its first admission, and of each lookup since
         self.aborted, self.hits, self.hit_log, self.steps = set(), {}, defaultdict(list), 0
@@ -1735,7 +1999,7 @@ class Engine:
     def step(self):
         """One engine-core iteration."""
         self.steps += 1
-        if not self.async_scheduling:  # EngineCore.step, then post_step's drafts
+        if self.batch_queue_size <= 1:  # EngineCore.step, then post_step's drafts
             if not self.sched.has_requests():
                 return False
             so = self.sched.schedule()

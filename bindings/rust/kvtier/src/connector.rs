@@ -92,6 +92,10 @@ pub struct ConnectorConfig {
     pub endpoint_path: Option<std::path::PathBuf>,
     /// How long a breakpoint's pause waits for a resume: 1 ms ..= 1 hour.
     pub pause_timeout_ms: u32,
+    /// Tensor and pipeline parallelism: the scheduler half's workers (1..=4096), and a
+    /// worker half's rank below it. Role::Both needs 1.
+    pub world_size: u32,
+    pub rank: u32,
 }
 
 fn config_defaults() -> sys::kvt_connector_config {
@@ -121,6 +125,8 @@ impl Default for ConnectorConfig {
             load_async: c.load_async != 0,
             endpoint_path: None,
             pause_timeout_ms: c.pause_timeout_ms,
+            world_size: c.world_size,
+            rank: c.rank,
         }
     }
 }
@@ -213,6 +219,8 @@ impl<'m> Connector<'m> {
         c.salt_hash = cfg.salt_hash;
         c.load_async = cfg.load_async as u32;
         c.pause_timeout_ms = cfg.pause_timeout_ms;
+        c.world_size = cfg.world_size;
+        c.rank = cfg.rank;
         let endpoint = cfg.endpoint_path.as_deref().map(crate::observe::c_path).transpose()?;
         if let Some(p) = &endpoint {
             c.endpoint_path = p.as_ptr();
