@@ -196,7 +196,17 @@ def _parallel(vllm_config, role):
     if not 0 <= rank < world:
         raise ValueError("kvtier.vllm: parallel_config.rank %d is not in [0, world_size %d)"
                          % (rank, world))
-    return world, rank, tp, pp
+    if world > 1 and str(getattr(parallel, "distributed_executor_backend", None)) \
+            == "external_launcher":
+        # Each process runs a scheduler of its own over one worker (UniProcExecutor): no
+        # aggregator counts the ranks' reports, and every scheduler must decide as the others
+        # do, which per-rank tiers that can diverge would not guarantee.
+        raise ValueError("kvtier.vllm: distributed_executor_backend 'external_launcher' with "
+                         "world_size %d is not supported: use the 'mp' or 'ray' executor, "
+                         "whose one scheduler serves every rank" % world)
+    # Data-parallel engines on one host each have a G3 of their own (its file is locked).
+    dp_rank = size("data_parallel_rank", 0) if size("data_parallel_size") > 1 else None
+    return world, rank, tp, pp, dp_rank
 
 
 def _identity(vllm_config, salt):
@@ -247,8 +257,11 @@ class KvtierConnector(KVConnectorBase_V1):
     every block (its KV heads under TP, its layers under PP) at the slot the scheduler
     chose. The scheduler names a block once, for all ranks; it counts a block as stored only
     when every rank stored its shard, and a load that failed on any rank removes the block
-    (vLLM's KVOutputAggregator unions the ranks' invalid_block_ids, so every rank
-    recomputes). Each worker's G3 file lives in <g3_path>/rank-<r>-of-<N>, and its G3/G4
+    (vLLM's KVOutputAggregator unions the ranks' invalid_block_ids; under its
+    kv_load_failure_policy "recompute" every rank recomputes). The 'external_launcher'
+    executor with world_size > 1 is refused (a scheduler per process, no aggregator). Each
+    worker's G3 file lives in <g3_path>/rank-<r>-of-<N> (under <g3_path>/dp-<d> when
+    data_parallel_size > 1), and its G3/G4
     namespaces are the deployment's folded with (rank, world_size, TP, PP): a persistent G3
     file of another rank or another parallel layout is refused, never read as this rank's
     shard. Decode and prefill context parallel (DCP/PCP > 1) are not supported."""
@@ -257,7 +270,8 @@ class KvtierConnector(KVConnectorBase_V1):
         super().__init__(vllm_config, role, kv_cache_config)
         extra = self._kv_transfer_config.kv_connector_extra_config or {}
         self._manager_config, self._connector_config, self._g3_path, salt = _options(extra)
-        self._world, self._rank, self._tp, self._pp = _parallel(vllm_config, role)
+        self._world, self._rank, self._tp, self._pp, self._dp_rank = _parallel(vllm_config,
+                                                                               role)
         self._page_size = vllm_config.cache_config.block_size
         if kv_cache_config is not None:
             self._num_gpu_blocks = kv_cache_config.num_blocks
@@ -321,6 +335,9 @@ class KvtierConnector(KVConnectorBase_V1):
             # The worker's manager owns the persistent file (and its lock); the scheduler's,
             # which holds no bytes, keeps its G3 registry in a file of its own.
             config["g3_persist"], g3_path = 0, None
+        if self._dp_rank is not None and g3_path is not None:
+            g3_path = os.path.join(str(g3_path), "dp-%d" % self._dp_rank)
+            os.makedirs(g3_path, exist_ok=True)
         if role == kvtier.ROLE_WORKER:
             connector["rank"] = self._rank
             if self._world > 1:

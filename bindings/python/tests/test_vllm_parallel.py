@@ -224,9 +224,10 @@ def test_load_failing_on_one_rank(make, vllm, tmp_path, tp, pp, async_scheduling
     assert e.connector.connector.batches() == []
 
 
-def _rank_worker(vllm, tmp_path, rank, tp=2, pp=1):
-    """A worker connector of rank `rank` (world tp * pp) with a persistent G3 file, its KV
-    caches registered (which opens its manager)."""
+def _rank_worker(vllm, tmp_path, rank, tp=2, pp=1, dp=None):
+    """A worker connector of rank `rank` (world tp * pp; of data-parallel engine `dp` of 2
+    unless None) with a persistent G3 file, its KV caches registered (which opens its
+    manager)."""
     layers = list(H.Engine.LAYERS)
     rcfg = H.make_vllm_config(
         dict(store_tier="G3", g2_blocks=0, g3_blocks=8, g3_path=str(tmp_path),
@@ -235,6 +236,9 @@ def _rank_worker(vllm, tmp_path, rank, tp=2, pp=1):
         max_num_batched_tokens=64, max_num_seqs=2, num_spec_tokens=0, kv_events=False,
         kv_load_failure_policy="recompute", tensor_parallel_size=tp,
         pipeline_parallel_size=pp, rank=rank)
+    if dp is not None:
+        rcfg.parallel_config.data_parallel_size = 2
+        rcfg.parallel_config.data_parallel_rank = dp
     kcc = H.rank_kv_cache_config(rank, 8, BS, 4, 8, layers, tp=tp, pp=pp)[0]
     w = vllm.KVConnectorFactory.create_connector(
         config=rcfg, role=vllm.base.KVConnectorRole.WORKER, kv_cache_config=kcc)
@@ -272,3 +276,24 @@ def test_persistent_g3_file_of_another_rank_is_refused(vllm, tmp_path, tp, pp):
     workers = [_rank_worker(vllm, tmp_path, rank, tp, pp) for rank in (0, 1)]
     for w in workers:
         w.shutdown()
+
+
+@pytest.mark.parametrize("tp", [1, 2], ids=["tp1", "tp2"])
+def test_data_parallel_engines_on_one_host_have_g3_files_of_their_own(vllm, tmp_path, tp):
+    """Two data-parallel engines with one g3_path, all their workers alive at once: each
+    engine's files are under dp-<data_parallel_rank>, so none fails on another's lock."""
+    workers = []
+    try:
+        for dp in (0, 1):
+            for rank in range(tp):
+                workers.append(_rank_worker(vllm, tmp_path, rank, tp=tp, dp=dp))
+        for dp in (0, 1):
+            for rank in range(tp):
+                d = tmp_path / ("dp-%d" % dp)
+                if tp > 1:
+                    d = d / ("rank-%d-of-%d" % (rank, tp))
+                assert (d / "kvtier-g3.bin").is_file(), sorted(map(str, tmp_path.rglob("*")))
+        assert not (tmp_path / "kvtier-g3.bin").exists()
+    finally:
+        for w in workers:
+            w.shutdown()

@@ -594,6 +594,22 @@ def test_world_size_2_is_accepted(vllm, tmp_path):
             config=cfg, role=vllm.base.KVConnectorRole.WORKER, kv_cache_config=None)
 
 
+@pytest.mark.parametrize("role", ["SCHEDULER", "WORKER"])
+def test_external_launcher_with_world_size_2_is_refused(vllm, role):
+    """Under 'external_launcher' each process schedules for itself over one worker: nothing
+    would count a second rank's reports, so it is refused by name; with world 1 it runs."""
+    cfg = _parallel_config(tensor_parallel_size=2)
+    cfg.parallel_config.distributed_executor_backend = "external_launcher"
+    with pytest.raises(ValueError, match="external_launcher"):
+        vllm.KVConnectorFactory.create_connector(
+            config=cfg, role=getattr(vllm.base.KVConnectorRole, role), kv_cache_config=None)
+    cfg = _parallel_config()
+    cfg.parallel_config.distributed_executor_backend = "external_launcher"
+    vllm.KVConnectorFactory.create_connector(
+        config=cfg, role=getattr(vllm.base.KVConnectorRole, role),
+        kv_cache_config=None).shutdown()
+
+
 # a mixed workload: arrivals, shared prefixes, preemptions, drafts, aborts, G2 evictions
 
 @pytest.mark.parametrize("seed", range(8))

@@ -1179,6 +1179,7 @@ class ParallelConfig:
     data_parallel_rank: int = 0
     decode_context_parallel_size: int = 1
     prefill_context_parallel_size: int = 1
+    distributed_executor_backend: str = "mp"
 
 
 @dataclasses.dataclass
