@@ -12,14 +12,30 @@ targets=("$@")
 CC=clang CXX=clang++ tools/build.sh build-fuzz -DKVT_FUZZ=ON -DKVT_SANITIZE=address,undefined \
   -DKVT_CUDA=OFF -DKVT_BUILD_TESTS=OFF -DKVT_BUILD_BENCH=OFF -DKVT_BUILD_EXAMPLES=OFF \
   -DKVT_BUILD_REPLAY=OFF -DKVT_BUILD_ROUTER=OFF > build-fuzz.log 2>&1 || { tail -50 build-fuzz.log; exit 1; }
-for t in "${targets[@]}"; do
+# One target per core at a time; each one's log is printed (and a failure named) in order.
+fuzz_one() {
+  local t=$1
   mkdir -p "build-fuzz/corpus/$t"
+  build-fuzz/fuzz/fuzz_"$t" -max_total_time="$seconds" -rss_limit_mb=4096 \
+    -print_final_stats=1 -artifact_prefix="build-fuzz/crash-$t-" \
+    "build-fuzz/corpus/$t" "fuzz/corpus/$t" > "build-fuzz/fuzz_$t.log" 2>&1
+}
+jobs_max=$(nproc)
+declare -A pid_of
+failed=()
+for t in "${targets[@]}"; do
+  while (($(jobs -rp | wc -l) >= jobs_max)); do wait -n || true; done
   echo "fuzz_$t: $seconds s"
-  if ! build-fuzz/fuzz/fuzz_"$t" -max_total_time="$seconds" -rss_limit_mb=4096 \
-      -print_final_stats=1 -artifact_prefix="build-fuzz/crash-$t-" \
-      "build-fuzz/corpus/$t" "fuzz/corpus/$t" > "build-fuzz/fuzz_$t.log" 2>&1; then
-    tail -40 "build-fuzz/fuzz_$t.log"
-    exit 1
-  fi
-  grep -E "^stat::number_of_executed_units|^#[0-9]+.*DONE" "build-fuzz/fuzz_$t.log" | tail -2
+  fuzz_one "$t" &
+  pid_of[$t]=$!
 done
+for t in "${targets[@]}"; do
+  if wait "${pid_of[$t]}"; then
+    grep -E "^stat::number_of_executed_units|^#[0-9]+.*DONE" "build-fuzz/fuzz_$t.log" | tail -2
+  else
+    echo "fuzz_$t FAILED:"
+    tail -40 "build-fuzz/fuzz_$t.log"
+    failed+=("$t")
+  fi
+done
+((${#failed[@]} == 0)) || { echo "failed: ${failed[*]}"; exit 1; }

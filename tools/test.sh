@@ -48,19 +48,34 @@ echo "== valgrind (memcheck, leaks)"
 # when KVTIER_TEST_G3_IO=threads (tests/support.hpp, fuzz/fuzz_api.cpp).
 # KvEvents.ASubscriberThatNeverReads... is left to ASan: it encodes 64 MiB of batches, and
 # under valgrind the heartbeat could drop its stuck subscriber before the budget is reached.
-for cmd in "build/tests/kvtier_tests --gtest_filter=-Cuda.*:KvEvents.ASubscriberThatNeverReads*" \
-           "build/fuzz/replay_api fuzz/corpus/api" "build/fuzz/replay_config fuzz/corpus/config" \
-           "build/fuzz/replay_hash fuzz/corpus/hash" \
-           "build/fuzz/replay_connector_meta fuzz/corpus/connector_meta" \
-           "build/fuzz/replay_g4_value fuzz/corpus/g4_value" \
-           "build/fuzz/replay_kv_events fuzz/corpus/kv_events" \
-           "build/fuzz/replay_event_log fuzz/corpus/event_log" \
-           "build/fuzz/replay_endpoint_line fuzz/corpus/endpoint_line" \
-           "build/fuzz/replay_replay_request fuzz/corpus/replay_request"; do
+# Valgrind runs one thread at a time: the unit tests go in one shard per core (gtest's
+# sharding), then the corpora.
+vg() {
   KVTIER_TEST_G3_IO=threads valgrind -q --fair-sched=yes --max-threads=1100 --leak-check=full \
-    --errors-for-leak-kinds=definite,indirect \
-    --error-exitcode=9 $cmd > valgrind.log 2>&1 || { tail -60 valgrind.log; exit 1; }
-  echo "valgrind clean: $cmd"
+    --errors-for-leak-kinds=definite,indirect --error-exitcode=9 "$@"
+}
+shards=$(nproc)
+pids=()
+for ((i = 0; i < shards; ++i)); do
+  GTEST_TOTAL_SHARDS=$shards GTEST_SHARD_INDEX=$i \
+    vg build/tests/kvtier_tests '--gtest_filter=-Cuda.*:KvEvents.ASubscriberThatNeverReads*' \
+    > "valgrind-$i.log" 2>&1 &
+  pids+=($!)
+done
+failed=0
+for ((i = 0; i < shards; ++i)); do
+  if wait "${pids[i]}"; then
+    echo "valgrind clean: kvtier_tests, shard $i of $shards"
+  else
+    tail -60 "valgrind-$i.log"
+    failed=1
+  fi
+done
+((failed == 0)) || exit 1
+for t in api config hash connector_meta g4_value kv_events event_log endpoint_line \
+         replay_request; do
+  vg "build/fuzz/replay_$t" "fuzz/corpus/$t" > valgrind.log 2>&1 || { tail -60 valgrind.log; exit 1; }
+  echo "valgrind clean: replay_$t"
 done
 
 echo "== libFuzzer, ${fuzz_seconds} s per target (clang, ASan + UBSan)"
