@@ -1106,8 +1106,9 @@ KVT_API kvt_status kvt_connector_bind_connector_metadata(kvt_connector *c, const
                                                          size_t len);
 KVT_API kvt_status kvt_connector_clear_connector_metadata(kvt_connector *c);
 
-/* Starts the bound metadata's lazy stores and loads on the connector's copy thread (stores
- * first: they read blocks that loads or the model may then overwrite). */
+/* Starts the bound metadata's lazy stores and loads on the connector's copy thread, and
+ * returns once the lazy stores have ended: they read blocks that loads or the model then
+ * overwrite, and vLLM writes a layer's new KV before that layer's wait_for_layer_load. */
 KVT_API kvt_status kvt_connector_start_load_kv(kvt_connector *c);
 /* Waits until the bound metadata's lazy stores, and its loads unless they are asynchronous,
  * have ended (all layers at once: the first call for a step waits, later ones return). */

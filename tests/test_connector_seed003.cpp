@@ -150,6 +150,32 @@ TEST(ConnectorSeed003, LazyOffload) {
   EXPECT_KVT(kvt_manager_check(r.m.get()), KVT_OK);
 }
 
+// vLLM writes each layer's new KV before that layer's wait_for_layer_load (attention.py's
+// unified_kv_cache_update comes before maybe_transfer_kv_layer): A's blocks, reused by C and
+// lazily stored, must be out of G1 by the time start_load_kv returns.
+TEST(ConnectorSeed003, LazyStoresEndBeforeStartLoadKvReturns) {
+  Rig r(connector_config(KVT_ROLE_BOTH, KVT_OFFLOAD_LAZY));
+  auto c = token_range(5000, 40);
+  auto ha = hashes_of(seed_a()), hc = hashes_of(c);
+  r.run_a(0);
+  EXPECT_EQ(r.match("C", c).first, 0u);
+  ASSERT_KVT_OK(r.alloc("C", {1, 2, 3}, 0));
+  const std::string meta = r.meta({{"C", 0, 40}});
+  ASSERT_KVT_OK(kvt_connector_bind_connector_metadata(r.c, meta.data(), meta.size()));
+  ASSERT_KVT_OK(kvt_connector_start_load_kv(r.c));
+  r.g1.write(1, hc[0]);  // the first layer's new KV, before any wait
+  r.g1.write(2, hc[1]);
+  for (uint32_t l = 0; l < kLayers; ++l) ASSERT_KVT_OK(kvt_connector_wait_for_layer_load(r.c, l));
+  for (uint32_t l = 0; l < kLayers; ++l) ASSERT_KVT_OK(kvt_connector_save_kv_layer(r.c, l));
+  ASSERT_KVT_OK(kvt_connector_wait_for_save(r.c));
+  Finished acc;
+  EXPECT_TRUE(drain(r.c, r.c, &acc, r.counts(2, 0)));
+  ASSERT_KVT_OK(kvt_connector_clear_connector_metadata(r.c));
+  EXPECT_EQ(r.g2_holding(ha), 2u) << "G2 holds what C's forward wrote over A's blocks";
+  EXPECT_EQ(r.finish("C"), 0);
+  EXPECT_KVT(kvt_manager_check(r.m.get()), KVT_OK);
+}
+
 // A reset with lazy offload: what G1 still holds from before the reset is not stored when the
 // engine reuses its blocks, and a reset while a load is in flight is refused and changes
 // nothing (the load would bring the old KV back into G1).

@@ -134,7 +134,7 @@ void Worker::start_loads() {
   if (loads_started_) return;
   loads_started_ = true;
   enqueue(Kind::LazyStore, meta_->lazy_stores);
-  load_wait_ = queued_;  // the model overwrites lazily stored blocks: always wait for them
+  lazy_wait_ = load_wait_ = queued_;
   enqueue(Kind::Load, meta_->loads);
   if (!meta_->async_load) load_wait_ = queued_;
 }
@@ -147,9 +147,12 @@ void Worker::start_stores() {
 }
 
 kvt_status Worker::start_load_kv() {
-  std::lock_guard lk(mu_);
+  std::unique_lock lk(mu_);
   if (kvt_status s = bound("kvt_connector_start_load_kv"); s != KVT_OK) return s;
   start_loads();
+  // The model reuses lazily stored blocks in this step, and vLLM writes a layer's new KV
+  // before that layer's wait_for_layer_load: they must have been stored before it starts.
+  done_cv_.wait(lk, [&] { return ended_ >= lazy_wait_; });
   return KVT_OK;
 }
 

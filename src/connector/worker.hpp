@@ -90,6 +90,7 @@ class Worker {
   // The bound metadata and how far its step got.
   std::optional<Meta> meta_;
   bool loads_started_ = false, stores_started_ = false;
+  uint64_t lazy_wait_ = 0;  // the job start_load_kv waits for: the step's last lazy store
   uint64_t load_wait_ = 0;  // the job wait_for_layer_load waits for
 
   // What the last get_finished handed out, under out_mu_ (not mu_: the copy thread's).

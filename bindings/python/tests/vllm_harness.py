@@ -1418,8 +1418,9 @@ class Worker:
     GPUModelRunner.execute_model/sample_tokens (V1): handle_preemptions, _update_states'
     bookkeeping, then either KVConnectorModelRunnerMixin.kv_connector_no_forward (nothing
     scheduled) or the forward inside the mixin's _get_kv_connector_output, each attention
-    layer wrapped by vLLM's maybe_transfer_kv_layer (wait_for_layer_load, the KV write,
-    save_kv_layer); with speculative decoding the connector is finalized after drafting
+    layer as Attention.forward runs it: the new KV written, then the attention op wrapped by
+    vLLM's maybe_transfer_kv_layer (wait_for_layer_load, the reads, save_kv_layer); with
+    speculative decoding the connector is finalized after drafting
     (defer_finalize). Everything it receives and returns crosses a pickle.
 
     The forward checks its inputs: for every scheduled request, every position below
@@ -1488,6 +1489,10 @@ class Worker:
         with set_forward_context(AttentionMetadata(step), self.vllm_config), \
                 V.Mixin.maybe_get_kv_connector_output(so, defer_finalize=defer) as kv_out:
             for name in self.layers:
+                # Attention.forward: the new tokens' KV is written (unified_kv_cache_update,
+                # FlashAttention's and FlashInfer's way) before the op that
+                # maybe_transfer_kv_layer wraps with wait_for_layer_load and save_kv_layer
+                self.kv_update(name, step)
                 self._attention(None, name)
         invalid = set(kv_out.invalid_block_ids or ()) if kv_out is not None else set()
         for v in step.violations:  # (request, position, block, layer, tainted before)
@@ -1571,14 +1576,18 @@ class Worker:
         block = block_ids[0][pos // self.block_size]
         return block, tensor.byte_offset((block, head, pos % self.block_size, 0))
 
-    def layer_forward(self, layer_name, step):
-        """The attention layer: reads the computed KV (checked), writes the new positions'."""
+    def _layer(self, layer_name):
+        """(its KV cache, its index here, the model's layer, bytes per head, a byte view)"""
         t = self.kv_caches[layer_name]
         local = self.layers.index(layer_name)
-        layer = self.layer0 + local  # the model's layer: the bytes depend on it
-        n = 2 * self.head_size * self.el
         assert t.stride(3) == 1
-        mem = memoryview(t.buf).cast("B")
+        return (t, local, self.layer0 + local, 2 * self.head_size * self.el,
+                memoryview(t.buf).cast("B"))
+
+    def layer_forward(self, layer_name, step):
+        """The attention layer: reads the computed KV (checked). A request that read garbage
+        computes garbage from the next layer on."""
+        t, local, layer, n, mem = self._layer(layer_name)
         for rid, p in step.plan.items():
             reads = self.reads[rid]
             for pos in range(p.c):
@@ -1592,6 +1601,12 @@ class Worker:
                         step.violations.append((rid, pos, block, layer_name, tainted))
                         step.poisoned.add(rid)
                         break
+
+    def kv_update(self, layer_name, step):
+        """The layer's KV of the new positions, written before its attention (and so before
+        its wait_for_layer_load); poison once an earlier layer read garbage."""
+        t, local, layer, n, mem = self._layer(layer_name)
+        for rid, p in step.plan.items():
             for pos in range(p.c, p.c + p.n):
                 d = p.digests[pos] if rid not in step.poisoned else b"poison%d" % self.step
                 for h in range(self.num_kv_heads):
