@@ -25,13 +25,14 @@ declare -A pid_of
 failed=()
 for t in "${targets[@]}"; do
   while (($(jobs -rp | wc -l) >= jobs_max)); do wait -n || true; done
-  echo "fuzz_$t: $seconds s"
+  echo "fuzz_$t: started, $seconds s"
   fuzz_one "$t" &
   pid_of[$t]=$!
 done
 for t in "${targets[@]}"; do
   if wait "${pid_of[$t]}"; then
-    grep -E "^stat::number_of_executed_units|^#[0-9]+.*DONE" "build-fuzz/fuzz_$t.log" | tail -2
+    grep -E "^stat::number_of_executed_units|^#[0-9]+.*DONE" "build-fuzz/fuzz_$t.log" | tail -2 \
+      | sed "s/^/fuzz_$t: /"
   else
     echo "fuzz_$t FAILED:"
     tail -40 "build-fuzz/fuzz_$t.log"
