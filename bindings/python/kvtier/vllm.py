@@ -164,8 +164,9 @@ def _options(extra):
 
 
 def _parallel(vllm_config, role):
-    """(world_size, rank, TP, PP) from vLLM's parallel_config; a ValueError names what
-    kvtier cannot serve (context parallel) or what does not add up."""
+    """(world_size, rank, TP, PP, the data-parallel rank or None) from vLLM's
+    parallel_config; a ValueError names what kvtier cannot serve (context parallel, the
+    external launcher with world_size > 1) or what does not add up."""
     parallel = getattr(vllm_config, "parallel_config", None)
 
     def size(field, default=1):
