@@ -51,6 +51,15 @@ struct World {
       ASSERT_KVT_OK(kvt_connector_clear_connector_metadata(worker(r).c));
     }
   }
+  // Seed 003's request A on every rank: matched 0, G1 blocks {1, 2, 3}, one step that
+  // computes its 40 tokens (blocks 1 and 2 full); their stores go on.
+  void compute_a() {
+    const auto a = seed_a();
+    const auto ha = hashes_of(a);
+    EXPECT_EQ(sched.match("A", a).first, 0u);
+    ASSERT_KVT_OK(sched.alloc("A", {1, 2, 3}, 0));
+    step(sched.meta({{"A", 0, 40}}), {{1, ha[0]}, {2, ha[1]}});
+  }
   // Rank r's reports go to the scheduler until one names a store batch (or a load batch).
   void report_until(uint32_t r, bool loads, Finished *acc) {
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
@@ -88,13 +97,11 @@ struct World {
 
 TEST(ConnectorParallel, ABlockIsStoredOnceEveryShardIsAndEachRankLoadsItsOwn) {
   World w;
-  const auto a = seed_a(), b = seed_b();
-  const auto ha = hashes_of(a), hb = hashes_of(b);
+  const auto b = seed_b();
+  const auto ha = hashes_of(seed_a()), hb = hashes_of(b);
 
   // A computes blocks 1 and 2 on both ranks; rank 0's stores end first.
-  EXPECT_EQ(w.sched.match("A", a).first, 0u);
-  ASSERT_KVT_OK(w.sched.alloc("A", {1, 2, 3}, 0));
-  w.step(w.sched.meta({{"A", 0, 40}}), {{1, ha[0]}, {2, ha[1]}});
+  w.compute_a();
   Finished f0, f1;
   w.report_until(0, false, &f0);
   EXPECT_EQ(w.sched.stats().stored_blocks, 0u) << "one shard of two is no block";
@@ -191,11 +198,9 @@ TEST(ConnectorParallel, ALoadThatFailsOnOneRankFailsTheBlockForAll) {
   w1m.g3_fault_errno = EIO;
   w1m.g3_fault_count = 1;  // the first read of rank 1
   World w(KVT_TIER_G3, sm, w0m, w1m);
-  const auto a = seed_a(), b = seed_b();
-  const auto ha = hashes_of(a), hb = hashes_of(b);
-  EXPECT_EQ(w.sched.match("A", a).first, 0u);
-  ASSERT_KVT_OK(w.sched.alloc("A", {1, 2, 3}, 0));
-  w.step(w.sched.meta({{"A", 0, 40}}), {{1, ha[0]}, {2, ha[1]}});
+  const auto b = seed_b();
+  const auto ha = hashes_of(seed_a()), hb = hashes_of(b);
+  w.compute_a();
   Finished f0, f1;
   ASSERT_TRUE(w.drain_both(&f0, &f1, w.sched.counts(2, 0)));
   EXPECT_EQ(w.sched.finish("A"), 0);

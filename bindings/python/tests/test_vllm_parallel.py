@@ -22,14 +22,10 @@ import pytest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-SRC = os.environ.get("VLLM_SRC")
-if not SRC or not os.path.isfile(os.path.join(SRC, "vllm", "v1", "core", "sched",
-                                               "scheduler.py")):
-    pytest.skip("VLLM_SRC is not set to vLLM's source (e.g. VLLM_SRC=../shared/vllm): the "
-                "tests in which vLLM's own scheduler and KVOutputAggregator judge kvtier.vllm "
-                "with N workers cannot run", allow_module_level=True)
-
 import vllm_harness as H  # noqa: E402
+
+H.skip_module_without_vllm("the tests in which vLLM's own scheduler and KVOutputAggregator "
+                           "judge kvtier.vllm with N workers")
 import kvtier  # noqa: E402
 
 BS = 16

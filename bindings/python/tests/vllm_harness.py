@@ -985,6 +985,17 @@ def vllm_src():
     return os.environ.get("VLLM_SRC")
 
 
+def skip_module_without_vllm(what):
+    """Skips the calling test module, saying so, unless VLLM_SRC holds vLLM's source; `what`
+    names the tests that cannot run."""
+    src = vllm_src()
+    if not src or not os.path.isfile(os.path.join(src, "vllm", "v1", "core", "sched",
+                                                   "scheduler.py")):
+        import pytest
+        pytest.skip("VLLM_SRC is not set to vLLM's source (e.g. VLLM_SRC=../shared/vllm): "
+                    "%s cannot run" % what, allow_module_level=True)
+
+
 def setup():
     """Loads vLLM from $VLLM_SRC once (returns V), then (re)imports kvtier.vllm so that its
     KvtierConnector subclasses vLLM's real KVConnectorBase_V1."""
