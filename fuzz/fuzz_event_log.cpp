@@ -39,7 +39,7 @@ static void check_args(uint32_t trigger, const std::string &args) {
   switch (trigger) {
     case KVT_TRIGGER_GET_NUM_NEW_MATCHED_TOKENS:
       encode_matched(&again, a.ids.data(), a.own_tokens ? a.num_tokens : a.ids.size(),
-                     a.number, a.own_tokens, a.salted ? &a.salt : nullptr);
+                     a.number, a.own_tokens, a.salted ? &a.salt : nullptr, a.max_tokens);
       break;
     case KVT_TRIGGER_UPDATE_STATE_AFTER_ALLOC:
       encode_alloc(&again, a.ids.data(), a.ids.size(), a.number);

@@ -941,7 +941,22 @@ typedef struct kvt_connector_config {
    * of them (vLLM's KVOutputAggregator). */
   uint32_t world_size;          /* 1..KVT_MAX_WORLD_SIZE (default 1); BOTH needs 1 */
   uint32_t rank;                /* a worker half's rank, below world_size (default 0) */
+  /* 0.5.0: one KV cache group of a hybrid model (vLLM's sliding-window attention layers),
+   * one connector per group. With a window of W tokens, attention at position p reads only
+   * tokens (p-W, p]: a prefix hit of n tokens needs only the blocks holding tokens
+   * [n-W+1, n) (vLLM's SlidingWindowManager), only those are loaded, and block ids before
+   * them may be KVT_BLOCK_ID_NONE. The engine frees the blocks that leave the window
+   * without telling the connector, so the scheduler half stops claiming and storing a
+   * request's blocks that lie wholly before num_computed_tokens - W + 1, and the worker
+   * half's start_load_kv waits for the stores of earlier steps: both halves must be given
+   * the same value. Lazy offload is refused (a freed block is reused unseen). */
+  uint32_t sliding_window;      /* tokens; 0 (default): full attention */
+  uint32_t reserved3;           /* must be 0 */
 } kvt_connector_config;
+
+/* A block id that names no block: the engine's null block (vLLM's), in a sliding-window
+ * group's tokens that left the window. Never loaded, stored or claimed. */
+#define KVT_BLOCK_ID_NONE 0xFFFFFFFFu
 
 #define KVT_MAX_WORLD_SIZE 4096
 
@@ -998,8 +1013,19 @@ KVT_API kvt_status kvt_connector_get_num_new_matched_tokens_salted(
     uint64_t salt_hash, const uint32_t *tokens, size_t num_tokens,
     uint64_t num_computed_tokens);
 
+/* 0.5.0: kvt_connector_get_num_new_matched_tokens_salted with the hit capped:
+ * *out_num_tokens <= max_tokens. An engine with several KV cache groups (a connector each)
+ * needs the longest hit that every group serves: it lowers the cap to the smallest group's
+ * hit and asks each group again, until all agree (with sliding windows a lower cap can
+ * lower a group's hit further: the window must fit below the new end). */
+KVT_API kvt_status kvt_connector_get_num_new_matched_tokens_max(
+    uint64_t *out_num_tokens, int32_t *out_load_async, kvt_connector *c, const char *req_id,
+    uint64_t salt_hash, const uint32_t *tokens, size_t num_tokens,
+    uint64_t num_computed_tokens, uint64_t max_tokens);
+
 /* The engine allocated block_ids[0..num_block_ids) (all of the request's G1 blocks, in
- * order) and wants num_external_tokens of them filled by kvtier: 0, or exactly what
+ * order; KVT_BLOCK_ID_NONE for the null blocks of a sliding window) and wants
+ * num_external_tokens of them filled by kvtier: 0, or exactly what
  * get_num_new_matched_tokens reported. Plans the loads (ONBOARDING). */
 KVT_API kvt_status kvt_connector_update_state_after_alloc(
     kvt_connector *c, const char *req_id, const uint32_t *block_ids, size_t num_block_ids,
@@ -1015,7 +1041,8 @@ typedef struct kvt_scheduled_request {
                                             block is stored once all of its tokens are
                                             known and computed */
   const uint32_t *new_block_ids;         /* G1 blocks added to it since the connector last
-                                            saw its list, in order */
+                                            saw its list, in order (KVT_BLOCK_ID_NONE: a
+                                            null block, never stored) */
   size_t          num_new_block_ids;
   const uint32_t *new_token_ids;         /* tokens appended to its sequence since the last
                                             step (sampled ones); empty during prefill */

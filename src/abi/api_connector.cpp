@@ -49,6 +49,12 @@ kvt_status validate(kvt_connector_config *c, const Manager &m, const char *fn) {
   if (c->load_async > 1) return bad("load_async", c->load_async, "0 or 1");
   if (c->reserved != 0) return bad("reserved", c->reserved, "0");
   if (c->reserved2 != 0) return bad("reserved2", c->reserved2, "0");
+  if (c->reserved3 != 0) return bad("reserved3", c->reserved3, "0");
+  if (c->sliding_window != 0 && c->offload == KVT_OFFLOAD_LAZY)
+    return fail(KVT_ERR_INVALID_ARGUMENT,
+                "%s: cfg->sliding_window is %u with lazy offload: the engine reuses the blocks "
+                "that leave the window unseen, so they cannot be stored lazily", fn,
+                c->sliding_window);
   if (c->pause_timeout_ms < 1 || c->pause_timeout_ms > kMaxPauseMs)
     return bad("pause_timeout_ms", c->pause_timeout_ms, "1 .. 3600000 (1 ms .. 1 hour)");
   if (c->world_size < 1 || c->world_size > KVT_MAX_WORLD_SIZE)
@@ -219,14 +225,15 @@ namespace {
 kvt_status matched_tokens(const char *fn, uint64_t *out_num_tokens, int32_t *out_load_async,
                           kvt_connector *c, const char *req_id, const uint64_t *salt,
                           const uint32_t *tokens, size_t num_tokens,
-                          uint64_t num_computed_tokens) {
+                          uint64_t num_computed_tokens, uint64_t max_tokens = UINT64_MAX) {
   return on_call(fn, c, KVT_TRIGGER_GET_NUM_NEW_MATCHED_TOKENS, req_id, [&](Scheduler &s) {
     if (out_num_tokens == nullptr) return null_arg(fn, "out_num_tokens");
     if (kvt_status e = with_id(fn, req_id); e != KVT_OK) return e;
     if (kvt_status e = check_array(fn, "tokens", tokens, num_tokens); e != KVT_OK) return e;
     uint64_t n = 0;
     if (kvt_status e = s.get_num_new_matched_tokens(&n, req_id, salt ? *salt : s.salt(), tokens,
-                                                    num_tokens, num_computed_tokens);
+                                                    num_tokens, num_computed_tokens,
+                                                    max_tokens);
         e != KVT_OK)
       return e;
     *out_num_tokens = n;
@@ -251,6 +258,15 @@ KVT_API kvt_status kvt_connector_get_num_new_matched_tokens_salted(
   return matched_tokens("kvt_connector_get_num_new_matched_tokens_salted", out_num_tokens,
                         out_load_async, c, req_id, &salt_hash, tokens, num_tokens,
                         num_computed_tokens);
+}
+
+KVT_API kvt_status kvt_connector_get_num_new_matched_tokens_max(
+    uint64_t *out_num_tokens, int32_t *out_load_async, kvt_connector *c, const char *req_id,
+    uint64_t salt_hash, const uint32_t *tokens, size_t num_tokens,
+    uint64_t num_computed_tokens, uint64_t max_tokens) {
+  return matched_tokens("kvt_connector_get_num_new_matched_tokens_max", out_num_tokens,
+                        out_load_async, c, req_id, &salt_hash, tokens, num_tokens,
+                        num_computed_tokens, max_tokens);
 }
 
 KVT_API kvt_status kvt_connector_update_state_after_alloc(

@@ -103,9 +103,11 @@ std::vector<kvt_scheduled_request> CallArgs::schedule() const {
 }
 
 void encode_matched(std::string *out, const uint32_t *tokens, size_t n, uint64_t computed,
-                    bool own, const uint64_t *salt) {
-  put(out, uint64_t(own) | uint64_t(salt != nullptr) << 1);
+                    bool own, const uint64_t *salt, uint64_t max_tokens) {
+  const bool capped = max_tokens != UINT64_MAX;
+  put(out, uint64_t(own) | uint64_t(salt != nullptr) << 1 | uint64_t(capped) << 2);
   if (salt) put(out, *salt);
+  if (capped) put(out, max_tokens);
   put(out, computed);
   if (own)
     put(out, n);
@@ -139,10 +141,12 @@ kvt_status decode_call(CallArgs *out, uint32_t trigger, const uint8_t *bytes, si
   switch (trigger) {
     case KVT_TRIGGER_GET_NUM_NEW_MATCHED_TOKENS: {
       uint64_t flags;
-      ok = in.get(&flags) && flags <= 3;
+      ok = in.get(&flags) && flags <= 7;
       a.own_tokens = flags & 1;
       a.salted = flags & 2;
       if (ok && a.salted) ok = in.get(&a.salt);
+      // A cap is written only when there is one: UINT64_MAX would be a second encoding.
+      if (ok && (flags & 4)) ok = in.get(&a.max_tokens) && a.max_tokens != UINT64_MAX;
       ok = ok && in.get(&a.number);
       if (ok) ok = a.own_tokens ? in.get(&a.num_tokens) : in.runs(&a.ids);
       if (!a.own_tokens) a.num_tokens = a.ids.size();

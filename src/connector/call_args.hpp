@@ -23,6 +23,7 @@ struct CallArgs {
   uint64_t num_tokens = 0;
   bool salted = false;        // get_num_new_matched_tokens_salted, with this salt
   uint64_t salt = 0;
+  uint64_t max_tokens = UINT64_MAX;  // get_num_new_matched_tokens_max's cap
   struct Scheduled {
     std::string req_id;
     uint64_t computed = 0, scheduled = 0;
@@ -36,9 +37,10 @@ struct CallArgs {
 };
 
 // own: the tokens are the slot's own (see CallArgs::own_tokens); only n is written then.
-// salt: the request's own salt, or NULL for the connector's.
+// salt: the request's own salt, or NULL for the connector's; max_tokens: the cap, or
+// UINT64_MAX for none.
 void encode_matched(std::string *out, const uint32_t *tokens, size_t n, uint64_t computed,
-                    bool own, const uint64_t *salt);
+                    bool own, const uint64_t *salt, uint64_t max_tokens);
 void encode_alloc(std::string *out, const uint32_t *blocks, size_t n, uint64_t external);
 // Only for a schedule that build_connector_meta accepted (every id valid).
 void encode_schedule(std::string *out, const kvt_scheduled_request *reqs, size_t n);

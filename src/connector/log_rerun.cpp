@@ -51,7 +51,8 @@ void LogRerun::call(const kvt_obs_event &e, const std::string &args) {
         a.ids = it->second;
       }
       st = s_.get_num_new_matched_tokens(&result, e.req_id, a.salted ? a.salt : s_.salt(),
-                                         a.ids.data(), a.ids.size(), a.number);
+                                         a.ids.data(), a.ids.size(), a.number,
+                                         a.max_tokens);
       if (st == KVT_OK) tokens_[e.req_id] = std::move(a.ids);
       break;
     }

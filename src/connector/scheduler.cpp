@@ -41,6 +41,8 @@ Scheduler::Scheduler(Manager &m, const kvt_connector_config &c)
       page_(m.config().page_size), writer_(c.num_gpu_blocks, nullptr),
       stamp_(c.num_gpu_blocks, 0) {
   shape_ = shape_of(m, c.world_size);
+  if (c.sliding_window)
+    window_blocks_ = std::max<size_t>(1, (size_t{c.sliding_window} - 1 + page_ - 1) / page_);
   if (c.offload == KVT_OFFLOAD_LAZY) content_.resize(c.num_gpu_blocks);
   stats_.struct_size = sizeof stats_;
   cfg_.endpoint_path = nullptr;  // borrowed for create only; the ABI serves it
@@ -112,14 +114,15 @@ void Scheduler::candidate(const Slot &s, kvt_candidate_state state, uint64_t bat
 // Block ids the call hands to s for writing: in range, not written by another live request,
 // not given twice. Marks them with stamp for the duplicate check.
 kvt_status Scheduler::check_blocks(const char *fn, const Slot &s, const uint32_t *ids, size_t n,
-                                   uint32_t stamp) {
+                                   uint32_t stamp, const absl::flat_hash_set<uint32_t> *freed) {
   for (size_t i = 0; i < n; ++i) {
     uint32_t b = ids[i];
+    if (b == KVT_BLOCK_ID_NONE) continue;
     if (b >= writer_.size())
       return fail(KVT_ERR_INVALID_ARGUMENT,
                   "%s: request '%s': block id %u is out of range (num_gpu_blocks is %zu)", fn,
                   s.id.c_str(), b, writer_.size());
-    if (writer_[b] != nullptr && writer_[b] != &s)
+    if (writer_[b] != nullptr && writer_[b] != &s && !(freed && freed->contains(b)))
       return fail(KVT_ERR_INVALID_ARGUMENT,
                   "%s: request '%s': block id %u is written by request '%s'", fn, s.id.c_str(),
                   b, writer_[b]->id.c_str());
@@ -134,6 +137,7 @@ kvt_status Scheduler::check_blocks(const char *fn, const Slot &s, const uint32_t
 // s now writes g1. In lazy mode, whatever full block g1 held is stored first, unless its
 // store tier has it already.
 void Scheduler::claim(Slot &s, uint32_t g1, std::vector<CopyOp> *lazy) {
+  if (g1 == KVT_BLOCK_ID_NONE) return;
   writer_[g1] = &s;
   if (content_.empty() || !content_[g1].valid) return;
   Content c = content_[g1];
@@ -164,7 +168,7 @@ void Scheduler::append_tokens(Slot &s, const uint32_t *tokens, size_t n) {
 // Blocks s wrote are the engine's again.
 void Scheduler::unclaim(Slot &s) {
   for (uint32_t b : s.blocks)
-    if (writer_[b] == &s) writer_[b] = nullptr;
+    if (b != KVT_BLOCK_ID_NONE && writer_[b] == &s) writer_[b] = nullptr;
 }
 
 void Scheduler::drop_staged(Slot &s) {
@@ -223,6 +227,7 @@ void Scheduler::plan_eager(Slot &s, Batch *batch) {
   StoreRec rec = store_rec(s);
   const int dst = store_tier_->id();
   for (size_t j = s.store_next; j < full; ++j) {
+    if (s.blocks[j] == KVT_BLOCK_ID_NONE) continue;  // the engine's null block
     uint64_t parent = j ? hashes[j - 1] : 0;
     if (!content_.empty()) {
       content_[s.blocks[j]] = Content{hashes[j], parent, true};
@@ -246,8 +251,62 @@ void Scheduler::plan_eager(Slot &s, Batch *batch) {
   candidate(s, KVT_CANDIDATE_PROMOTED, batch->id, KVT_TIER_G1, dst, batch->ops.size());
 }
 
+// Blocks [first, usable): the prefix of them found in G2, then in G3.
+kvt_status Scheduler::match_prefix(std::vector<Pinned> *hit, const std::vector<uint64_t> &hashes,
+                                   size_t first, size_t usable) {
+  std::vector<kvt_block> got(usable - first);
+  for (Tier *t : tiers_) {
+    size_t at = first + hit->size();
+    if (t == nullptr || at >= usable) continue;
+    size_t k = 0;
+    if (kvt_status st = t->match(&k, got.data(), &hashes[at], usable - at); st != KVT_OK) {
+      for (const Pinned &p : *hit) release({p.block});
+      hit->clear();
+      return st;
+    }
+    for (size_t i = 0; i < k; ++i)
+      hit->push_back(Pinned{got[i], hashes[at + i], at + i ? hashes[at + i - 1] : 0});
+    if (at + k < usable) break;  // the prefix ends here: a lower tier cannot extend it
+  }
+  return KVT_OK;
+}
+
+// A sliding window's hit, as vLLM's SlidingWindowManager finds its own: the largest end e
+// whose window_blocks_ blocks before it (those from first on; the engine holds the rest)
+// are each in G2 or G3. Tokens before the window are never read again, so their blocks
+// need not be anywhere.
+kvt_status Scheduler::match_window(std::vector<Pinned> *hit, size_t *from,
+                                   const std::vector<uint64_t> &hashes, size_t first,
+                                   size_t usable) {
+  size_t end = 0, run = 0;
+  for (size_t j = first; j < usable; ++j) {
+    bool present = false;
+    for (Tier *t : tiers_) present = present || (t && t->contains(hashes[j]));
+    run = present ? run + 1 : 0;
+    if (run && run >= std::min(window_blocks_, j + 1 - first)) end = j + 1;
+  }
+  if (end == 0) return KVT_OK;
+  *from = end - std::min(window_blocks_, end - first);
+  for (size_t j = *from; j < end; ++j) {
+    size_t k = 0;
+    kvt_block b = 0;
+    for (Tier *t : tiers_) {
+      if (t == nullptr || k) continue;
+      if (kvt_status st = t->match(&k, &b, &hashes[j], 1); st != KVT_OK) k = 0;
+    }
+    if (k == 0) {  // gone since the scan (another thread's eviction): no hit this time
+      for (const Pinned &p : *hit) release({p.block});
+      hit->clear();
+      return KVT_OK;
+    }
+    hit->push_back(Pinned{b, hashes[j], j ? hashes[j - 1] : 0});
+  }
+  return KVT_OK;
+}
+
 kvt_status Scheduler::matched_tokens(uint64_t *out, std::string_view id, uint64_t salt,
-                                     const uint32_t *tokens, size_t n, uint64_t computed) {
+                                     const uint32_t *tokens, size_t n, uint64_t computed,
+                                     uint64_t max_tokens) {
   static constexpr const char *fn = "kvt_connector_get_num_new_matched_tokens";
   trigger_ = KVT_TRIGGER_GET_NUM_NEW_MATCHED_TOKENS;
   own_tokens_ = false;
@@ -270,25 +329,17 @@ kvt_status Scheduler::matched_tokens(uint64_t *out, std::string_view id, uint64_
   const std::vector<uint64_t> &hashes = seq.seq_hashes();  // read before seq moves
   if (KvSink *kv = m_.kv_sink()) kv->note_tokens(hashes.data(), hashes.size(), tokens);
   size_t usable = n ? std::min<size_t>((n - 1) / page_, hashes.size()) : 0;
+  if (max_tokens <= UINT64_MAX - computed)
+    usable = std::min<uint64_t>(usable, (computed + max_tokens) / page_);
   // A hit of the engine's that ends inside a block: kvtier loads whole blocks only.
   if (computed % page_) usable = 0;
-  size_t first = (computed + page_ - 1) / page_;
+  size_t first = (computed + page_ - 1) / page_, from = first;
   std::vector<Pinned> hit;
-  if (first < usable) {
-    std::vector<kvt_block> got(usable - first);
-    for (Tier *t : tiers_) {
-      size_t at = first + hit.size();
-      if (t == nullptr || at >= usable) continue;
-      size_t k = 0;
-      if (kvt_status st = t->match(&k, got.data(), &hashes[at], usable - at); st != KVT_OK) {
-        for (const Pinned &p : hit) release({p.block});
-        return st;
-      }
-      for (size_t i = 0; i < k; ++i)
-        hit.push_back(Pinned{got[i], hashes[at + i], at + i ? hashes[at + i - 1] : 0});
-      if (at + k < usable) break;  // the prefix ends here: a lower tier cannot extend it
-    }
-  }
+  if (first < usable)
+    if (kvt_status st = window_blocks_ ? match_window(&hit, &from, hashes, first, usable)
+                                       : match_prefix(&hit, hashes, first, usable);
+        st != KVT_OK)
+      return st;
 
   if (s == nullptr) {
     auto fresh = std::make_unique<Slot>(std::string(id), std::move(seq));
@@ -315,12 +366,13 @@ kvt_status Scheduler::matched_tokens(uint64_t *out, std::string_view id, uint64_
   }
   s->matched_from = computed;
   s->staged = std::move(hit);
+  s->staged_from = from;
   if (!s->staged.empty())
     candidate(*s, KVT_CANDIDATE_PENDING_EVALUATION, 0, handle::tier(s->staged[0].block),
               KVT_TIER_G1, s->staged.size());
   if (!s->staged.empty() && s->state != KVT_SLOT_ONBOARD_STAGED) move(*s, KVT_SLOT_ONBOARD_STAGED);
   if (s->staged.empty() && s->state == KVT_SLOT_ONBOARD_STAGED) move(*s, KVT_SLOT_INITIALIZED);
-  *out = s->staged.empty() ? 0 : (first + s->staged.size()) * page_ - computed;
+  *out = s->staged.empty() ? 0 : (from + s->staged.size()) * page_ - computed;
   return KVT_OK;
 }
 
@@ -335,8 +387,8 @@ kvt_status Scheduler::after_alloc(std::string_view id, const uint32_t *blocks, s
   if (s->state != KVT_SLOT_INITIALIZED && s->state != KVT_SLOT_ONBOARD_STAGED &&
       s->state != KVT_SLOT_PREEMPTED)
     return transition_error(fn, *s, KVT_SLOT_ONBOARDING);
-  uint64_t first = (s->matched_from + page_ - 1) / page_;
-  uint64_t hit = s->staged.empty() ? 0 : (first + s->staged.size()) * page_ - s->matched_from;
+  const size_t from = s->staged_from;
+  uint64_t hit = s->staged.empty() ? 0 : (from + s->staged.size()) * page_ - s->matched_from;
   if (external != 0 && external != hit)
     return fail(KVT_ERR_INVALID_ARGUMENT,
                 "%s: request '%s': num_external_tokens is %llu, but kvtier reported %llu", fn,
@@ -347,17 +399,24 @@ kvt_status Scheduler::after_alloc(std::string_view id, const uint32_t *blocks, s
                 fn, s->id.c_str(), n, (unsigned long long)(s->matched_from + external));
   size_t write_from = std::min<size_t>(s->matched_from / page_, n);
   for (size_t i = 0; i < write_from; ++i)
-    if (blocks[i] >= writer_.size())
+    if (blocks[i] >= writer_.size() && blocks[i] != KVT_BLOCK_ID_NONE)
       return fail(KVT_ERR_INVALID_ARGUMENT,
                   "%s: request '%s': block id %u is out of range (num_gpu_blocks is %zu)", fn,
                   s->id.c_str(), blocks[i], writer_.size());
   if (kvt_status e = check_blocks(fn, *s, blocks + write_from, n - write_from, ++stamp_now_);
       e != KVT_OK)
     return e;
+  if (external != 0)
+    for (size_t i = from; i < from + s->staged.size(); ++i)
+      if (blocks[i] == KVT_BLOCK_ID_NONE)
+        return fail(KVT_ERR_INVALID_ARGUMENT,
+                    "%s: request '%s': block %zu is KVT_BLOCK_ID_NONE, but kvtier loads it", fn,
+                    s->id.c_str(), i);
 
   unclaim(*s);
   s->blocks.assign(blocks, blocks + n);
   s->write_from = write_from;
+  s->released_below = 0;
   s->store_next = std::max<size_t>(s->store_next, write_from);
   std::vector<CopyOp> lazy;
   for (size_t i = write_from; i < n; ++i) claim(*s, blocks[i], &lazy);
@@ -375,7 +434,7 @@ kvt_status Scheduler::after_alloc(std::string_view id, const uint32_t *blocks, s
   rec.async = cfg_.load_async != 0;
   s->async_loads += rec.async;
   for (size_t i = 0; i < s->staged.size(); ++i) {
-    uint32_t g1 = blocks[first + i];
+    uint32_t g1 = blocks[from + i];
     rec.g1.push_back(g1);
     if (!content_.empty()) content_[g1] = Content{s->staged[i].hash, s->staged[i].parent, true};
   }
@@ -390,6 +449,35 @@ kvt_status Scheduler::after_alloc(std::string_view id, const uint32_t *blocks, s
   stats_.matched_tokens += external;
   move(*s, KVT_SLOT_ONBOARDING);
   return KVT_OK;
+}
+
+// The first block a request computed up to `computed` still reads: vLLM frees the blocks
+// wholly before computed - sliding_window + 1 (it counts only processed tokens, never more
+// than computed, so this frees no block vLLM keeps).
+static size_t window_start(uint64_t computed, uint32_t window, uint32_t page) {
+  return computed + 1 > window ? size_t((computed + 1 - window) / page) : 0;
+}
+
+void Scheduler::window_leavers(const kvt_scheduled_request *reqs, const std::vector<Slot *> &slot,
+                               absl::flat_hash_set<uint32_t> *out) const {
+  for (size_t i = 0; i < slot.size(); ++i) {
+    const Slot &s = *slot[i];
+    size_t end = std::min(window_start(reqs[i].num_computed_tokens, cfg_.sliding_window, page_),
+                          s.blocks.size());
+    for (size_t j = s.released_below; j < end; ++j)
+      if (s.blocks[j] != KVT_BLOCK_ID_NONE && writer_[s.blocks[j]] == &s) out->insert(s.blocks[j]);
+  }
+}
+
+// s's blocks that left the window are the engine's again, and never stored from now on:
+// another request may write them in this very step.
+void Scheduler::release_window(Slot &s, uint64_t computed) {
+  size_t end = std::min(window_start(computed, cfg_.sliding_window, page_), s.blocks.size());
+  for (size_t j = s.released_below; j < end; ++j)
+    if (s.blocks[j] != KVT_BLOCK_ID_NONE && writer_[s.blocks[j]] == &s)
+      writer_[s.blocks[j]] = nullptr;
+  s.released_below = std::max(s.released_below, end);
+  s.store_next = std::max(s.store_next, end);
 }
 
 kvt_status Scheduler::meta_for(std::string *out, const kvt_scheduled_request *reqs,
@@ -446,15 +534,25 @@ kvt_status Scheduler::meta_for(std::string *out, const kvt_scheduled_request *re
                fn, s->id.c_str(), (unsigned long long)blocks,
                (unsigned long long)r.num_computed_tokens,
                (unsigned long long)r.num_scheduled_tokens);
-    else
-      e = check_blocks(fn, *s, r.new_block_ids, r.num_new_block_ids, stamp);
-    if (e == KVT_OK)
-      for (size_t k = 0; k < r.num_new_block_ids && e == KVT_OK; ++k)
-        if (writer_[r.new_block_ids[k]] == s)
-          e = fail(KVT_ERR_INVALID_ARGUMENT, "%s: request '%s' holds block id %u already", fn,
-                   s->id.c_str(), r.new_block_ids[k]);
     if (e != KVT_OK) return refuse(e);
   }
+  // Blocks a sliding window left this step may come back in any request's new blocks.
+  absl::flat_hash_set<uint32_t> freed;
+  if (window_blocks_) window_leavers(reqs, slot, &freed);
+  for (size_t i = 0; i < n; ++i) {
+    const kvt_scheduled_request &r = reqs[i];
+    Slot *s = slot[i];
+    kvt_status e = check_blocks(fn, *s, r.new_block_ids, r.num_new_block_ids, stamp, &freed);
+    for (size_t k = 0; k < r.num_new_block_ids && e == KVT_OK; ++k) {
+      uint32_t b = r.new_block_ids[k];
+      if (b != KVT_BLOCK_ID_NONE && writer_[b] == s && !freed.contains(b))
+        e = fail(KVT_ERR_INVALID_ARGUMENT, "%s: request '%s' holds block id %u already", fn,
+                 s->id.c_str(), b);
+    }
+    if (e != KVT_OK) return refuse(e);
+  }
+  if (window_blocks_)
+    for (size_t i = 0; i < n; ++i) release_window(*slot[i], reqs[i].num_computed_tokens);
 
   Meta meta;
   meta.shape = shape_;
@@ -482,7 +580,8 @@ kvt_status Scheduler::meta_for(std::string *out, const kvt_scheduled_request *re
     // A step that starts before what the connector counted as computed recomputes (a load
     // failed): its blocks are considered for storing again.
     if (r.num_computed_tokens < s.computed)
-      s.store_next = std::min<size_t>(s.store_next, r.num_computed_tokens / page_);
+      s.store_next = std::max(s.released_below,
+                              std::min<size_t>(s.store_next, r.num_computed_tokens / page_));
     // Only known tokens count: a block is stored once its tokens are known and computed.
     s.computed = std::min<uint64_t>(r.num_computed_tokens + r.num_scheduled_tokens,
                                     s.seq.tokens());
@@ -719,6 +818,7 @@ void Scheduler::to_waiting(Slot &s) {
   s.computed = 0;
   s.write_from = 0;
   s.store_next = 0;  // its blocks may be stored again: plan_store skips what is present
+  s.released_below = 0;
   ++stats_.preemptions;
   move(s, KVT_SLOT_PREEMPTED);
 }
@@ -773,15 +873,16 @@ void Scheduler::call_event(std::string_view id, kvt_status st, Fill &&fill) noex
 
 kvt_status Scheduler::get_num_new_matched_tokens(uint64_t *out, std::string_view id,
                                                  uint64_t salt, const uint32_t *tokens,
-                                                 size_t n, uint64_t computed) {
-  kvt_status st = matched_tokens(out, id, salt, tokens, n, computed);
+                                                 size_t n, uint64_t computed,
+                                                 uint64_t max_tokens) {
+  kvt_status st = matched_tokens(out, id, salt, tokens, n, computed, max_tokens);
   call_event(id, st, [&](ObsEvent &e, bool args) {
     e.tokens = n;
     e.computed = computed;
     e.count = st == KVT_OK ? *out : 0;
     if (args)
       encode_matched(&e.args, tokens, n, computed, st == KVT_OK && own_tokens_,
-                     salt == cfg_.salt_hash ? nullptr : &salt);
+                     salt == cfg_.salt_hash ? nullptr : &salt, max_tokens);
   });
   return st;
 }

@@ -40,8 +40,10 @@ class Scheduler {
 
   // The six calls of the scheduler half; each emits a CALL event when the stream is on.
   // salt: the request's own salt_hash (the config's when it has none).
+  // max_tokens: the hit's cap (get_num_new_matched_tokens_max), else UINT64_MAX.
   kvt_status get_num_new_matched_tokens(uint64_t *out, std::string_view id, uint64_t salt,
-                                        const uint32_t *tokens, size_t n, uint64_t computed);
+                                        const uint32_t *tokens, size_t n, uint64_t computed,
+                                        uint64_t max_tokens = UINT64_MAX);
   kvt_status update_state_after_alloc(std::string_view id, const uint32_t *blocks, size_t n,
                                       uint64_t external);
   // *out: the encoded metadata.
@@ -100,7 +102,19 @@ class Scheduler {
 
   // The calls' bodies.
   kvt_status matched_tokens(uint64_t *out, std::string_view id, uint64_t salt,
-                            const uint32_t *tokens, size_t n, uint64_t computed);
+                            const uint32_t *tokens, size_t n, uint64_t computed,
+                            uint64_t max_tokens);
+  // The hit among blocks [first, usable) of hashes, pinned: a prefix from first, or with a
+  // sliding window the blocks of the window before the hit's end. *from: its first block.
+  kvt_status match_prefix(std::vector<Pinned> *hit, const std::vector<uint64_t> &hashes,
+                          size_t first, size_t usable);
+  kvt_status match_window(std::vector<Pinned> *hit, size_t *from,
+                          const std::vector<uint64_t> &hashes, size_t first, size_t usable);
+  // Sliding window: the blocks of slots scheduled in reqs that left the window at this
+  // step (the engine may hand them to other requests in the same step).
+  void window_leavers(const kvt_scheduled_request *reqs, const std::vector<Slot *> &slot,
+                      absl::flat_hash_set<uint32_t> *out) const;
+  void release_window(Slot &s, uint64_t computed);
   kvt_status after_alloc(std::string_view id, const uint32_t *blocks, size_t n,
                          uint64_t external);
   kvt_status meta_for(std::string *out, const kvt_scheduled_request *reqs, size_t n);
@@ -124,8 +138,9 @@ class Scheduler {
   // An observe CANDIDATE event for a batch of s (0: blocks not in a batch).
   void candidate(const Slot &s, kvt_candidate_state state, uint64_t batch, int src, int dst,
                  uint64_t blocks, kvt_status st = KVT_OK);
+  // freed: blocks whose writer left them this step (a sliding window's), free to take.
   kvt_status check_blocks(const char *fn, const Slot &s, const uint32_t *ids, size_t n,
-                          uint32_t stamp);
+                          uint32_t stamp, const absl::flat_hash_set<uint32_t> *freed = nullptr);
   // Appends to s's tokens; with KV events on, notes the tokens of the blocks they fill.
   void append_tokens(Slot &s, const uint32_t *tokens, size_t n);
   void claim(Slot &s, uint32_t g1, std::vector<CopyOp> *lazy);
@@ -146,6 +161,9 @@ class Scheduler {
   Tier *store_tier_;
   Tier *tiers_[2];                 // where hits are looked for, in order (null if absent)
   uint32_t page_;
+  // Sliding window: the blocks before a hit's end it needs (vLLM's
+  // cdiv(sliding_window - 1, block_size), at least 1); 0 for full attention.
+  size_t window_blocks_ = 0;
 
   absl::flat_hash_map<std::string, std::unique_ptr<Slot>> slots_;
   std::vector<Slot *> writer_;       // per G1 block: the live slot that writes it

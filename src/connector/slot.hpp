@@ -43,6 +43,10 @@ struct Slot {
   size_t store_next = 0;         // eager: the first full block not yet considered for a store
   uint64_t matched_from = 0;     // get_num_new_matched_tokens' num_computed_tokens
   std::vector<Pinned> staged;    // ONBOARD_STAGED: the hit, G2 blocks then G3 blocks
+  size_t staged_from = 0;        // the block index of staged[0]: a sliding window's hit
+                                 // loads only its last blocks
+  size_t released_below = 0;     // sliding window: blocks before it left the window, and
+                                 // the engine may have given them to other requests
   uint64_t batches = 0;          // load and store batches in the metadata, not yet reported
   uint64_t async_loads = 0;      // of those, asynchronous loads: the engine waits for their
                                  // finished_recving, never for finished_sending

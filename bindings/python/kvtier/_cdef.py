@@ -249,12 +249,15 @@ typedef struct kvt_connector_config {
   uint32_t reserved2;
   uint32_t world_size;
   uint32_t rank;
+  uint32_t sliding_window;
+  uint32_t reserved3;
 } kvt_connector_config;
 void kvt_connector_config_init_sized(kvt_connector_config *cfg, size_t size);
 kvt_status kvt_connector_create(kvt_connector **out, kvt_manager *m, const kvt_connector_config *cfg);
 void kvt_connector_destroy(kvt_connector *c);
 kvt_status kvt_connector_get_num_new_matched_tokens( uint64_t *out_num_tokens, int32_t *out_load_async, kvt_connector *c, const char *req_id, const uint32_t *tokens, size_t num_tokens, uint64_t num_computed_tokens);
 kvt_status kvt_connector_get_num_new_matched_tokens_salted( uint64_t *out_num_tokens, int32_t *out_load_async, kvt_connector *c, const char *req_id, uint64_t salt_hash, const uint32_t *tokens, size_t num_tokens, uint64_t num_computed_tokens);
+kvt_status kvt_connector_get_num_new_matched_tokens_max( uint64_t *out_num_tokens, int32_t *out_load_async, kvt_connector *c, const char *req_id, uint64_t salt_hash, const uint32_t *tokens, size_t num_tokens, uint64_t num_computed_tokens, uint64_t max_tokens);
 kvt_status kvt_connector_update_state_after_alloc( kvt_connector *c, const char *req_id, const uint32_t *block_ids, size_t num_block_ids, uint64_t num_external_tokens);
 typedef struct kvt_scheduled_request {
   const char *req_id;
@@ -438,6 +441,7 @@ const char *kvt_obs_trigger_str(uint32_t trigger);
 
 CONST = {
     'KVT_AGAIN': 1,
+    'KVT_BLOCK_ID_NONE': 4294967295,
     'KVT_ERR_CANCELLED': -5,
     'KVT_ERR_CORRUPT': -8,
     'KVT_ERR_CUDA': -10,

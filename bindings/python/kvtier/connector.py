@@ -28,6 +28,7 @@ from ._ffi import C, ffi
 ROLE_SCHEDULER, ROLE_WORKER, ROLE_BOTH = (
     C.KVT_ROLE_SCHEDULER, C.KVT_ROLE_WORKER, C.KVT_ROLE_BOTH)
 OFFLOAD_EAGER, OFFLOAD_LAZY = C.KVT_OFFLOAD_EAGER, C.KVT_OFFLOAD_LAZY
+BLOCK_ID_NONE = CONST["KVT_BLOCK_ID_NONE"]  # a sliding window's null block
 SLOT_STATES = tuple(range(C.KVT_SLOT_INITIALIZED, C.KVT_SLOT_FINISHED + 1))
 (SLOT_INITIALIZED, SLOT_ONBOARD_STAGED, SLOT_ONBOARDING, SLOT_PREFILLING, SLOT_DECODING,
  SLOT_SKIPPED_PREFILL, SLOT_SKIPPED_DECODE, SLOT_PREEMPTED, SLOT_FINISHING,
@@ -124,6 +125,7 @@ class Connector:
         out = ffi.new("kvt_connector **")
         _call(C.kvt_connector_create, out, manager._live(), cfg)
         self._c = out[0]
+        self.salt_hash = cfg.salt_hash
         self._m = manager
         self._keep = []  # the registered G1 buffers: the worker copies into them until close
         self._lock = threading.Lock()  # guards close() against itself only
@@ -164,13 +166,19 @@ class Connector:
         return self._c is None
 
     # scheduler half
-    def get_num_new_matched_tokens(self, req_id, tokens, num_computed_tokens=0, salt=None):
+    def get_num_new_matched_tokens(self, req_id, tokens, num_computed_tokens=0, salt=None,
+                                   max_tokens=None):
         """(tokens kvtier can load beyond num_computed_tokens, whether the load is
         asynchronous). tokens: the request's tokens so far. salt: the request's own salt
-        hash (an int from kvtier.hash_salt) naming its blocks; None: the connector's."""
+        hash (an int from kvtier.hash_salt) naming its blocks; None: the connector's.
+        max_tokens: a cap on the hit (one connector per KV cache group agreeing on one)."""
         toks, n = _u32_array(tokens, "tokens")
         num, is_async = ffi.new("uint64_t *"), ffi.new("int32_t *")
-        if salt is None:
+        if max_tokens is not None:
+            _call(C.kvt_connector_get_num_new_matched_tokens_max, num, is_async, self._live(),
+                  _req_id(req_id), self.salt_hash if salt is None else salt, toks, n,
+                  num_computed_tokens, max_tokens)
+        elif salt is None:
             _call(C.kvt_connector_get_num_new_matched_tokens, num, is_async, self._live(),
                   _req_id(req_id), toks, n, num_computed_tokens)
         else:
@@ -179,8 +187,9 @@ class Connector:
         return num[0], bool(is_async[0])
 
     def update_state_after_alloc(self, req_id, block_ids, num_external_tokens):
-        """block_ids: all of the request's G1 blocks, in order; num_external_tokens: 0, or
-        what get_num_new_matched_tokens reported."""
+        """block_ids: all of the request's G1 blocks, in order (BLOCK_ID_NONE for a sliding
+        window's null blocks); num_external_tokens: 0, or what get_num_new_matched_tokens
+        reported."""
         ids, n = _u32_array(block_ids, "block_ids")
         _call(C.kvt_connector_update_state_after_alloc, self._live(), _req_id(req_id), ids, n,
               num_external_tokens)

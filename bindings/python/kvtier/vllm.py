@@ -34,6 +34,7 @@ import collections
 import dataclasses
 import enum
 import json
+import math
 import os
 
 import kvtier
@@ -41,8 +42,13 @@ from kvtier import _vllm_layout
 
 try:
     from vllm.distributed.kv_transfer.kv_connector.v1.base import (
-        KVConnectorBase_V1, KVConnectorMetadata, KVConnectorRole, KVConnectorWorkerMetadata)
+        KVConnectorBase_V1, KVConnectorMetadata, KVConnectorRole, KVConnectorWorkerMetadata,
+        SupportsHMA)
 except ImportError:
+    class SupportsHMA:
+        """Stand-in: a connector that serves vLLM's hybrid KV cache manager (several KV
+        cache groups) through request_finished_all_groups."""
+
     class KVConnectorRole(enum.Enum):
         """Stand-in of vllm...kv_connector.v1.base.KVConnectorRole."""
         SCHEDULER = 0
@@ -90,15 +96,19 @@ except ImportError:
 
 @dataclasses.dataclass
 class KvtierConnectorMetadata(KVConnectorMetadata):
-    """One step's metadata: kvtier's bytes, and the requests preempted in the step (for the
-    workers' handle_preemptions)."""
-    meta: bytes = b""
+    """One step's metadata: kvtier's bytes for each KV cache group, the requests preempted
+    in the step (for the workers' handle_preemptions), and the requests finished since the
+    last step whose blocks stores still read, each with the number of groups whose stores
+    do (a worker lists it in finished_sending once that many groups have ended theirs)."""
+    metas: tuple = ()
     preempted_req_ids: frozenset = frozenset()
+    sending: dict = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass
 class KvtierWorkerMetadata(KVConnectorWorkerMetadata):
-    """The worker's reports (bytes) since its last step, for update_connector_output."""
+    """The worker's reports since its last step, (KV cache group, bytes) each, for
+    update_connector_output."""
     reports: list = dataclasses.field(default_factory=list)
 
     def aggregate(self, other):
@@ -248,9 +258,85 @@ def _vllm_hash_helpers():
         return (lambda h: h), None
 
 
-class KvtierConnector(KVConnectorBase_V1):
+# vLLM's KVCacheSpec classes (by name: vLLM need not be importable here) and what kvtier
+# makes of each: the spec kind vLLM's KV events carry, and whether it has a sliding window.
+_SPEC_KINDS = (("SlidingWindowMLASpec", "sliding_window_mla"),
+               ("SlidingWindowSpec", "sliding_window"),
+               ("MLAAttentionSpec", "mla_attention"),
+               ("FullAttentionSpec", "full_attention"))
+# Full-attention subclasses whose managers free or skip blocks by rules of their own.
+_REFUSED_SPECS = ("RSWASpec", "SinkFullAttentionSpec")
+
+
+def _spec_kind(spec, where):
+    """(kind, sliding window or 0) of a KV cache group's spec; a ValueError names a spec
+    kvtier cannot serve."""
+    names = [c.__name__ for c in type(spec).__mro__]
+    if names[0] == "UniformTypeKVCacheSpecs":  # layers of one type with other page sizes
+        kinds = {_spec_kind(s, where) for s in spec.kv_cache_specs.values()}
+        if len(kinds) == 1:
+            return kinds.pop()
+    else:
+        refused = [n for n in _REFUSED_SPECS if n in names]
+        for name, kind in _SPEC_KINDS:
+            if name in names and not refused:
+                window = int(spec.sliding_window) if kind.startswith("sliding") else 0
+                return kind, window
+    raise ValueError("kvtier.vllm: %s is %s: kvtier serves full attention (MLA included) and "
+                     "sliding-window groups; not Mamba, chunked-local, cross or encoder-only "
+                     "attention yet" % (where, names[0]))
+
+
+class _Group:
+    """One of vLLM's KV cache groups (a single one for a uniform model): its spec's block
+    size, sliding window and kind, its layers, and the kvtier manager and connector that
+    serve it. vLLM's block ids are per group, and so are kvtier's names of the blocks (at
+    the group's block size) and vLLM's names of them for the KV events."""
+
+    def __init__(self, index, block_size, kind, window, layer_names):
+        self.index, self.block_size, self.kind, self.window = index, block_size, kind, window
+        self.layer_names = layer_names  # None: every layer (no kv_cache_config)
+        self.manager = self.connector = None
+        # scheduler: per request, kvtier's hasher, its block hashes, the block ids seen
+        self.seqs, self.hashes, self.blocks_seen = {}, {}, {}
+        # kvtier's sequence hash -> _Name: of blocks that a tier or a live request holds,
+        # and the most recent others (a finished request's store may still register, a lazy
+        # store comes when the engine reuses the block), at most twice the engine's blocks.
+        self.names, self.recent = {}, collections.OrderedDict()
+        # worker: layer name -> index in this group's manager
+        self.layers = {}
+
+
+def _groups(vllm_config, kv_cache_config):
+    """The KV cache groups, and the block size of vLLM's request block hashes (the GCD of
+    the groups' block sizes, or cache_config.prefix_match_unit; vLLM's
+    resolve_kv_cache_block_sizes)."""
+    cache = vllm_config.cache_config
+    groups = list(getattr(kv_cache_config, "kv_cache_groups", None) or ())
+    if not groups:
+        return [_Group(0, cache.block_size, "full_attention", 0, None)], cache.block_size
+    out = []
+    for g, group in enumerate(groups):
+        kind, window = _spec_kind(group.kv_cache_spec, "KV cache group %d" % g)
+        size = cache.block_size if len(groups) == 1 else group.kv_cache_spec.block_size
+        out.append(_Group(g, size, kind, window, list(group.layer_names)))
+    if len(out) == 1:
+        return out, cache.block_size
+    unit = getattr(cache, "prefix_match_unit", None)
+    unit = unit if unit is not None else math.gcd(*(g.block_size for g in out))
+    return out, unit
+
+
+class KvtierConnector(KVConnectorBase_V1, SupportsHMA):
     """vLLM's KV connector over kvtier: prefix hits from G2/G3, eager or lazy offload of the
-    engine's blocks; one KV cache group (full attention).
+    engine's blocks.
+
+    Hybrid models (SupportsHMA): one kvtier manager and connector per KV cache group, each
+    with its group's block size and, for a sliding-window group, its window: a hit there
+    needs only the blocks inside the window before the hit's end, and only those are
+    loaded (vLLM's SlidingWindowManager's rule). The groups agree on one hit: the longest
+    that every group serves. Full-attention (MLA included) and sliding-window groups are
+    served; Mamba, chunked-local, cross and encoder-only attention groups are refused.
 
     Tensor and pipeline parallel: one scheduler connector (world_size = the engine's
     parallel_config.world_size) and one worker connector per rank (world_size and its
@@ -262,10 +348,10 @@ class KvtierConnector(KVConnectorBase_V1):
     kv_load_failure_policy "recompute" every rank recomputes). The 'external_launcher'
     executor with world_size > 1 is refused (a scheduler per process, no aggregator). Each
     worker's G3 file lives in <g3_path>/rank-<r>-of-<N> (under <g3_path>/dp-<d> when
-    data_parallel_size > 1), and its G3/G4
-    namespaces are the deployment's folded with (rank, world_size, TP, PP): a persistent G3
-    file of another rank or another parallel layout is refused, never read as this rank's
-    shard. Decode and prefill context parallel (DCP/PCP > 1) are not supported."""
+    data_parallel_size > 1, and in group-<g> below it with several KV cache groups), and its
+    G3/G4 namespaces are the deployment's folded with (rank, world_size, TP, PP) and the
+    group: a persistent G3 file of another rank, layout or group is refused, never read as
+    this one's. Decode and prefill context parallel (DCP/PCP > 1) are not supported."""
 
     def __init__(self, vllm_config, role, kv_cache_config=None):
         super().__init__(vllm_config, role, kv_cache_config)
@@ -273,7 +359,12 @@ class KvtierConnector(KVConnectorBase_V1):
         self._manager_config, self._connector_config, self._g3_path, salt = _options(extra)
         self._world, self._rank, self._tp, self._pp, self._dp_rank = _parallel(vllm_config,
                                                                                role)
-        self._page_size = vllm_config.cache_config.block_size
+        self._groups, self._hash_block = _groups(vllm_config, kv_cache_config)
+        if len(self._groups) > 1 and self._connector_config["offload"] == kvtier.OFFLOAD_LAZY:
+            raise ValueError("kvtier.vllm: offload 'lazy' with %d KV cache groups: a block "
+                             "one group frees (a sliding window's) is reused by another group "
+                             "unseen, so it cannot be stored lazily; use 'eager'"
+                             % len(self._groups))
         if kv_cache_config is not None:
             self._num_gpu_blocks = kv_cache_config.num_blocks
         elif "num_gpu_blocks" in extra:
@@ -292,21 +383,31 @@ class KvtierConnector(KVConnectorBase_V1):
         events = getattr(vllm_config, "kv_events_config", self)
         self._publish = events is self or bool(getattr(events, "enable_kv_cache_events", False))
         self._convert_hash, self._extra_keys = _vllm_hash_helpers()
-        self.manager = self.connector = None  # kvtier.Manager and kvtier.Connector
-        # scheduler: per request, its Request, salt, kvtier's hasher and block hashes, and
-        # how many of its blocks and tokens the connector has seen
-        self._requests, self._salts, self._blocks_seen, self._tokens_seen = {}, {}, {}, {}
-        self._seqs, self._hashes = {}, {}
+        # scheduler: per request, its Request, salt, and how many of its tokens the
+        # connector has seen (blocks are per group)
+        self._requests, self._salts, self._tokens_seen, self._admitted = {}, {}, {}, set()
         self._bypass = set()     # requests kvtier cannot name (prompt embeddings)
-        self._delayed = set()    # finished, blocks kept until the worker's finished_sending
-        # kvtier's sequence hash -> _Name: of blocks that a tier or a live request holds, and
-        # the most recent others (a finished request's store may still register, a lazy
-        # store comes when the engine reuses the block), at most twice the engine's blocks.
-        self._names, self._recent = {}, collections.OrderedDict()
-        # worker: layer name -> index, reports and load errors since the last step
-        self._layers, self._reports, self._load_errors = {}, [], set()
+        self._resetting = False  # a reset_cache some group refused (see there)
+        # finished, blocks kept until the worker's finished_sending: request -> the groups
+        # whose stores still read them (the next metadata tells the workers)
+        self._delayed, self._sending = set(), {}
+        # worker: layer name -> its group; reports since the last step; per request, the
+        # groups still to list it in finished_sending, and how many listed its async load
+        self._layer_group, self._reports, self._load_errors = {}, [], set()
+        self._sending_need, self._recving_seen = {}, collections.Counter()
         if getattr(role, "name", None) == "SCHEDULER":
-            self._open(kvtier.ROLE_SCHEDULER, num_layers=1, num_outer=1, chunk_bytes=0)
+            for g in self._groups:
+                self._open(g, kvtier.ROLE_SCHEDULER, num_layers=1, num_outer=1, chunk_bytes=0)
+
+    @property
+    def manager(self):
+        """The first KV cache group's kvtier.Manager (None until opened)."""
+        return self._groups[0].manager
+
+    @property
+    def connector(self):
+        """The first KV cache group's kvtier.Connector (None until opened)."""
+        return self._groups[0].connector
 
     @property
     def requires_kv_delivery(self):
@@ -325,20 +426,21 @@ class KvtierConnector(KVConnectorBase_V1):
         whatever a block occupies, so every backend's layout serves."""
         return None
 
-    def _open(self, role, **shape):
+    def _open(self, group, role, **shape):
         config = dict(self._manager_config)
         # g3_path may come in manager={...} too (it was passed twice then); the key wins
         g3_path = config.pop("g3_path", None)
         if self._g3_path is not None:
             g3_path = self._g3_path
-        connector = dict(self._connector_config, world_size=self._world)
+        connector = dict(self._connector_config, world_size=self._world,
+                         sliding_window=group.window)
         if role == kvtier.ROLE_SCHEDULER and config.get("g3_persist"):
             # The worker's manager owns the persistent file (and its lock); the scheduler's,
             # which holds no bytes, keeps its G3 registry in a file of its own.
             config["g3_persist"], g3_path = 0, None
-        if self._dp_rank is not None and g3_path is not None:
-            g3_path = os.path.join(str(g3_path), "dp-%d" % self._dp_rank)
-            os.makedirs(g3_path, exist_ok=True)
+        subdirs = []
+        if self._dp_rank is not None:
+            subdirs.append("dp-%d" % self._dp_rank)
         if role == kvtier.ROLE_WORKER:
             connector["rank"] = self._rank
             if self._world > 1:
@@ -346,40 +448,50 @@ class KvtierConnector(KVConnectorBase_V1):
                 # kvtier-g3.bin, under an exclusive lock), and namespaces of its own, so that
                 # another rank's G3 file is a mismatch, never read as this shard. Block names
                 # (the salt) stay the scheduler's: every rank holds block h at the same slot.
-                if g3_path is not None:
-                    g3_path = os.path.join(str(g3_path), "rank-%d-of-%d"
-                                           % (self._rank, self._world))
-                    os.makedirs(g3_path, exist_ok=True)
+                subdirs.append("rank-%d-of-%d" % (self._rank, self._world))
                 for field in ("g3_namespace", "g4_namespace"):
                     config[field] = kvtier.hash_salt(json.dumps(
                         [str(config[field]), "shard", self._rank, self._world, self._tp,
                          self._pp]))
+        if len(self._groups) > 1:
+            # Each group's blocks are other layers' bytes under the same token hashes.
+            subdirs.append("group-%d" % group.index)
+            for field in ("g3_namespace", "g4_namespace"):
+                config[field] = kvtier.hash_salt(json.dumps(
+                    [str(config[field]), "group", group.index, group.block_size,
+                     group.kind, group.window]))
+        if g3_path is not None and subdirs:
+            g3_path = os.path.join(str(g3_path), *subdirs)
+            os.makedirs(g3_path, exist_ok=True)
         try:
-            self.manager = kvtier.Manager(g3_path=g3_path, page_size=self._page_size,
-                                          g1_blocks=1, **shape, **config)
+            group.manager = kvtier.Manager(g3_path=g3_path, page_size=group.block_size,
+                                           g1_blocks=1, **shape, **config)
         except kvtier.InvalidArgumentError as e:  # a manager field's value
             raise ValueError("kvtier.vllm: %s" % e) from None
         try:
-            self.connector = kvtier.Connector(self.manager, role=role,
-                                              num_gpu_blocks=self._num_gpu_blocks,
-                                              **connector)
+            group.connector = kvtier.Connector(group.manager, role=role,
+                                               num_gpu_blocks=self._num_gpu_blocks,
+                                               **connector)
         except BaseException:
-            self.manager.close()
+            group.manager.close()
+            group.manager = None
             raise
 
     def _live(self):
-        if self.connector is None:
+        """The groups, once their connectors are open."""
+        if self._groups[-1].connector is None:
             raise kvtier.StateError("kvtier.vllm: register_kv_caches comes first on a worker",
                                     kvtier.CONST["KVT_ERR_STATE"])
-        return self.connector
+        return self._groups
 
     def shutdown(self):
-        for seq in self._seqs.values():
-            seq.close()
-        self._seqs.clear()
-        if self.manager is not None:
-            self.manager.close()  # closes the connector first
-        self.manager = self.connector = None
+        for g in self._groups:
+            for seq in g.seqs.values():
+                seq.close()
+            g.seqs.clear()
+            if g.manager is not None:
+                g.manager.close()  # closes the connector first
+            g.manager = g.connector = None
 
     # ---- scheduler side: identity ----
 
@@ -404,70 +516,76 @@ class KvtierConnector(KVConnectorBase_V1):
             return self._base_salt
         return kvtier.hash_salt(json.dumps([self._identity] + parts))
 
-    def _name_blocks(self, request):
-        """Learns vLLM's names of the request's full blocks that kvtier has not named yet."""
-        rid = request.request_id
-        seq, hashes = self._seqs.get(rid), self._hashes.setdefault(rid, [])
+    def _name_blocks(self, g, request):
+        """Learns vLLM's names of the request's full blocks of group g that kvtier has not
+        named yet: a block's vLLM hash is the request's block hash at the last hash
+        boundary inside it (vLLM's BlockHashListWithBlockSize)."""
+        rid, size = request.request_id, g.block_size
+        scale = size // self._hash_block
+        seq, hashes = g.seqs.get(rid), g.hashes.setdefault(rid, [])
         if seq is None:
-            seq = self._seqs[rid] = kvtier.Seq(self._page_size, self._salts[rid])
+            seq = g.seqs[rid] = kvtier.Seq(size, self._salts[rid])
         tokens, theirs = request.all_token_ids, getattr(request, "block_hashes", ())
-        done = len(hashes) * self._page_size
-        full = min(len(tokens) // self._page_size, len(theirs))
+        done = len(hashes) * size
+        full = min(len(tokens) // size, len(theirs) // scale)
         if full <= len(hashes):
             return
-        seq.append(list(tokens[done:full * self._page_size]))
+        seq.append(list(tokens[done:full * size]))
         first = len(hashes)  # the loop appends to hashes
         mine = seq.hashes(first)  # only the new blocks': decode adds one at a time
         lora = getattr(request, "lora_request", None)
         for i in range(first, full):
             h = mine[i - first]
-            name = self._name(h)
+            name = self._name(g, h)
             if name is None:
-                start = i * self._page_size
+                start = i * size
                 extra = None
                 if self._extra_keys is not None:
                     try:
-                        extra = self._extra_keys(request, start, start + self._page_size, 0)[0]
+                        extra = self._extra_keys(request, start, start + size, 0)[0]
                     except Exception:  # noqa: BLE001 - only the events' extra_keys go
                         extra = None
-                name = self._names[h] = _Name(
-                    self._convert_hash(theirs[i]),
-                    self._convert_hash(theirs[i - 1]) if i else None,
-                    list(tokens[start:start + self._page_size]), lora, extra)
+                name = g.names[h] = _Name(
+                    self._convert_hash(theirs[(i + 1) * scale - 1]),
+                    self._convert_hash(theirs[i * scale - 1]) if i else None,
+                    list(tokens[start:start + size]), lora, extra)
             name.live += 1
             hashes.append(h)
 
-    def _name(self, h):
-        """The name of kvtier's block h, taken back from the recent ones if it is there."""
-        name = self._names.get(h)
+    @staticmethod
+    def _name(g, h):
+        """The name of kvtier's block h in group g, taken back from the recent ones if it
+        is there."""
+        name = g.names.get(h)
         if name is None:
-            name = self._recent.pop(h, None)
+            name = g.recent.pop(h, None)
             if name is not None:
-                self._names[h] = name
+                g.names[h] = name
         return name
 
-    def _unneeded(self, h, name):
+    def _unneeded(self, g, h, name):
         if name.live <= 0 and not name.tiers:
-            del self._names[h]
-            self._recent[h] = name
-            while len(self._recent) > 2 * self._num_gpu_blocks:
-                self._recent.popitem(last=False)
-
-    def _drop_names(self, hashes):
-        for h in hashes:
-            name = self._names.get(h)
-            if name is not None:
-                name.live -= 1
-                self._unneeded(h, name)
+            del g.names[h]
+            g.recent[h] = name
+            while len(g.recent) > 2 * self._num_gpu_blocks:
+                g.recent.popitem(last=False)
 
     def _forget(self, rid):
-        """The scheduler side's per-request state, once vLLM is done with the request."""
-        for d in (self._requests, self._blocks_seen, self._tokens_seen, self._salts):
+        """The scheduler side's per-request state, once vLLM is done with the request; the
+        names its blocks held go back to the recent ones."""
+        for d in (self._requests, self._tokens_seen, self._salts):
             d.pop(rid, None)
-        seq = self._seqs.pop(rid, None)
-        if seq is not None:
-            seq.close()
-        return self._hashes.pop(rid, [])
+        self._admitted.discard(rid)
+        for g in self._groups:
+            g.blocks_seen.pop(rid, None)
+            seq = g.seqs.pop(rid, None)
+            if seq is not None:
+                seq.close()
+            for h in g.hashes.pop(rid, ()):
+                name = g.names.get(h)
+                if name is not None:
+                    name.live -= 1
+                    self._unneeded(g, h, name)
 
     # ---- scheduler side ----
 
@@ -477,25 +595,40 @@ class KvtierConnector(KVConnectorBase_V1):
         if salt is None:
             self._bypass.add(rid)
             return 0, False
+        if self._resetting:  # see reset_cache
+            self._bypass.add(rid)
+            return 0, False
         if self._salts.get(rid, salt) != salt:  # its identity changed: name it anew
-            self._drop_names(self._forget(rid))
-        tokens = list(request.all_token_ids)
-        n, is_async = self._live().get_num_new_matched_tokens(rid, tokens, num_computed_tokens,
-                                                              salt=salt)
+            self._forget(rid)
+        groups, tokens = self._live(), list(request.all_token_ids)
+        hits = [g.connector.get_num_new_matched_tokens(rid, tokens, num_computed_tokens,
+                                                       salt=salt) for g in groups]
+        # One hit for all groups (vLLM's hybrid coordinator's fixed point): each group that
+        # found more is asked again with the smallest as its cap, which a sliding window
+        # may lower further, until every group serves the same.
+        cap = min(n for n, _ in hits)
+        while any(n != cap for n, _ in hits):
+            hits = [(n, a) if n == cap else g.connector.get_num_new_matched_tokens(
+                rid, tokens, num_computed_tokens, salt=salt, max_tokens=cap)
+                for g, (n, a) in zip(groups, hits)]
+            cap = min(n for n, _ in hits)
         self._requests[rid], self._salts[rid] = request, salt
         self._tokens_seen[rid] = len(tokens)
-        self._blocks_seen.pop(rid, None)  # a new admission: update_state_after_alloc follows
-        return n, bool(is_async and n)
+        self._admitted.discard(rid)  # a new admission: update_state_after_alloc follows
+        return cap, bool(hits[0][1] and cap)
 
     def update_state_after_alloc(self, request, blocks, num_external_tokens):
         rid = request.request_id
-        if rid in self._bypass or rid in self._blocks_seen:
+        if rid in self._bypass or rid in self._admitted:
             # vLLM's second call, after an async load: the blocks added since reach kvtier
             # through build_connector_meta (new_block_ids).
             return
-        ids = list(blocks.get_block_ids()[0])
-        self._live().update_state_after_alloc(rid, ids, num_external_tokens)
-        self._blocks_seen[rid] = len(ids)
+        per_group = blocks.get_block_ids()
+        for g in self._live():
+            ids = _ids(per_group[g.index])
+            g.connector.update_state_after_alloc(rid, ids, num_external_tokens)
+            g.blocks_seen[rid] = len(ids)
+        self._admitted.add(rid)
 
     def _new_tokens(self, rid):
         request = self._requests.get(rid)
@@ -506,45 +639,51 @@ class KvtierConnector(KVConnectorBase_V1):
         return list(tokens[seen:])
 
     def build_connector_meta(self, scheduler_output):
-        c = self._live()
+        groups = self._live()
         preempted = frozenset(scheduler_output.preempted_req_ids or ())
         for rid in preempted:
             if rid in self._requests:  # kvtier knows it (not bypassed, not aborted unseen)
-                c.request_preempted(rid)
-        reqs, num_tokens = [], scheduler_output.num_scheduled_tokens
+                for g in groups:
+                    g.connector.request_preempted(rid)
+        # per scheduled request: (id, computed, scheduled, new tokens, block ids per group,
+        # whether they replace the list)
+        steps, num_tokens = [], scheduler_output.num_scheduled_tokens
         for new in scheduler_output.scheduled_new_reqs:
-            if new.req_id not in self._requests:
-                continue
-            ids = list(new.block_ids[0]) if new.block_ids else []
-            seen, self._blocks_seen[new.req_id] = self._blocks_seen.get(new.req_id, 0), len(ids)
-            reqs.append(kvtier.ScheduledRequest(
-                new.req_id, new.num_computed_tokens, num_tokens.get(new.req_id, 0), ids[seen:],
-                self._new_tokens(new.req_id)))
+            if new.req_id in self._requests:
+                self._admitted.add(new.req_id)
+                steps.append((new.req_id, new.num_computed_tokens, new.block_ids, True))
         cached = scheduler_output.scheduled_cached_reqs
         for i, rid in enumerate(cached.req_ids):
-            if rid not in self._requests:
-                continue
-            groups = cached.new_block_ids[i]
-            ids = list(groups[0]) if groups else []
-            seen = self._blocks_seen.get(rid, 0)
-            if rid in cached.resumed_req_ids:  # ids replace the request's list
-                ids, self._blocks_seen[rid] = ids[seen:], len(ids)
-            else:
-                self._blocks_seen[rid] = seen + len(ids)
-            reqs.append(kvtier.ScheduledRequest(
-                rid, cached.num_computed_tokens[i], num_tokens.get(rid, 0), ids,
-                self._new_tokens(rid)))
-        meta = KvtierConnectorMetadata(c.build_connector_meta(reqs), preempted)
+            if rid in self._requests:
+                steps.append((rid, cached.num_computed_tokens[i], cached.new_block_ids[i],
+                              rid in cached.resumed_req_ids))
+        reqs = [[] for _ in groups]
+        for rid, computed, block_ids, replace in steps:
+            new_tokens = self._new_tokens(rid)
+            for g in groups:
+                ids = _ids(block_ids[g.index]) if block_ids else []
+                seen = g.blocks_seen.get(rid, 0)
+                if replace:  # ids are the request's whole list: kvtier has the first `seen`
+                    ids, g.blocks_seen[rid] = ids[seen:], len(ids)
+                else:
+                    g.blocks_seen[rid] = seen + len(ids)
+                reqs[g.index].append(kvtier.ScheduledRequest(
+                    rid, computed, num_tokens.get(rid, 0), ids, new_tokens))
+        metas = tuple(g.connector.build_connector_meta(r) for g, r in zip(groups, reqs))
+        sending, self._sending = self._sending, {}
+        meta = KvtierConnectorMetadata(metas, preempted, sending)
         if self._publish:
-            for r in reqs:
-                self._name_blocks(self._requests[r.req_id])
+            for rid, *_ in steps:
+                for g in groups:
+                    self._name_blocks(g, self._requests[rid])
         return meta
 
     def update_connector_output(self, connector_output):
         meta = getattr(connector_output, "kv_connector_worker_meta", None)
         if isinstance(meta, KvtierWorkerMetadata):
-            for report in meta.reports:
-                self._live().update_connector_output(report)
+            groups = self._live()
+            for g, report in meta.reports:
+                groups[g].connector.update_connector_output(report)
         self._delayed -= set(connector_output.finished_sending or ())
 
     def has_pending_push_work(self):
@@ -553,55 +692,77 @@ class KvtierConnector(KVConnectorBase_V1):
         return bool(self._delayed)
 
     def request_finished(self, request, block_ids):
+        """vLLM's call for a connector of one KV cache group (HMA off)."""
+        return self.request_finished_all_groups(request, (block_ids,))
+
+    def request_finished_all_groups(self, request, block_ids):
+        """Every group's connector is told; vLLM keeps the blocks (of all groups) while any
+        group's stores read them, until the workers list the request in finished_sending."""
         rid = request.request_id
         self._bypass.discard(rid)
-        self._drop_names(self._forget(rid))
-        try:
-            delay_free = self._live().request_finished(rid)
-        except kvtier.NotFoundError:  # aborted before the connector saw it
-            return False, None
-        if delay_free:
+        self._forget(rid)
+        delaying = 0
+        for g in self._live():
+            try:
+                delaying += bool(g.connector.request_finished(rid))
+            except kvtier.NotFoundError:  # aborted before the connector saw it
+                pass
+        if delaying:
             self._delayed.add(rid)
-        return delay_free, None
+            self._sending[rid] = delaying
+        return bool(delaying), None
 
     def reset_cache(self):
         """vLLM's reset_connector_cache (after a weight reload, say): nothing kvtier stored
         before is served again. False (vLLM's reset_prefix_cache then fails, to be retried)
         while loads are in flight, which would bring the old KV back."""
-        try:
-            self._live().reset_cache()
-        except kvtier.StateError:
-            return False
+        # A group refuses while its loads are in flight, and a group's loads can end before
+        # another's: until every group has reset, no hit is served (it could pair one
+        # group's new KV with another's old).
+        self._resetting = True
+        for g in self._live():
+            try:
+                g.connector.reset_cache()
+            except kvtier.StateError:
+                return False
+        self._resetting = False
         return True
 
     def take_events(self):
         """G2/G3's BLOCK_STORED/REMOVED as vLLM's BlockStored/BlockRemoved, named as vLLM's
-        own GPU events name the same blocks (vLLM's block hashes, parent, token ids, LoRA),
-        medium "CPU" for G2 and "FS" for G3. Without vLLM installed, kvtier.Event."""
-        raw, c = [], self._live()
-        while True:  # all of them: the queue is bounded, and what overflows it is dropped
-            got = c.take_events(1024)
-            raw += got
-            if len(got) < 1024:
-                break
+        own GPU events name the same blocks (vLLM's block hashes, parent, token ids, LoRA,
+        the group's index, spec kind and sliding window), medium "CPU" for G2 and "FS" for
+        G3. Without vLLM installed, kvtier.Event."""
         try:
             from vllm.distributed import kv_events
         except ImportError:
             kv_events = None
         out = []
+        for g in self._live():
+            out += self._group_events(g, kv_events)
+        return out
+
+    def _group_events(self, g, kv_events):
+        raw, c = [], g.connector
+        while True:  # all of them: the queue is bounded, and what overflows it is dropped
+            got = c.take_events(1024)
+            raw += got
+            if len(got) < 1024:
+                break
+        out = []
         for e in raw:
             if e.type == kvtier.EVENTS_DROPPED:
                 # What the tiers hold is unknown from here on: say so, and learn anew.
-                self._names = {h: n for h, n in self._names.items() if n.live > 0}
-                for name in self._names.values():
+                g.names = {h: n for h, n in g.names.items() if n.live > 0}
+                for name in g.names.values():
                     name.tiers = 0
-                self._recent.clear()
+                g.recent.clear()
                 if kv_events is not None:
                     out.append(kv_events.AllBlocksCleared())
                 continue
             if e.type not in (kvtier.BLOCK_STORED, kvtier.BLOCK_REMOVED):
                 continue
-            name, bit = self._name(e.hash), 1 << e.tier
+            name, bit = self._name(g, e.hash), 1 << e.tier
             if name is None:  # not named in this process (a recovered G3), or long forgotten
                 continue
             if e.type == kvtier.BLOCK_STORED:
@@ -609,43 +770,66 @@ class KvtierConnector(KVConnectorBase_V1):
                 if kv_events is not None:
                     out.append(kv_events.BlockStored(
                         block_hashes=[name.block_hash], parent_block_hash=name.parent,
-                        token_ids=list(name.token_ids), block_size=self._page_size,
+                        token_ids=list(name.token_ids), block_size=g.block_size,
                         lora_id=name.lora_id, medium=MEDIUM.get(e.tier),
                         lora_name=name.lora_name,
-                        extra_keys=None if name.extra_keys is None else [name.extra_keys]))
+                        extra_keys=None if name.extra_keys is None else [name.extra_keys],
+                        group_idx=g.index, kv_cache_spec_kind=g.kind,
+                        kv_cache_spec_sliding_window=g.window or None))
             else:
                 name.tiers &= ~bit
                 if kv_events is not None:
                     out.append(kv_events.BlockRemoved(block_hashes=[name.block_hash],
-                                                      medium=MEDIUM.get(e.tier)))
-                self._unneeded(e.hash, name)
+                                                      medium=MEDIUM.get(e.tier),
+                                                      group_idx=g.index))
+                self._unneeded(g, e.hash, name)
         return out if kv_events is not None else [
             e for e in raw if e.type in (kvtier.BLOCK_STORED, kvtier.BLOCK_REMOVED)]
 
     # ---- worker side ----
 
     def register_kv_caches(self, kv_caches):
-        # Layers that share another layer's cache (vLLM's KV sharing) are that layer.
-        first, alias = {}, {}
+        def key(t):
+            return (t.data_ptr(), tuple(t.shape), tuple(t.stride(d) for d in range(len(t.shape))))
+
+        # vLLM's groups share tensors (tensor i is layer i of every group): a group's layers
+        # are its own names. A layer in no group shares another layer's cache (vLLM's KV
+        # sharing), and is that layer.
+        grouped = {}
+        for g in self._groups:
+            names = list(kv_caches) if g.layer_names is None else \
+                [n for n in g.layer_names if n in kv_caches]
+            first, alias = {}, {}
+            for name in names:
+                alias[name] = first.setdefault(key(kv_caches[name]), name)
+            unique = {name: kv_caches[name] for name in names if alias[name] == name}
+            order, num_outer, chunk_bytes, layout = _vllm_layout.g1_layout(
+                unique, self._num_gpu_blocks)
+            self._open(g, kvtier.ROLE_WORKER, num_layers=len(order), num_outer=num_outer,
+                       chunk_bytes=chunk_bytes)
+            g.connector.register_kv_caches(layout, self._num_gpu_blocks)
+            index = {name: i for i, name in enumerate(order)}
+            for name in names:
+                g.layers[name] = index[alias[name]]
+                grouped.setdefault(key(kv_caches[name]), (g, g.layers[name]))
+                self._layer_group[name] = g
         for name, t in kv_caches.items():
-            key = (t.data_ptr(), tuple(t.shape), tuple(t.stride(d) for d in range(len(t.shape))))
-            alias[name] = first.setdefault(key, name)
-        unique = {name: kv_caches[name] for name in kv_caches if alias[name] == name}
-        names, num_outer, chunk_bytes, layout = _vllm_layout.g1_layout(unique,
-                                                                       self._num_gpu_blocks)
-        self._open(kvtier.ROLE_WORKER, num_layers=len(names), num_outer=num_outer,
-                   chunk_bytes=chunk_bytes)
-        self.connector.register_kv_caches(layout, self._num_gpu_blocks)
-        index = {name: i for i, name in enumerate(names)}
-        self._layers = {name: index[alias[name]] for name in kv_caches}
+            if name not in self._layer_group and key(t) in grouped:
+                g, i = grouped[key(t)]
+                g.layers[name], self._layer_group[name] = i, g
 
     def bind_connector_metadata(self, connector_metadata):
-        self._live().bind_connector_metadata(connector_metadata.meta)
+        groups = self._live()
+        for g, meta in zip(groups, connector_metadata.metas):
+            g.connector.bind_connector_metadata(meta)
+        for rid, n in connector_metadata.sending.items():
+            self._sending_need[rid] = n
         super().bind_connector_metadata(connector_metadata)
 
     def clear_connector_metadata(self):
         if self.has_connector_metadata():
-            self._live().clear_connector_metadata()
+            for g in self._live():
+                g.connector.clear_connector_metadata()
         super().clear_connector_metadata()
 
     def handle_preemptions(self, kv_connector_metadata):
@@ -653,38 +837,62 @@ class KvtierConnector(KVConnectorBase_V1):
                if isinstance(kv_connector_metadata, KvtierConnectorMetadata)
                else kv_connector_metadata)  # older vLLM: the set of preempted ids
         if ids:
-            self._live().handle_preemptions(sorted(ids))
+            for g in self._live():
+                g.connector.handle_preemptions(sorted(ids))
 
     def start_load_kv(self, forward_context=None, **kwargs):
         if self.has_connector_metadata():
-            self._live().start_load_kv()
+            for g in self._live():
+                g.connector.start_load_kv()
 
     def _layer(self, layer_name):
-        try:
-            return self._layers[layer_name]
-        except KeyError:
+        """(the layer's group, its index in the group's manager)"""
+        g = self._layer_group.get(layer_name)
+        if g is None:
             raise kvtier.InvalidArgumentError(
                 "kvtier.vllm: layer %r was not in register_kv_caches" % layer_name,
                 kvtier.CONST["KVT_ERR_INVALID_ARGUMENT"]) from None
+        return g, g.layers[layer_name]
 
     def wait_for_layer_load(self, layer_name):
         if self.has_connector_metadata():
-            self._live().wait_for_layer_load(self._layer(layer_name))
+            g, i = self._layer(layer_name)
+            g.connector.wait_for_layer_load(i)
 
     def save_kv_layer(self, layer_name, kv_layer, attn_metadata, **kwargs):
         if self.has_connector_metadata():
-            self._live().save_kv_layer(self._layer(layer_name))
+            g, i = self._layer(layer_name)
+            g.connector.save_kv_layer(i)
 
     def wait_for_save(self):
         if self.has_connector_metadata():
-            self._live().wait_for_save()
+            for g in self._live():
+                g.connector.wait_for_save()
 
     def get_finished(self, finished_req_ids):
-        f = self._live().get_finished()
-        if f.report:
-            self._reports.append(f.report)
-        self._load_errors.update(f.load_error_block_ids)
-        return set(f.finished_sending) or None, set(f.finished_recving) or None
+        """A request is finished sending once every group whose stores read its blocks has
+        listed it, and finished receiving once every group's load of it has ended (an
+        asynchronous hit loads in every group)."""
+        groups = self._live()
+        sending, recving = set(), set()
+        for g in groups:
+            f = g.connector.get_finished()
+            if f.report:
+                self._reports.append((g.index, f.report))
+            self._load_errors.update(f.load_error_block_ids)
+            for rid in f.finished_sending:
+                need = self._sending_need.get(rid, 1) - 1
+                if need > 0:
+                    self._sending_need[rid] = need
+                else:
+                    self._sending_need.pop(rid, None)
+                    sending.add(rid)
+            for rid in f.finished_recving:
+                self._recving_seen[rid] += 1
+                if self._recving_seen[rid] == len(groups):
+                    del self._recving_seen[rid]
+                    recving.add(rid)
+        return sending or None, recving or None
 
     def get_block_ids_with_load_errors(self):
         errors, self._load_errors = self._load_errors, set()
@@ -695,3 +903,9 @@ class KvtierConnector(KVConnectorBase_V1):
             return None
         meta, self._reports = KvtierWorkerMetadata(self._reports), []
         return meta
+
+
+def _ids(block_ids):
+    """vLLM's block ids of one group as kvtier takes them: its null block (id 0, in a
+    sliding window's tokens that left the window) is KVT_BLOCK_ID_NONE."""
+    return [kvtier.BLOCK_ID_NONE if b == 0 else b for b in block_ids]
