@@ -72,6 +72,9 @@ type ConnectorConfig struct {
 	// half's rank below it. RoleBoth needs 1.
 	WorldSize uint32
 	Rank      uint32
+	// One KV cache group of a hybrid model with a sliding window of this many tokens
+	// (0: full attention); both halves take the same value, and lazy offload is refused.
+	SlidingWindow uint32
 }
 
 func initConnectorConfig(c *C.kvt_connector_config) {
@@ -86,6 +89,7 @@ func DefaultConnectorConfig() ConnectorConfig {
 		Role: ConnectorRole(c.role), Offload: OffloadMode(c.offload), StoreTier: Tier(c.store_tier),
 		NumGPUBlocks: uint64(c.num_gpu_blocks), SaltHash: uint64(c.salt_hash), LoadAsync: c.load_async != 0,
 		PauseTimeoutMs: uint32(c.pause_timeout_ms), WorldSize: uint32(c.world_size), Rank: uint32(c.rank),
+		SlidingWindow: uint32(c.sliding_window),
 	}
 }
 
@@ -152,6 +156,7 @@ func (m *Manager) NewConnector(cfg ConnectorConfig) (*Connector, error) {
 	}
 	c.pause_timeout_ms = C.uint32_t(cfg.PauseTimeoutMs)
 	c.world_size, c.rank = C.uint32_t(cfg.WorldSize), C.uint32_t(cfg.Rank)
+	c.sliding_window = C.uint32_t(cfg.SlidingWindow)
 	if cfg.EndpointPath != "" {
 		p := C.CString(cfg.EndpointPath)
 		defer C.free(unsafe.Pointer(p))

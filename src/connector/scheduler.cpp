@@ -15,6 +15,12 @@ namespace kvt::conn {
 
 namespace {
 std::string quoted(std::string_view id) { return std::string(id); }
+// The first block a request computed up to `computed` still reads: vLLM frees the blocks
+// wholly before computed - sliding_window + 1 (it counts only processed tokens, never more
+// than computed, so this frees no block vLLM keeps).
+size_t window_start(uint64_t computed, uint32_t window, uint32_t page) {
+  return computed + 1 > window ? size_t((computed + 1 - window) / page) : 0;
+}
 // Debian's abseil has its own string_view.
 absl::string_view key(std::string_view id) { return {id.data(), id.size()}; }
 }  // namespace
@@ -114,7 +120,7 @@ void Scheduler::candidate(const Slot &s, kvt_candidate_state state, uint64_t bat
 // Block ids the call hands to s for writing: in range, not written by another live request,
 // not given twice. Marks them with stamp for the duplicate check.
 kvt_status Scheduler::check_blocks(const char *fn, const Slot &s, const uint32_t *ids, size_t n,
-                                   uint32_t stamp, const absl::flat_hash_set<uint32_t> *freed) {
+                                   uint32_t stamp) {
   for (size_t i = 0; i < n; ++i) {
     uint32_t b = ids[i];
     if (b == KVT_BLOCK_ID_NONE) continue;
@@ -122,7 +128,7 @@ kvt_status Scheduler::check_blocks(const char *fn, const Slot &s, const uint32_t
       return fail(KVT_ERR_INVALID_ARGUMENT,
                   "%s: request '%s': block id %u is out of range (num_gpu_blocks is %zu)", fn,
                   s.id.c_str(), b, writer_.size());
-    if (writer_[b] != nullptr && writer_[b] != &s && !(freed && freed->contains(b)))
+    if (writer_[b] != nullptr && writer_[b] != &s && !left_window(*writer_[b], b))
       return fail(KVT_ERR_INVALID_ARGUMENT,
                   "%s: request '%s': block id %u is written by request '%s'", fn, s.id.c_str(),
                   b, writer_[b]->id.c_str());
@@ -227,7 +233,8 @@ void Scheduler::plan_eager(Slot &s, Batch *batch) {
   StoreRec rec = store_rec(s);
   const int dst = store_tier_->id();
   for (size_t j = s.store_next; j < full; ++j) {
-    if (s.blocks[j] == KVT_BLOCK_ID_NONE) continue;  // the engine's null block
+    // The engine's null block, or one a sliding window left that another request took.
+    if (s.blocks[j] == KVT_BLOCK_ID_NONE || writer_[s.blocks[j]] != &s) continue;
     uint64_t parent = j ? hashes[j - 1] : 0;
     if (!content_.empty()) {
       content_[s.blocks[j]] = Content{hashes[j], parent, true};
@@ -417,6 +424,7 @@ kvt_status Scheduler::after_alloc(std::string_view id, const uint32_t *blocks, s
   s->blocks.assign(blocks, blocks + n);
   s->write_from = write_from;
   s->released_below = 0;
+  s->reach = s->matched_from + external;
   s->store_next = std::max<size_t>(s->store_next, write_from);
   std::vector<CopyOp> lazy;
   for (size_t i = write_from; i < n; ++i) claim(*s, blocks[i], &lazy);
@@ -451,22 +459,15 @@ kvt_status Scheduler::after_alloc(std::string_view id, const uint32_t *blocks, s
   return KVT_OK;
 }
 
-// The first block a request computed up to `computed` still reads: vLLM frees the blocks
-// wholly before computed - sliding_window + 1 (it counts only processed tokens, never more
-// than computed, so this frees no block vLLM keeps).
-static size_t window_start(uint64_t computed, uint32_t window, uint32_t page) {
-  return computed + 1 > window ? size_t((computed + 1 - window) / page) : 0;
-}
-
-void Scheduler::window_leavers(const kvt_scheduled_request *reqs, const std::vector<Slot *> &slot,
-                               absl::flat_hash_set<uint32_t> *out) const {
-  for (size_t i = 0; i < slot.size(); ++i) {
-    const Slot &s = *slot[i];
-    size_t end = std::min(window_start(reqs[i].num_computed_tokens, cfg_.sliding_window, page_),
-                          s.blocks.size());
-    for (size_t j = s.released_below; j < end; ++j)
-      if (s.blocks[j] != KVT_BLOCK_ID_NONE && writer_[s.blocks[j]] == &s) out->insert(s.blocks[j]);
-  }
+// vLLM frees a sliding window's blocks as they leave it, unannounced, when it allocates for
+// the request (it may then hand them to any request in the same schedule): t no longer
+// needs b when b lies before the window of the furthest token t was scheduled to reach.
+bool Scheduler::left_window(const Slot &t, uint32_t b) const {
+  if (!window_blocks_) return false;
+  size_t end = std::min(window_start(t.reach, cfg_.sliding_window, page_), t.blocks.size());
+  for (size_t j = t.released_below; j < end; ++j)
+    if (t.blocks[j] == b) return true;
+  return false;
 }
 
 // s's blocks that left the window are the engine's again, and never stored from now on:
@@ -536,16 +537,13 @@ kvt_status Scheduler::meta_for(std::string *out, const kvt_scheduled_request *re
                (unsigned long long)r.num_scheduled_tokens);
     if (e != KVT_OK) return refuse(e);
   }
-  // Blocks a sliding window left this step may come back in any request's new blocks.
-  absl::flat_hash_set<uint32_t> freed;
-  if (window_blocks_) window_leavers(reqs, slot, &freed);
   for (size_t i = 0; i < n; ++i) {
     const kvt_scheduled_request &r = reqs[i];
     Slot *s = slot[i];
-    kvt_status e = check_blocks(fn, *s, r.new_block_ids, r.num_new_block_ids, stamp, &freed);
+    kvt_status e = check_blocks(fn, *s, r.new_block_ids, r.num_new_block_ids, stamp);
     for (size_t k = 0; k < r.num_new_block_ids && e == KVT_OK; ++k) {
       uint32_t b = r.new_block_ids[k];
-      if (b != KVT_BLOCK_ID_NONE && writer_[b] == s && !freed.contains(b))
+      if (b != KVT_BLOCK_ID_NONE && writer_[b] == s && !left_window(*s, b))
         e = fail(KVT_ERR_INVALID_ARGUMENT, "%s: request '%s' holds block id %u already", fn,
                  s->id.c_str(), b);
     }
@@ -585,6 +583,7 @@ kvt_status Scheduler::meta_for(std::string *out, const kvt_scheduled_request *re
     // Only known tokens count: a block is stored once its tokens are known and computed.
     s.computed = std::min<uint64_t>(r.num_computed_tokens + r.num_scheduled_tokens,
                                     s.seq.tokens());
+    s.reach = std::max(s.reach, r.num_computed_tokens + r.num_scheduled_tokens);
     move(s, target[i]);
     Batch batch;
     plan_eager(s, &batch);
@@ -819,6 +818,7 @@ void Scheduler::to_waiting(Slot &s) {
   s.write_from = 0;
   s.store_next = 0;  // its blocks may be stored again: plan_store skips what is present
   s.released_below = 0;
+  s.reach = 0;
   ++stats_.preemptions;
   move(s, KVT_SLOT_PREEMPTED);
 }

@@ -110,10 +110,9 @@ class Scheduler {
                           size_t first, size_t usable);
   kvt_status match_window(std::vector<Pinned> *hit, size_t *from,
                           const std::vector<uint64_t> &hashes, size_t first, size_t usable);
-  // Sliding window: the blocks of slots scheduled in reqs that left the window at this
-  // step (the engine may hand them to other requests in the same step).
-  void window_leavers(const kvt_scheduled_request *reqs, const std::vector<Slot *> &slot,
-                      absl::flat_hash_set<uint32_t> *out) const;
+  // Sliding window: whether t's block b left t's window (the engine may have freed it);
+  // t's blocks that left it at this step go back to the engine.
+  bool left_window(const Slot &t, uint32_t b) const;
   void release_window(Slot &s, uint64_t computed);
   kvt_status after_alloc(std::string_view id, const uint32_t *blocks, size_t n,
                          uint64_t external);
@@ -138,9 +137,8 @@ class Scheduler {
   // An observe CANDIDATE event for a batch of s (0: blocks not in a batch).
   void candidate(const Slot &s, kvt_candidate_state state, uint64_t batch, int src, int dst,
                  uint64_t blocks, kvt_status st = KVT_OK);
-  // freed: blocks whose writer left them this step (a sliding window's), free to take.
   kvt_status check_blocks(const char *fn, const Slot &s, const uint32_t *ids, size_t n,
-                          uint32_t stamp, const absl::flat_hash_set<uint32_t> *freed = nullptr);
+                          uint32_t stamp);
   // Appends to s's tokens; with KV events on, notes the tokens of the blocks they fill.
   void append_tokens(Slot &s, const uint32_t *tokens, size_t n);
   void claim(Slot &s, uint32_t g1, std::vector<CopyOp> *lazy);

@@ -47,6 +47,7 @@ struct Slot {
                                  // loads only its last blocks
   size_t released_below = 0;     // sliding window: blocks before it left the window, and
                                  // the engine may have given them to other requests
+  uint64_t reach = 0;            // the furthest token it was scheduled to compute
   uint64_t batches = 0;          // load and store batches in the metadata, not yet reported
   uint64_t async_loads = 0;      // of those, asynchronous loads: the engine waits for their
                                  // finished_recving, never for finished_sending

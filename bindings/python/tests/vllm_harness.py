@@ -837,8 +837,8 @@ class BlockPoolStandIn:
     def free_blocks(self, ordered_blocks):
         blocks = list(ordered_blocks)
         for blk in blocks:
-            blk.ref_cnt -= 1
-            assert blk.ref_cnt >= 0, "block %d freed twice" % blk.block_id
+            blk.ref_cnt -= 1  # the null block's goes below 0, as in vLLM's BlockPool
+            assert blk.ref_cnt >= 0 or blk.is_null, "block %d freed twice" % blk.block_id
         self.free_block_queue.append_n(
             [b for b in blocks if b.ref_cnt == 0 and not b.is_null])
 
@@ -865,21 +865,32 @@ class BlockPoolStandIn:
 
 
 class CoordinatorStandIn:
-    """Stand-in of vLLM's UnitaryKVCacheCoordinator (kv_cache_coordinator.py is not in
-    VLLM_SRC): one KV-cache group, managed by vLLM's own FullAttentionManager (compiled from
-    single_type_kv_cache_manager.py) over BlockPoolStandIn. find_longest_cache_hit walks the
-    request's block hashes until the first miss (FullAttentionManager's, without EAGLE)."""
+    """Stand-in of vLLM's UnitaryKVCacheCoordinator and, for a full-attention group plus a
+    sliding-window group, of its HybridKVCacheCoordinator (kv_cache_coordinator.py is not in
+    VLLM_SRC): vLLM's own FullAttentionManager and SlidingWindowManager (compiled from
+    single_type_kv_cache_manager.py) over BlockPoolStandIn, of one block size.
+    find_longest_cache_hit walks the request's block hashes in group 0 until the first miss
+    (FullAttentionManager's, without EAGLE); a sliding-window group then finds its own hit
+    within that with SlidingWindowManager.find_longest_cache_hit, and the full-attention hit
+    is cut to it (the hybrid coordinator's fixed point, one pass for two groups)."""
 
     def __init__(self, kv_cache_config, max_model_len, enable_caching, scheduler_block_size,
                  hash_block_size, **unused):
-        assert len(kv_cache_config.kv_cache_groups) == 1
+        groups = kv_cache_config.kv_cache_groups
         self.block_pool = BlockPoolStandIn(kv_cache_config.num_blocks, enable_caching,
                                            hash_block_size)
-        spec = kv_cache_config.kv_cache_groups[0].kv_cache_spec
-        self.single_type_managers = (V.FullAttentionManager(
-            spec, block_pool=self.block_pool, enable_caching=enable_caching,
-            kv_cache_group_id=0, scheduler_block_size=scheduler_block_size),)
-        self.block_size = spec.block_size
+        kinds = [type(g.kv_cache_spec).__name__ for g in groups]
+        assert kinds in (["FullAttentionSpec"], ["FullAttentionSpec", "SlidingWindowSpec"]), \
+            kinds
+        managers = {"FullAttentionSpec": V.FullAttentionManager,
+                    "SlidingWindowSpec": V.SlidingWindowManager}
+        self.single_type_managers = tuple(managers[k](
+            g.kv_cache_spec, block_pool=self.block_pool, enable_caching=enable_caching,
+            kv_cache_group_id=i, scheduler_block_size=scheduler_block_size)
+            for i, (k, g) in enumerate(zip(kinds, groups)))
+        self.specs = [g.kv_cache_spec for g in groups]
+        self.block_size = self.specs[0].block_size
+        assert all(s.block_size == self.block_size for s in self.specs)
 
     def find_longest_cache_hit(self, block_hashes, max_cache_hit_length):
         hit = []
@@ -888,7 +899,12 @@ class CoordinatorStandIn:
             if cached is None:
                 break
             hit.append(cached[0])
-        return (hit,), len(hit) * self.block_size, 0
+        if len(self.specs) == 1:
+            return (hit,), len(hit) * self.block_size, 0
+        (window,), length = V.SlidingWindowManager.find_longest_cache_hit(
+            block_hashes, len(hit) * self.block_size, [1], self.block_pool, self.specs[1],
+            False, self.block_size)
+        return (hit[:length // self.block_size], window), length, 0
 
     def get_num_blocks_to_allocate(self, request_id, num_tokens, new_computed_blocks,
                                    num_encoder_tokens, total_computed_tokens,
@@ -922,7 +938,9 @@ class CoordinatorStandIn:
             m.free(request_id)
 
     def pop_blocks_for_free(self, request_id):
-        (blocks,) = [m.pop_blocks_for_free(request_id) for m in self.single_type_managers]
+        blocks = []
+        for m in self.single_type_managers:
+            blocks.extend(m.pop_blocks_for_free(request_id))
         return blocks
 
     def remove_skipped_blocks(self, request_id, num_computed_tokens, num_prompt_tokens=None):
@@ -1021,7 +1039,8 @@ def setup():
              "KVCacheBlock", "KVCacheBlockCopy",
              "FreeKVCacheBlockQueue", "need_extra_keys", "_gen_mm_extra_hash_keys",
              "_gen_lora_extra_hash_keys", "_gen_prompt_embeds_extra_hash_keys",
-             "generate_block_hash_extra_keys", "hash_block_tokens", "get_request_block_hasher"]
+             "generate_block_hash_extra_keys", "hash_block_tokens", "get_request_block_hasher",
+             "BlockHashListWithBlockSize", "BlockHashList", "resolve_block_hashes"]
     compile_functions(path, names, ns)
     V.kv_cache_utils = sys.modules["vllm.v1.core.kv_cache_utils"]
 
@@ -1055,6 +1074,11 @@ def setup():
         path, "FullAttentionManager",
         ["cache_blocks", "_cache_partial_tail_block", "get_num_common_prefix_blocks"], ns,
         bases=(base,))
+    V.SlidingWindowManager = compile_class(
+        path, "SlidingWindowManager",
+        ["__init__", "_contiguous_blocks_for_hit", "find_longest_cache_hit",
+         "reachable_block_mask", "get_num_skipped_tokens", "get_num_common_prefix_blocks"], ns,
+        bases=(base,), attrs={"supports_fine_grained_hash_lookup": False})  # vLLM's default
 
     # the scheduler, and the async scheduler's overrides
     path = os.path.join(vdir, "v1", "core", "sched", "scheduler.py")
@@ -1457,7 +1481,14 @@ class Worker:
         spec = kv_cache_config.kv_cache_groups[0].kv_cache_spec
         self.block_size, self.num_kv_heads = spec.block_size, spec.num_kv_heads
         self.head_size, self.el = spec.head_size, spec.dtype.itemsize
-        self.layers = list(kv_cache_config.kv_cache_groups[0].layer_names)
+        # the layers in model order, and each one's KV cache group and sliding window
+        self.group_of, self.window_of = {}, {}
+        for g, group in enumerate(kv_cache_config.kv_cache_groups):
+            for name in group.layer_names:
+                self.group_of[name] = g
+                self.window_of[name] = getattr(group.kv_cache_spec, "sliding_window", None)
+        self.layers = sorted((n for g in kv_cache_config.kv_cache_groups for n in g.layer_names),
+                             key=_layer_number)
         self.ctx_of, self.async_scheduling = ctx_of, async_scheduling
         spec_cfg = vllm_config.speculative_config
         self.num_spec = spec_cfg.num_speculative_tokens if spec_cfg else 0
@@ -1583,8 +1614,8 @@ class Worker:
                                               digests=prefix_digests(st.ctx, seq))
         return plan
 
-    def _slot(self, tensor, block_ids, pos, head):
-        block = block_ids[0][pos // self.block_size]
+    def _slot(self, tensor, block_ids, pos, head, group=0):
+        block = block_ids[group][pos // self.block_size]
         return block, tensor.byte_offset((block, head, pos % self.block_size, 0))
 
     def _layer(self, layer_name):
@@ -1599,12 +1630,14 @@ class Worker:
         """The attention layer: reads the computed KV (checked). A request that read garbage
         computes garbage from the next layer on."""
         t, local, layer, n, mem = self._layer(layer_name)
+        group, window = self.group_of[layer_name], self.window_of[layer_name]
         for rid, p in step.plan.items():
             reads = self.reads[rid]
-            for pos in range(p.c):
+            # a sliding window's first query (position c) reads back to c - window + 1
+            for pos in range(max(0, p.c - window + 1) if window else 0, p.c):
                 reads.add(pos)
                 for h in range(self.num_kv_heads):
-                    block, off = self._slot(t, p.st.block_ids, pos, h)
+                    block, off = self._slot(t, p.st.block_ids, pos, h, group)
                     self.checked_positions += 1
                     if bytes(mem[off:off + n]) != kv_bytes(p.digests[pos], layer,
                                                            self.head0 + h, n):
@@ -1617,11 +1650,12 @@ class Worker:
         """The layer's KV of the new positions, written before its attention (and so before
         its wait_for_layer_load); poison once an earlier layer read garbage."""
         t, local, layer, n, mem = self._layer(layer_name)
+        group = self.group_of[layer_name]
         for rid, p in step.plan.items():
             for pos in range(p.c, p.c + p.n):
                 d = p.digests[pos] if rid not in step.poisoned else b"poison%d" % self.step
                 for h in range(self.num_kv_heads):
-                    block, off = self._slot(t, p.st.block_ids, pos, h)
+                    block, off = self._slot(t, p.st.block_ids, pos, h, group)
                     mem[off:off + n] = kv_bytes(d, layer, self.head0 + h, n)
                 if local == len(self.layers) - 1:
                     slot = pos % self.block_size
@@ -1681,6 +1715,12 @@ class Worker:
         self.connector.shutdown()
 
 
+def _layer_number(name):
+    """The model's index of a layer named model.layers.<i>....: the order of its hooks."""
+    parts = name.split(".")
+    return int(parts[2]) if len(parts) > 2 and parts[2].isdigit() else 0
+
+
 def _attention_op(query, layer_name):
     """The attention custom op (unified_attention_with_output's place): writes this layer's
     KV of the step's scheduled tokens; vLLM's maybe_transfer_kv_layer wraps it."""
@@ -1693,12 +1733,16 @@ def _attention_op(query, layer_name):
 # ---------------------------------------------------------------------------------------
 
 def rank_kv_cache_config(rank, num_gpu_blocks, block_size, num_kv_heads, head_size, layers,
-                         tp=1, pp=1):
+                         tp=1, pp=1, sliding_window=None):
     """A rank's KVCacheConfig as vLLM builds it per worker: under TP its spec has the rank's
     share of the KV heads (num_kv_heads // tp), under PP its tensors and group only the
     rank's stage's layers; every rank has the same num_blocks. Returns (the config, the
     model's index of its first layer, of its first KV head, whether it is the last PP
-    stage). TP rank = rank % tp, PP rank = rank // tp (the multiproc executor's numbering)."""
+    stage). TP rank = rank % tp, PP rank = rank // tp (the multiproc executor's numbering).
+    sliding_window: a hybrid model as vLLM's hybrid KV cache manager groups it: every other
+    layer (the odd ones) attends within that many tokens (SlidingWindowSpec, KV cache group
+    1), the others fully (group 0), and tensor i is shared by layer i of each group (vLLM's
+    _get_kv_cache_config_from_groups)."""
     torch = sys.modules["torch"]
     kci = V.kv_cache_interface
     tp_rank, pp_rank = rank % tp, rank // tp
@@ -1709,6 +1753,22 @@ def rank_kv_cache_config(rank, num_gpu_blocks, block_size, num_kv_heads, head_si
     mine = list(layers[pp_rank * per_stage:(pp_rank + 1) * per_stage])
     spec = kci.FullAttentionSpec(block_size=block_size, num_kv_heads=heads,
                                  head_size=head_size, dtype=torch.float16)
+    if sliding_window is not None:
+        if tp * pp != 1 or len(mine) % 2:
+            raise HarnessError("the hybrid layout takes an even number of layers, one rank")
+        swa = kci.SlidingWindowSpec(block_size=block_size, num_kv_heads=heads,
+                                    head_size=head_size, dtype=torch.float16,
+                                    sliding_window=sliding_window)
+        assert swa.page_size_bytes == spec.page_size_bytes
+        full, window = mine[0::2], mine[1::2]
+        cfg = kci.KVCacheConfig(
+            num_blocks=num_gpu_blocks,
+            kv_cache_tensors=[kci.KVCacheTensor(size=spec.page_size_bytes * num_gpu_blocks,
+                                                shared_by=[f, w])
+                              for f, w in zip(full, window)],
+            kv_cache_groups=[kci.KVCacheGroupSpec(full, spec),
+                             kci.KVCacheGroupSpec(window, swa)])
+        return cfg, 0, 0, True
     cfg = kci.KVCacheConfig(
         num_blocks=num_gpu_blocks,
         kv_cache_tensors=[kci.KVCacheTensor(size=spec.page_size_bytes * num_gpu_blocks,
@@ -1918,7 +1978,7 @@ class Engine:
                  num_kv_heads=4, head_size=8, max_model_len=1024, max_num_batched_tokens=256,
                  max_num_seqs=8, num_spec_tokens=0, kv_events=True,
                  kv_load_failure_policy="recompute", long_prefill_token_threshold=0,
-                 layers=LAYERS, tp=1, pp=1, rank_manager=None):
+                 layers=LAYERS, tp=1, pp=1, rank_manager=None, sliding_window=None):
         setup()
         config = dict(
             async_scheduling=async_scheduling, block_size=block_size,
@@ -1932,7 +1992,7 @@ class Engine:
         self.world, self.tp, self.pp = tp * pp, tp, pp
         shape = dict(num_gpu_blocks=num_gpu_blocks, block_size=block_size,
                      num_kv_heads=num_kv_heads, head_size=head_size, layers=list(layers),
-                     tp=tp, pp=pp)
+                     tp=tp, pp=pp, sliding_window=sliding_window)
         self.ctx = {}
         if self.world > 1:  # the workers start first (spawned: they set vLLM up meanwhile)
             self.worker = WorkerGroup(extra, config, shape, self.ctx, rank_manager or {})

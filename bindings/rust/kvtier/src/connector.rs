@@ -96,6 +96,9 @@ pub struct ConnectorConfig {
     /// worker half's rank below it. Role::Both needs 1.
     pub world_size: u32,
     pub rank: u32,
+    /// One KV cache group of a hybrid model with a sliding window of this many tokens
+    /// (0: full attention); both halves take the same value, and lazy offload is refused.
+    pub sliding_window: u32,
 }
 
 fn config_defaults() -> sys::kvt_connector_config {
@@ -127,6 +130,7 @@ impl Default for ConnectorConfig {
             pause_timeout_ms: c.pause_timeout_ms,
             world_size: c.world_size,
             rank: c.rank,
+            sliding_window: c.sliding_window,
         }
     }
 }
@@ -221,6 +225,7 @@ impl<'m> Connector<'m> {
         c.pause_timeout_ms = cfg.pause_timeout_ms;
         c.world_size = cfg.world_size;
         c.rank = cfg.rank;
+        c.sliding_window = cfg.sliding_window;
         let endpoint = cfg.endpoint_path.as_deref().map(crate::observe::c_path).transpose()?;
         if let Some(p) = &endpoint {
             c.endpoint_path = p.as_ptr();
