@@ -1133,18 +1133,24 @@ KVT_API kvt_status kvt_connector_bind_connector_metadata(kvt_connector *c, const
                                                          size_t len);
 KVT_API kvt_status kvt_connector_clear_connector_metadata(kvt_connector *c);
 
-/* Starts the bound metadata's lazy stores and loads on the connector's copy thread, and
- * returns once the lazy stores have ended: they read blocks that loads or the model then
- * overwrite, and vLLM writes a layer's new KV before that layer's wait_for_layer_load. */
+/* Starts the bound metadata's lazy stores and all its loads, every layer, on the connector's
+ * copy thread, and returns once the lazy stores have ended: they read blocks that loads or
+ * the model then overwrite, and vLLM writes a layer's new KV before that layer's
+ * wait_for_layer_load. Loads move layer-major: layer 0 of every load of the step, then
+ * layer 1, ...; a G3 block is read and checked whole before any of its layers reaches G1. */
 KVT_API kvt_status kvt_connector_start_load_kv(kvt_connector *c);
-/* Waits until the bound metadata's lazy stores, and its loads unless they are asynchronous,
- * have ended (all layers at once: the first call for a step waits, later ones return). */
+/* Waits until layer `layer` of every load of the bound metadata (all requests) is in G1,
+ * not for later layers; a G3 block that failed its checksum is in no layer of G1 and goes
+ * to load_error_block_ids. Asynchronous loads (load_async) are not waited for. */
 KVT_API kvt_status kvt_connector_wait_for_layer_load(kvt_connector *c, uint32_t layer);
-/* The model wrote layer `layer` of this step. When the last layer is saved, the bound
- * metadata's eager stores start. */
+/* The model wrote layer `layer` of this step: the bound metadata's eager stores may read it,
+ * and copy it while the next layer computes. A store reads no layer before its save_kv_layer
+ * (or wait_for_save or clear_connector_metadata), and its batch is reported done only once
+ * every layer of it has been copied. */
 KVT_API kvt_status kvt_connector_save_kv_layer(kvt_connector *c, uint32_t layer);
-/* Starts the eager stores that save_kv_layer has not started, and returns: stores run in
- * the background and get_finished reports them, as in vLLM's offloading connectors. */
+/* Lets the eager stores read the layers save_kv_layer did not name (an engine may skip the
+ * hook for some layers), and returns: stores run in the background and get_finished
+ * reports them, as in vLLM's offloading connectors. */
 KVT_API kvt_status kvt_connector_wait_for_save(kvt_connector *c);
 /* Waits until no copy queued or running reads or writes the G1 blocks of these requests, so
  * that the engine can reuse them; first starts the bound metadata's lazy stores and loads,

@@ -1,8 +1,11 @@
 // Shared helpers of the connector tests: the engine's G1 (a host buffer in seed 003's
 // layout), the KV bytes a block's hash implies, seed 003's requests, snapshots of slots, and
 // a step runner that plays one engine step on the worker half and hands its reports to the
-// scheduler half.
+// scheduler half, and a G3 block corrupted on disk.
 #pragma once
+
+#include <fcntl.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cstring>
@@ -411,5 +414,36 @@ struct Rig {
     return good;
   }
 };
+
+// --- G3 ---
+
+// Flips a byte of the data of the G3 slot holding seq_hash, in the G3 file under dir. Slot s
+// lies at s * slot_bytes: the data padded to 4 KiB, then a 4 KiB header that begins with a
+// magic and the sequence hash (src/transfer/disk_engine.hpp). Returns the slot, -1 if none.
+inline int64_t corrupt_g3_block(const std::string &dir, uint64_t seq_hash, uint64_t g3_blocks) {
+  constexpr uint64_t kPageBytes = 4096, kMagic = 0x544c53334754564bULL;
+  auto files = TempDir::names_of(dir, "kvtier-g3-");
+  EXPECT_EQ(files.size(), 1u);
+  if (files.size() != 1) return -1;
+  int fd = ::open((dir + "/" + files[0]).c_str(), O_RDWR);
+  EXPECT_GE(fd, 0);
+  if (fd < 0) return -1;
+  const uint64_t data_bytes = (kBlock + kPageBytes - 1) / kPageBytes * kPageBytes;
+  const uint64_t slot_bytes = data_bytes + kPageBytes;
+  int64_t found = -1;
+  for (uint64_t s = 0; s < g3_blocks && found < 0; ++s) {
+    uint64_t head[2] = {0, 0};
+    if (pread(fd, head, sizeof head, off_t(s * slot_bytes + data_bytes)) != sizeof head) break;
+    if (head[0] != kMagic || head[1] != seq_hash) continue;
+    uint8_t byte = 0;
+    off_t at = off_t(s * slot_bytes + 100);
+    if (pread(fd, &byte, 1, at) == 1) {
+      byte ^= 0x5a;
+      if (pwrite(fd, &byte, 1, at) == 1 && fsync(fd) == 0) found = int64_t(s);
+    }
+  }
+  ::close(fd);
+  return found;
+}
 
 }  // namespace kvt_conn_test

@@ -250,7 +250,10 @@ void run_engine(kvt_manager *sm, kvt_tier store, kvt_connector *sc, kvt_connecto
       v.check(kvt_connector_start_load_kv(wc), {KVT_OK, KVT_ERR_STATE}, "start_load_kv");
       v.check(kvt_connector_wait_for_layer_load(wc, i % (kLayers + 1)),
               {KVT_OK, KVT_ERR_STATE, KVT_ERR_INVALID_ARGUMENT}, "wait_for_layer_load");
-      v.check(kvt_connector_save_kv_layer(wc, 0), {KVT_OK, KVT_ERR_STATE}, "save_kv_layer(0)");
+      // Not a layer the runner has: save_kv_layer(L) lets the stores read layer L at once,
+      // which only the runner knows to be written.
+      v.check(kvt_connector_save_kv_layer(wc, kLayers), {KVT_ERR_INVALID_ARGUMENT, KVT_ERR_STATE},
+              "save_kv_layer(num_layers)");
       const char *nobody = "nobody";
       v.check(kvt_connector_handle_preemptions(wc, &nobody, 1), {KVT_OK}, "handle_preemptions");
       if (split) {

@@ -14,8 +14,11 @@
 
 namespace kvt::conn {
 
-Worker::Worker(Manager &m, uint32_t world_size, uint32_t rank)
-    : m_(m), shape_(shape_of(m, world_size)), rank_(rank) {
+Worker::Worker(Manager &m, uint32_t world_size, uint32_t rank, bool stores_end_by_next_step)
+    : m_(m),
+      shape_(shape_of(m, world_size)),
+      rank_(rank),
+      stores_end_by_next_step_(stores_end_by_next_step) {
   thread_ = std::thread([this] { run(); });
 }
 
@@ -24,6 +27,7 @@ Worker::~Worker() {
     std::lock_guard lk(mu_);
     if (meta_) {  // a step bound and never cleared: its copies still run, nothing is lost
       start_stores();
+      open_all_layers();
       meta_.reset();
     }
     stop_ = true;
@@ -100,6 +104,9 @@ kvt_status Worker::bind(const void *bytes, size_t len) {
                       op.g1, (unsigned long long)g1_blocks_);
   meta_ = std::move(meta);
   loads_started_ = stores_started_ = false;
+  ++binds_;
+  saved_.assign(m_.geometry().num_layers, false);
+  prior_stores_ = last_store_;
   for (const auto *list : {&meta_->lazy_stores, &meta_->loads, &meta_->stores})
     for (const Batch &b : *list) ++unstarted_[b.req_id];
   for (std::string &id : meta_->finished) finishing_.insert(std::move(id));
@@ -112,6 +119,7 @@ kvt_status Worker::clear() {
   std::lock_guard lk(mu_);
   if (kvt_status s = bound("kvt_connector_clear_connector_metadata"); s != KVT_OK) return s;
   start_stores();  // what the engine never started still runs: no pin is left behind
+  open_all_layers();
   meta_.reset();
   return KVT_OK;
 }
@@ -119,14 +127,14 @@ kvt_status Worker::clear() {
 void Worker::enqueue(Kind kind, std::vector<Batch> &batches) {
   if (batches.empty()) return;  // most steps: no need to wake the copy thread
   const bool async = kind == Kind::Load && meta_->async_load;
-  for (Batch &b : batches) {
+  for (const Batch &b : batches) {
     ++outstanding_[b.req_id];
     if (async) ++async_loads_[b.req_id];
     if (--unstarted_[b.req_id] == 0) unstarted_.erase(b.req_id);
-    queue_.push_back(Job{kind, meta_->step, std::move(b), async});
-    ++queued_;
   }
+  queue_.push_back(Job{kind, meta_->step, binds_, std::move(batches), async});
   batches.clear();
+  ++queued_;
   work_cv_.notify_one();
 }
 
@@ -143,7 +151,14 @@ void Worker::start_stores() {
   start_loads();  // a store may read what a load of the same step writes
   if (stores_started_) return;
   stores_started_ = true;
+  if (meta_->stores.empty()) return;
   enqueue(Kind::Store, meta_->stores);
+  last_store_ = queued_;
+}
+
+void Worker::open_all_layers() {
+  saved_.assign(saved_.size(), true);
+  work_cv_.notify_one();
 }
 
 kvt_status Worker::start_load_kv() {
@@ -152,7 +167,10 @@ kvt_status Worker::start_load_kv() {
   start_loads();
   // The model reuses lazily stored blocks in this step, and vLLM writes a layer's new KV
   // before that layer's wait_for_layer_load: they must have been stored before it starts.
-  done_cv_.wait(lk, [&] { return ended_ >= lazy_wait_; });
+  // Likewise earlier steps' stores, where the engine may have freed their blocks unseen.
+  const uint64_t wait = stores_end_by_next_step_ ? std::max(lazy_wait_, prior_stores_)
+                                                 : lazy_wait_;
+  done_cv_.wait(lk, [&] { return ended_ >= wait; });
   return KVT_OK;
 }
 
@@ -164,7 +182,10 @@ kvt_status Worker::wait_for_layer_load(uint32_t layer) {
     return fail(KVT_ERR_INVALID_ARGUMENT, "%s: layer %u is not below num_layers %u", fn, layer,
                 m_.geometry().num_layers);
   if (!loads_started_) return fail(KVT_ERR_STATE, "%s: start_load_kv was not called", fn);
-  done_cv_.wait(lk, [&] { return ended_ >= load_wait_; });
+  // The step's synchronous loads are one job, published layer by layer as it runs.
+  done_cv_.wait(lk, [&] {
+    return ended_ >= load_wait_ || (ended_ + 1 == load_wait_ && running_layers_ > layer);
+  });
   return KVT_OK;
 }
 
@@ -175,7 +196,9 @@ kvt_status Worker::save_kv_layer(uint32_t layer) {
   if (layer >= m_.geometry().num_layers)
     return fail(KVT_ERR_INVALID_ARGUMENT, "%s: layer %u is not below num_layers %u", fn, layer,
                 m_.geometry().num_layers);
-  if (layer + 1 == m_.geometry().num_layers) start_stores();
+  start_stores();
+  saved_[layer] = true;  // the forward wrote the layer: its stores may read it now
+  work_cv_.notify_one();
   return KVT_OK;
 }
 
@@ -183,6 +206,7 @@ kvt_status Worker::wait_for_save() {
   std::lock_guard lk(mu_);
   if (kvt_status s = bound("kvt_connector_wait_for_save"); s != KVT_OK) return s;
   start_stores();
+  open_all_layers();  // layers whose save_kv_layer never came (vLLM skips some)
   return KVT_OK;
 }
 
@@ -254,116 +278,167 @@ void Worker::run() {
     Job job = std::move(queue_.front());
     queue_.pop_front();
     lk.unlock();
-    std::vector<Failure> failed = execute(job);
+    std::vector<std::vector<Failure>> failed = execute(job);
     lk.lock();
-    const std::string &id = job.batch.req_id;
+    end(job, failed);
+  }
+}
+
+// Reports the job's batches, and wakes whoever waits for them.
+void Worker::end(Job &job, std::vector<std::vector<Failure>> &failed) {
+  for (size_t k = 0; k < job.batches.size(); ++k) {
+    const Batch &b = job.batches[k];
     if (job.kind == Kind::Load) {
-      for (const Failure &f : failed) load_errors_.push_back(job.batch.ops[f.op].g1);
+      for (const Failure &f : failed[k]) load_errors_.push_back(b.ops[f.op].g1);
       // Only the loads the engine waits for across steps: vLLM takes a request listed in
       // finished_recving for one in WAITING_FOR_REMOTE_KVS, or frees it when finished.
-      if (job.async && --async_loads_[id] == 0) {
-        async_loads_.erase(id);
-        recving_.push_back(id);
+      if (job.async && --async_loads_[b.req_id] == 0) {
+        async_loads_.erase(b.req_id);
+        recving_.push_back(b.req_id);
       }
-      loads_done_.push_back(Done{job.batch.id, std::move(failed)});
+      loads_done_.push_back(Done{b.id, std::move(failed[k])});
     } else {
-      stores_done_.push_back(Done{job.batch.id, std::move(failed)});
+      stores_done_.push_back(Done{b.id, std::move(failed[k])});
     }
-    if (--outstanding_[id] == 0) outstanding_.erase(id);
-    announce_finished();
-    ++ended_;
-    done_cv_.notify_all();
+    if (--outstanding_[b.req_id] == 0) outstanding_.erase(b.req_id);
   }
+  announce_finished();
+  ++ended_;
+  running_layers_ = 0;  // of the next job, which has copied nothing yet
+  done_cv_.notify_all();
 }
 
 // Host-to-host copies through the memcpy engine, anything touching the engine's CUDA memory
-// through the CUDA engine.
-kvt_status Worker::copy(const std::vector<BlockCopy> &copies) {
+// through the CUDA engine's stream of that direction (it waits for its own copies' event).
+kvt_status Worker::copy(const std::vector<Segment> &segs, bool to_g1) {
+  if (segs.empty()) return KVT_OK;
   if (!cuda_) {
-    copy_blocks(m_.geometry(), copies, m_.pool());
+    copy_segments(segs, m_.pool());
     return KVT_OK;
   }
-  std::vector<Segment> h2d, d2h;
-  for (const BlockCopy &c : copies)
-    append_segments(m_.geometry(), c, c.dst.mem == &g1_ ? h2d : d2h);
-  for (auto [segs, to_device] : {std::pair{&h2d, true}, std::pair{&d2h, false}})
-    if (!segs->empty())
-      if (kvt_status s = cuda_->copy(*segs, to_device); s != KVT_OK) return s;
-  return KVT_OK;
+  return cuda_->copy(segs, to_g1);
 }
 
-// Runs one batch; the copies that failed, and why.
-std::vector<Failure> Worker::execute(const Job &job) {
-  const auto t0 = std::chrono::steady_clock::now();
+// The job's copies, each with its staging buffer when it goes through G3; a store of a
+// request whose load failed in this step is cancelled: it was computed over missing bytes.
+std::vector<Worker::Item> Worker::items(const Job &job, std::vector<AlignedBuffer> &staging) {
   const bool load = job.kind == Kind::Load;
-  const std::vector<CopyOp> &ops = job.batch.ops;
-  const Geometry &g = m_.geometry();
   Tier *g2_tier = m_.tier_if_present(KVT_TIER_G2);
   const TierMemory *g2 = g2_tier ? &g2_tier->memory() : nullptr;  // present for G2 ops
+  std::vector<Item> out;
+  for (size_t b = 0; b < job.batches.size(); ++b) {
+    const bool doomed = !load && failed_reqs_.contains(job.batches[b].req_id);
+    for (const CopyOp &op : job.batches[b].ops) {
+      Item it{&op, b, BlockRef{&g1_, op.g1, nullptr}, BlockRef{}};
+      if (doomed) {
+        it.status = KVT_ERR_CANCELLED;
+      } else if (op.tier == KVT_TIER_G2) {
+        it.other = BlockRef{g2, op.slot, nullptr};
+      } else {
+        staging.push_back(aligned_buffer(m_.geometry().block_bytes()));
+        it.other = BlockRef{nullptr, 0, staging.back().get()};
+      }
+      out.push_back(it);
+    }
+  }
+  return out;
+}
+
+// G3's part of a job, whole blocks: the reads of a load (each checked, before any of its
+// bytes reach G1) or the writes of a store (once every layer is staged).
+void Worker::run_disk(std::vector<Item> &its, bool write) {
+  std::vector<DiskOp> disk;
+  std::vector<Item *> of;
+  for (Item &it : its) {
+    if (it.status != KVT_OK || it.op->tier != KVT_TIER_G3) continue;
+    disk.push_back({write, it.op->slot, it.other.buf, it.op->hash, it.op->parent});
+    of.push_back(&it);
+  }
+  if (disk.empty()) return;
+  m_.disk()->run(disk);
+  for (size_t k = 0; k < disk.size(); ++k) of[k]->status = disk[k].status;
+}
+
+// One layer of every copy still good, in one call so that the copy engine sees it whole. A
+// copy that failed is left out of later layers: a failed load is recomputed whole.
+void Worker::copy_layer(std::vector<Item> &its, uint32_t layer, bool load) {
+  std::vector<Segment> segs;
+  for (const Item &it : its)
+    if (it.status == KVT_OK)
+      append_layer_segments(m_.geometry(),
+                            load ? BlockCopy{it.g1, it.other} : BlockCopy{it.other, it.g1}, layer,
+                            segs);
+  if (kvt_status s = copy(segs, load); s != KVT_OK)
+    for (Item &it : its)
+      if (it.status == KVT_OK) it.status = s;
+}
+
+// An eager store reads a layer only once the engine saved it (or gave up saving: wait_for_save,
+// clear): before, the forward may still be writing it. Lazy stores read what earlier steps
+// wrote. The nanoseconds it waited.
+uint64_t Worker::wait_saved(const Job &job, uint32_t layer) {
+  if (job.kind != Kind::Store) return 0;
+  const auto t0 = std::chrono::steady_clock::now();
+  std::unique_lock lk(mu_);
+  work_cv_.wait(lk, [&] { return job.bind != binds_ || saved_[layer]; });
+  return uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                      std::chrono::steady_clock::now() - t0).count());
+}
+
+// wait_for_layer_load(L) returns once `layers` > L.
+void Worker::publish_loaded(uint32_t layers) {
+  {
+    std::lock_guard lk(mu_);
+    running_layers_ = layers;
+  }
+  done_cv_.notify_all();
+}
+
+// Runs one job layer-major: layer 0 of every copy, then layer 1, ...; per batch, the copies
+// that failed and why.
+std::vector<std::vector<Failure>> Worker::execute(const Job &job) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const bool load = job.kind == Kind::Load;
   if (job.step != failed_step_) {
     failed_reqs_.clear();
     failed_step_ = job.step;
   }
-  std::vector<kvt_status> status(ops.size(), KVT_OK);
-  std::vector<BlockCopy> mem, before, after;
-  std::vector<DiskOp> disk;
-  std::vector<size_t> disk_op;
   std::vector<AlignedBuffer> staging;
-  const bool doomed = !load && failed_reqs_.contains(job.batch.req_id);
-  for (size_t i = 0; i < ops.size(); ++i) {
-    const CopyOp &op = ops[i];
-    if (doomed) {
-      status[i] = KVT_ERR_CANCELLED;
-      continue;
-    }
-    BlockRef g1{&g1_, op.g1, nullptr};
-    if (op.tier == KVT_TIER_G2) {
-      BlockRef other{g2, op.slot, nullptr};
-      mem.push_back(load ? BlockCopy{g1, other} : BlockCopy{other, g1});
-      continue;
-    }
-    staging.push_back(aligned_buffer(g.block_bytes()));
-    BlockRef buf{nullptr, 0, staging.back().get()};
-    if (!load) before.push_back({buf, g1});
-    disk.push_back({!load, op.slot, buf.buf, op.hash, op.parent});
-    disk_op.push_back(i);
-    if (load) after.push_back({g1, buf});
+  std::vector<Item> its = items(job, staging);
+  if (load) run_disk(its, false);
+  uint64_t waited_ns = 0;
+  for (uint32_t l = 0; l < m_.geometry().num_layers; ++l) {
+    waited_ns += wait_saved(job, l);
+    copy_layer(its, l, load);
+    if (load) publish_loaded(l + 1);
   }
-  kvt_status st = copy(mem);
-  if (st != KVT_OK)
-    for (size_t i = 0; i < ops.size(); ++i)
-      if (ops[i].tier == KVT_TIER_G2 && status[i] == KVT_OK) status[i] = st;
-  if (!disk.empty()) {
-    st = copy(before);
-    if (st == KVT_OK) m_.disk()->run(disk);
-    std::vector<BlockCopy> good;
-    for (size_t k = 0; k < disk.size(); ++k) {
-      kvt_status s = st != KVT_OK ? st : disk[k].status;
-      if (s != KVT_OK) status[disk_op[k]] = s;
-      else if (load) good.push_back(after[k]);  // G1 sees only bytes that passed the check
-    }
-    if (kvt_status s = copy(good); s != KVT_OK)
-      for (size_t k = 0; k < disk.size(); ++k)
-        if (status[disk_op[k]] == KVT_OK) status[disk_op[k]] = s;
+  if (!load) run_disk(its, true);
+  const uint64_t busy_ns = uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                        std::chrono::steady_clock::now() - t0).count()) -
+                           waited_ns;
+  std::vector<std::vector<Failure>> failed(job.batches.size());
+  std::vector<std::vector<kvt_status>> status(job.batches.size());
+  for (size_t b = 0; b < job.batches.size(); ++b) status[b].resize(job.batches[b].ops.size());
+  for (const Item &it : its) {
+    const auto i = uint32_t(it.op - job.batches[it.batch].ops.data());
+    status[it.batch][i] = it.status;
+    if (it.status == KVT_OK) continue;
+    failed[it.batch].push_back(Failure{i, it.status});
+    if (load) failed_reqs_.insert(job.batches[it.batch].req_id);
   }
-  std::vector<Failure> failed;
-  for (size_t i = 0; i < ops.size(); ++i) {
-    if (status[i] == KVT_OK) continue;
-    failed.push_back(Failure{uint32_t(i), status[i]});
-    if (load) failed_reqs_.insert(job.batch.req_id);
-  }
-  account(job, status,
-          uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                       std::chrono::steady_clock::now() - t0).count()));
+  for (size_t b = 0; b < job.batches.size(); ++b)
+    account(job.kind, job.batches[b], status[b],
+            its.empty() ? 0 : busy_ns * status[b].size() / its.size());
   return failed;
 }
 
 // kvt_transfer_stats and the observe stream: the batch as one transfer per tier it touched,
 // with the blocks that arrived and a share of its time by block count; a doomed batch
 // counts as cancelled.
-void Worker::account(const Job &job, const std::vector<kvt_status> &status, uint64_t busy_ns) {
-  const bool load = job.kind == Kind::Load;
-  const std::vector<CopyOp> &ops = job.batch.ops;
+void Worker::account(Kind kind, const Batch &b, const std::vector<kvt_status> &status,
+                     uint64_t busy_ns) {
+  const bool load = kind == Kind::Load;
+  const std::vector<CopyOp> &ops = b.ops;
   for (kvt_tier t : {KVT_TIER_G2, KVT_TIER_G3}) {
     uint64_t n = 0, ok = 0;
     kvt_status worst = KVT_OK;
@@ -378,11 +453,11 @@ void Worker::account(const Job &job, const std::vector<kvt_status> &status, uint
                                          : (load ? Direction::G3toG1 : Direction::G1toG3);
     m_.pipeline().account(d, worst, ok, busy_ns * n / ops.size());
     if (m_.bus().on()) {
-      ObsEvent e = obs_event(KVT_OBS_TRANSFER, job.batch.req_id);
+      ObsEvent e = obs_event(KVT_OBS_TRANSFER, b.req_id);
       e.src = load ? t : KVT_TIER_G1;
       e.dst = load ? KVT_TIER_G1 : t;
       e.status = worst;
-      e.batch = job.batch.id;
+      e.batch = b.id;
       e.blocks = ok;
       e.bytes = ok * m_.block_bytes();
       e.duration_ns = busy_ns;

@@ -1,6 +1,8 @@
 // The connector's worker half: copies between the engine's G1 blocks and its manager's G2
 // memory and G3 file, at the slots each step's metadata names, on one copy thread, and
-// reports what ended. It never touches the manager's registries.
+// reports what ended. It never touches the manager's registries. A step's copies move layer
+// by layer, so that they overlap the engine's forward: its loads layer-major, each layer
+// published as it lands; its stores each layer once the engine saved it.
 #pragma once
 
 #include <absl/container/flat_hash_map.h>
@@ -17,6 +19,7 @@
 
 #include "connector/metadata.hpp"
 #include "kvtier.h"
+#include "memory/mapping.hpp"
 #include "memory/tier_memory.hpp"
 #include "transfer/memcpy_engine.hpp"
 
@@ -29,8 +32,10 @@ namespace kvt::conn {
 
 class Worker {
  public:
-  // rank: this worker's, of world_size workers of one scheduler half.
-  Worker(Manager &m, uint32_t world_size, uint32_t rank);
+  // rank: this worker's, of world_size workers of one scheduler half. stores_end_by_next_step:
+  // start_load_kv also waits for the stores of earlier steps to end (an engine that frees
+  // blocks without telling the connector rewrites them in the next forward).
+  Worker(Manager &m, uint32_t world_size, uint32_t rank, bool stores_end_by_next_step);
   ~Worker();  // runs what is queued, then stops
   Worker(const Worker &) = delete;
   Worker &operator=(const Worker &) = delete;
@@ -47,25 +52,42 @@ class Worker {
 
  private:
   enum class Kind : uint8_t { LazyStore, Load, Store };
+  // All the batches of one kind of one step, copied layer by layer.
   struct Job {
     Kind kind;
     uint64_t step;
-    Batch batch;
-    bool async = false;  // a load the engine waits for in finished_recving
+    uint64_t bind;  // the bind it came from: its store's layers open with that bind's saves
+    std::vector<Batch> batches;
+    bool async = false;  // loads the engine waits for in finished_recving
+  };
+  // One copy of a job: the G1 block, the other side (a G2 slot or a G3 staging buffer).
+  struct Item {
+    const CopyOp *op;
+    size_t batch;
+    BlockRef g1, other;
+    kvt_status status = KVT_OK;
   };
   kvt_status bound(const char *fn) const;
   void start_loads();   // under mu_
   void start_stores();  // under mu_
+  void open_all_layers();  // under mu_: every layer of the bound step's stores may be read
   void enqueue(Kind kind, std::vector<Batch> &batches);  // under mu_
   void announce_finished();                              // under mu_
   void run();
-  std::vector<Failure> execute(const Job &job);
-  void account(const Job &job, const std::vector<kvt_status> &status, uint64_t busy_ns);
-  kvt_status copy(const std::vector<BlockCopy> &copies);
+  void end(Job &job, std::vector<std::vector<Failure>> &failed);  // under mu_
+  std::vector<std::vector<Failure>> execute(const Job &job);
+  std::vector<Item> items(const Job &job, std::vector<AlignedBuffer> &staging);
+  void run_disk(std::vector<Item> &items, bool write);
+  void copy_layer(std::vector<Item> &items, uint32_t layer, bool load);
+  uint64_t wait_saved(const Job &job, uint32_t layer);
+  void publish_loaded(uint32_t layers);
+  void account(Kind kind, const Batch &b, const std::vector<kvt_status> &status, uint64_t busy_ns);
+  kvt_status copy(const std::vector<Segment> &segs, bool to_g1);
 
   Manager &m_;
   Shape shape_;
   uint32_t rank_;
+  const bool stores_end_by_next_step_;
   TierMemory g1_;
   uint64_t g1_blocks_ = 0;
   std::unique_ptr<CudaEngine> cuda_;
@@ -78,8 +100,12 @@ class Worker {
   std::condition_variable work_cv_, done_cv_;
   std::deque<Job> queue_;
   uint64_t queued_ = 0, ended_ = 0;  // jobs run in order: job k has ended when ended_ >= k
+  uint32_t running_layers_ = 0;      // layers of job ended_ + 1 copied so far
+  uint64_t binds_ = 0;               // binds so far
+  std::vector<bool> saved_;          // layers of the bound step's stores that may be read
+  uint64_t last_store_ = 0;          // the job of the most recent (lazy or eager) stores
   bool stop_ = false;
-  absl::flat_hash_map<std::string, uint32_t> outstanding_;  // queued or running jobs per request
+  absl::flat_hash_map<std::string, uint32_t> outstanding_;  // queued or running batches per request
   absl::flat_hash_map<std::string, uint32_t> async_loads_;  // of those, asynchronous loads
   absl::flat_hash_map<std::string, uint32_t> unstarted_;    // the bound metadata's other batches
   absl::flat_hash_set<std::string> finishing_;  // finished requests with jobs outstanding
@@ -92,6 +118,7 @@ class Worker {
   bool loads_started_ = false, stores_started_ = false;
   uint64_t lazy_wait_ = 0;  // the job start_load_kv waits for: the step's last lazy store
   uint64_t load_wait_ = 0;  // the job wait_for_layer_load waits for
+  uint64_t prior_stores_ = 0;  // the job of the stores of earlier steps, at bind
 
   // What the last get_finished handed out, under out_mu_ (not mu_: the copy thread's).
   std::mutex out_mu_;

@@ -65,12 +65,22 @@ void append_segments(const Geometry &g, const BlockCopy &c, std::vector<Segment>
       out.push_back({chunk_ptr(g, c.dst, l, o), chunk_ptr(g, c.src, l, o), g.chunk_bytes});
 }
 
-void copy_blocks(const Geometry &g, const std::vector<BlockCopy> &copies, WorkerPool &pool) {
-  const size_t block_bytes = g.block_bytes();
-  if (block_bytes == 0) return;
-  std::vector<Segment> segs;
-  for (const BlockCopy &c : copies) append_segments(g, c, segs);
-  const size_t total = block_bytes * copies.size();
+void append_layer_segments(const Geometry &g, const BlockCopy &c, uint32_t layer,
+                           std::vector<Segment> &out) {
+  const uint64_t layer_bytes = uint64_t{g.num_outer} * g.chunk_bytes;
+  if (layer_bytes == 0) return;
+  char *d = block_ptr(c.dst), *s = block_ptr(c.src);
+  if (d != nullptr && s != nullptr) {
+    out.push_back({d + layer * layer_bytes, s + layer * layer_bytes, layer_bytes});
+    return;
+  }
+  for (uint32_t o = 0; o < g.num_outer; ++o)
+    out.push_back({chunk_ptr(g, c.dst, layer, o), chunk_ptr(g, c.src, layer, o), g.chunk_bytes});
+}
+
+void copy_segments(const std::vector<Segment> &segs, WorkerPool &pool) {
+  size_t total = 0;
+  for (const Segment &s : segs) total += s.len;
   const size_t parts = std::min<size_t>(pool.threads() + 1, std::max<size_t>(1, total / kSplitBytes));
   if (parts <= 1) {
     for (const Segment &s : segs) copy(s.dst, s.src, s.len);
@@ -87,6 +97,12 @@ void copy_blocks(const Geometry &g, const std::vector<BlockCopy> &copies, Worker
       if (at >= end) break;
     }
   });
+}
+
+void copy_blocks(const Geometry &g, const std::vector<BlockCopy> &copies, WorkerPool &pool) {
+  std::vector<Segment> segs;
+  for (const BlockCopy &c : copies) append_segments(g, c, segs);
+  copy_segments(segs, pool);
 }
 
 }  // namespace kvt

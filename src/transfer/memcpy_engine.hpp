@@ -31,7 +31,12 @@ struct Segment {
 // The runs that make up copying one block: the whole block where both sides are contiguous,
 // else one run per (layer, outer) chunk.
 void append_segments(const Geometry &g, const BlockCopy &c, std::vector<Segment> &out);
+// The same for one layer of the block: its num_outer chunks, one run where both sides are
+// contiguous (a compact block holds a layer's chunks back to back).
+void append_layer_segments(const Geometry &g, const BlockCopy &c, uint32_t layer,
+                           std::vector<Segment> &out);
 
+void copy_segments(const std::vector<Segment> &segs, WorkerPool &pool);
 void copy_blocks(const Geometry &g, const std::vector<BlockCopy> &copies, WorkerPool &pool);
 
 }  // namespace kvt

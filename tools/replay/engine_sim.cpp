@@ -109,6 +109,16 @@ struct Scheduled {
   uint64_t n;  // tokens computed this step
 };
 
+// A block the forward completes: G1 block id, the hash whose KV it gets.
+using Written = std::pair<uint32_t, uint64_t>;
+
+// A layer's attention: the CPU stays busy, as the engine's thread launching kernels would.
+void busy_for(uint32_t us) {
+  const auto end = Clock::now() + std::chrono::microseconds(us);
+  while (us > 0 && Clock::now() < end) {
+  }
+}
+
 class Engine {
  public:
   Engine(const Options &o, const Trace &t)
@@ -128,6 +138,8 @@ class Engine {
   bool verify_record(std::string *error);
   kvt_manager *fresh_manager(std::string *error);
   bool step();
+  bool forward(const std::vector<Written> &writes, bool connector);
+  bool bare_forwards();
   bool schedule();
   bool admit(Req &r, uint64_t budget, bool *admitted);
   bool preempt(Req &r);
@@ -140,6 +152,12 @@ class Engine {
   bool fill_block(uint32_t g1, uint64_t hash) {
     std::string e;
     return g1_fill(o_.g1_cuda, block(g1), bb_, hash, &e) || failed(e);
+  }
+  bool fill_layer(uint32_t g1, uint32_t layer, uint64_t hash) {
+    const size_t layer_bytes = size_t(o_.outer) * o_.chunk_bytes;
+    std::string e;
+    return g1_fill_range(o_.g1_cuda, block(g1), layer * layer_bytes, layer_bytes, hash, &e) ||
+           failed(e);
   }
   size_t blocks_for(uint64_t tokens) const { return size_t((tokens + ps_ - 1) / ps_); }
   char *block(uint32_t g1) const { return g1_ + size_t(g1) * bb_; }
@@ -169,6 +187,8 @@ class Engine {
   std::vector<kvt_scheduled_request> meta_reqs_;
   std::vector<uint32_t> hits_;
   std::unordered_set<uint32_t> load_errors_;
+  std::vector<Written> writes_;
+  std::vector<std::vector<Written>> all_writes_;  // per step, for --compare-bare
 
   EngineResult res_;
   std::string error_;
@@ -435,6 +455,7 @@ bool Engine::step() {
     return failed("kvt_connector_build_connector_meta", st);
 
   // The worker: nothing may write the preempted requests' blocks before their copies end.
+  const auto t0 = Clock::now();
   if (!preempted_.empty())
     if (kvt_status st = kvt_connector_handle_preemptions(c_, preempted_.data(), preempted_.size());
         st != KVT_OK)
@@ -443,20 +464,20 @@ bool Engine::step() {
     return failed("kvt_connector_bind_connector_metadata", st);
   if (kvt_status st = kvt_connector_start_load_kv(c_); st != KVT_OK)
     return failed("kvt_connector_start_load_kv", st);
-  for (uint32_t l = 0; l < o_.layers; ++l)
-    if (kvt_status st = kvt_connector_wait_for_layer_load(c_, l); st != KVT_OK)
-      return failed("kvt_connector_wait_for_layer_load", st);
   // The forward: every block that this step's tokens complete gets its hash's bytes.
+  writes_.clear();
   for (auto [r, n] : sched_) {
     for (size_t b = r->num_computed / ps_; b < (r->num_computed + n) / ps_; ++b)
-      if (!fill_block(r->blocks[b], r->hashes[b])) return false;
+      writes_.emplace_back(r->blocks[b], r->hashes[b]);
     res_.computed_tokens += n;
   }
-  for (uint32_t l = 0; l < o_.layers; ++l)
-    if (kvt_status st = kvt_connector_save_kv_layer(c_, l); st != KVT_OK)
-      return failed("kvt_connector_save_kv_layer", st);
+  if (!forward(writes_, true)) return false;
   if (kvt_status st = kvt_connector_wait_for_save(c_); st != KVT_OK)
     return failed("kvt_connector_wait_for_save", st);
+  if (!sched_.empty()) {
+    res_.step_us.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
+    if (o_.compare_bare) all_writes_.push_back(writes_);
+  }
   kvt_finished f{};
   f.struct_size = sizeof f;
   if (kvt_status st = kvt_connector_get_finished(&f, c_); st != KVT_OK)
@@ -508,6 +529,37 @@ bool Engine::step() {
   }
   std::erase_if(running_, [](const Req *r) { return r->seq == nullptr; });
   ++res_.steps;
+  return true;
+}
+
+// The model's forward, layer by layer as vLLM runs it: the step's new KV of a layer is written
+// (before the layer's wait, as vLLM's KV-cache update comes before it), the layer's loads
+// waited for, its attention computed (--layer-forward-us of busy time), the layer saved.
+// Without the connector: the same, minus its calls.
+bool Engine::forward(const std::vector<Written> &writes, bool connector) {
+  for (uint32_t l = 0; l < o_.layers; ++l) {
+    for (auto [g1, hash] : writes)
+      if (!fill_layer(g1, l, hash)) return false;
+    if (connector)
+      if (kvt_status st = kvt_connector_wait_for_layer_load(c_, l); st != KVT_OK)
+        return failed("kvt_connector_wait_for_layer_load", st);
+    busy_for(o_.layer_forward_us);
+    if (connector)
+      if (kvt_status st = kvt_connector_save_kv_layer(c_, l); st != KVT_OK)
+        return failed("kvt_connector_save_kv_layer", st);
+  }
+  return true;
+}
+
+// --compare-bare: every step's forward of the run again, without the connector's copies, in
+// the same process on the same G1, once the run's copies have all ended.
+bool Engine::bare_forwards() {
+  for (const std::vector<Written> &w : all_writes_) {
+    const auto t0 = Clock::now();
+    if (!forward(w, false)) return false;
+    res_.bare_step_us.push_back(
+        std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
+  }
   return true;
 }
 
@@ -566,6 +618,10 @@ bool Engine::run(EngineResult *out, std::string *error) {
     return false;
   }
   if (o_.verify_record && !verify_record(error)) return false;
+  if (o_.compare_bare && !bare_forwards()) {
+    *error = error_;
+    return false;
+  }
   *out = res_;
   return true;
 }

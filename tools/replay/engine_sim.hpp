@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "options.hpp"
 #include "replayer.hpp"
@@ -24,6 +25,9 @@ struct EngineResult {
   uint64_t transitions[11][11] = {};      // kvt_connector_stats.transitions
   DirectionTotals dir[kDirections];       // the worker's copies (kvt_transfer_stats)
   double seconds = 0, prefault_seconds = 0;
+  // Per step that computed tokens: the worker's side, bind to wait_for_save, around the
+  // simulated forward; with --compare-bare, the same forwards again without the connector.
+  std::vector<double> step_us, bare_step_us;
   // --verify-record: the log replayed into a fresh manager, against this run's end state.
   struct RecordReplay {
     bool done = false;

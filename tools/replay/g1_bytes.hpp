@@ -24,6 +24,9 @@ void g1_free(bool cuda, void *p);
 // fill writes the pattern of `hash`; holds checks it. False from fill, or from holds with
 // *error set, means the device copy failed.
 bool g1_fill(bool cuda, void *p, size_t len, uint64_t hash, std::string *error);
+// Bytes [from, from + len) of that pattern only (a layer of a block), at p + from.
+bool g1_fill_range(bool cuda, void *p, size_t from, size_t len, uint64_t hash,
+                   std::string *error);
 bool g1_holds(bool cuda, const void *p, size_t len, uint64_t hash, std::string *error);
 
 // The start of a block of a manager's G1, whatever memory it is in: the block's data pointer

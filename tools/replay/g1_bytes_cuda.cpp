@@ -63,6 +63,19 @@ bool g1_fill(bool cuda, void *p, size_t len, uint64_t hash, std::string *error) 
   return cuda_ok(cudaMemcpy(p, b.data(), len, cudaMemcpyHostToDevice), "cudaMemcpy to G1", error);
 }
 
+bool g1_fill_range(bool cuda, void *p, size_t from, size_t len, uint64_t hash,
+                   std::string *error) {
+  if (!cuda) {
+    fill_range(p, from, len, hash);
+    return true;
+  }
+  std::vector<char> &b = staging(from + len);
+  fill_range(b.data(), from, len, hash);
+  return cuda_ok(cudaMemcpy(static_cast<char *>(p) + from, b.data() + from, len,
+                            cudaMemcpyHostToDevice),
+                 "cudaMemcpy to G1", error);
+}
+
 bool g1_holds(bool cuda, const void *p, size_t len, uint64_t hash, std::string *error) {
   if (!cuda) return holds(p, len, hash);
   std::vector<char> &b = staging(len);

@@ -25,6 +25,11 @@ bool g1_fill(bool, void *p, size_t len, uint64_t hash, std::string *) {
   return true;
 }
 
+bool g1_fill_range(bool, void *p, size_t from, size_t len, uint64_t hash, std::string *) {
+  fill_range(p, from, len, hash);
+  return true;
+}
+
 bool g1_holds(bool, const void *p, size_t len, uint64_t hash, std::string *) {
   return holds(p, len, hash);
 }

@@ -62,7 +62,7 @@ int main(int argc, char **argv) {
   Options o;
   long long page = o.page_size, g1 = o.g1_blocks, g2 = o.g2_blocks, g3 = o.g3_blocks;
   long long layers = o.layers, outer = o.outer, chunk = o.chunk_bytes, conc = o.concurrency;
-  long long budget = o.token_budget, running = o.max_running;
+  long long budget = o.token_budget, running = o.max_running, layer_us = o.layer_forward_us;
   std::string offload = "eager", policy = "presence", mode = "blocks", eviction;
   std::string g1_memory = "host", cuda_copy;
   bool no_progress = false;
@@ -78,6 +78,10 @@ int main(int argc, char **argv) {
                                "the connector (blocks)");
   app.add_option("--token-budget", budget, "engine: tokens computed per step (2048)");
   app.add_option("--max-running", running, "engine: requests running at once (64)");
+  app.add_option("--layer-forward-us", layer_us, "engine: busy microseconds of each layer's "
+                 "simulated forward, between its wait_for_layer_load and save_kv_layer (0)");
+  app.add_flag("--compare-bare", o.compare_bare, "engine: after the run, its steps' forwards "
+               "again without the connector, to compare step times (bare_step_wall_us)");
   app.add_option("--page-size", page, "tokens per block (512)");
   app.add_option("--g1-blocks", g1, "G1 capacity in blocks (4000)");
   app.add_option("--g2-blocks", g2, "G2 (host) capacity in blocks; 0 leaves G2 out (20000)");
@@ -145,7 +149,8 @@ int main(int argc, char **argv) {
       !in_range("--chunk-bytes", chunk, 0, 1ll << 30, &err) ||
       !in_range("--concurrency", conc, 1, 4096, &err) ||
       !in_range("--token-budget", budget, 1, 1 << 24, &err) ||
-      !in_range("--max-running", running, 1, 1 << 16, &err))
+      !in_range("--max-running", running, 1, 1 << 16, &err) ||
+      !in_range("--layer-forward-us", layer_us, 0, 10'000'000, &err))
     return usage_error(err);
   if (g1_memory == "cuda") {
     if (std::string why; !g1_cuda_ready(&why)) return usage_error("--g1-memory cuda: " + why);
@@ -167,12 +172,17 @@ int main(int argc, char **argv) {
     return usage_error("--g3-keep needs --g3-path, G3 (--g3-blocks > 0) and --mode blocks");
   o.token_budget = uint32_t(budget);
   o.max_running = uint32_t(running);
+  o.layer_forward_us = uint32_t(layer_us);
   if (o.mode == Mode::Engine) {
     // What only the block calls do; the connector has its own.
     if (conc != 1 || policy != "presence" || !o.timeline_csv.empty() || !o.plot_svg.empty() ||
         !o.g4_url.empty())
       return usage_error("--concurrency, --policy, --timeline, --plot and --g4 apply to --mode "
                          "blocks only");
+  } else if (layer_us != 0 || o.compare_bare) {
+    return usage_error("--layer-forward-us and --compare-bare apply to --mode engine only");
+  }
+  if (o.mode == Mode::Engine) {
     if (chunk == 0) return usage_error("--mode engine needs --chunk-bytes > 0");
     if (g2 == 0 && g3 == 0) return usage_error("--mode engine needs G2 or G3");
   }

@@ -44,6 +44,8 @@ struct Options {
   int cuda_copy = -1;          // --cuda-copy: kvt_cuda_copy; -1: the library's default
   uint32_t token_budget = 2048;  // engine: tokens computed per step, over all requests
   uint32_t max_running = 64;     // engine: requests running at once
+  uint32_t layer_forward_us = 0;  // engine: busy time of each layer's simulated forward
+  bool compare_bare = false;      // engine: the run's forwards again without the connector
 
   uint64_t block_bytes() const { return uint64_t(layers) * outer * chunk_bytes; }
 };

@@ -16,6 +16,14 @@ inline void fill(void *p, size_t len, uint64_t hash) {
   for (size_t i = 0; i < len / 8; ++i) w[i] = word_of(hash, i);
 }
 
+// Bytes [from, from + len) of a block's pattern, at block + from: a part of a block (a layer
+// of a block-contiguous G1) written alone ends as fill would have written it. from: a
+// multiple of 8.
+inline void fill_range(void *block, size_t from, size_t len, uint64_t hash) {
+  auto *w = static_cast<uint64_t *>(block);
+  for (size_t i = from / 8; i < (from + len) / 8; ++i) w[i] = word_of(hash, i);
+}
+
 inline bool holds(const void *p, size_t len, uint64_t hash) {
   auto *w = static_cast<const uint64_t *>(p);
   for (size_t i = 0; i < len / 8; ++i)

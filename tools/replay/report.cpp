@@ -1,5 +1,6 @@
 #include "report.hpp"
 
+#include <algorithm>
 #include <array>
 #include <fstream>
 #include <vector>
@@ -14,6 +15,16 @@ namespace {
 
 double pct(uint64_t a, uint64_t b) { return b ? 100.0 * double(a) / double(b) : 0.0; }
 double gb(uint64_t bytes) { return double(bytes) / 1e9; }
+double mean(const std::vector<double> &v) {
+  double sum = 0;
+  for (double x : v) sum += x;
+  return v.empty() ? 0 : sum / double(v.size());
+}
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::nth_element(v.begin(), v.begin() + std::ptrdiff_t(v.size() / 2), v.end());
+  return v[v.size() / 2];
+}
 // Engine bandwidth: bytes over the time the copy engines spent on them.
 double gbps(const DirectionTotals &d) { return d.busy_ns ? double(d.bytes) / double(d.busy_ns) : 0; }
 
@@ -168,6 +179,12 @@ void print_engine_summary(std::FILE *f, const Options &o, const Trace &t, const 
                (unsigned long long)r.mismatched, (unsigned long long)r.load_error_blocks);
   std::fprintf(f, "wall        %.2f s: %.0f requests/s, %.0f steps/s\n", r.seconds,
                double(r.requests) / r.seconds, double(r.steps) / r.seconds);
+  std::fprintf(f, "step        %.0f us mean, %.0f us median, bind to wait_for_save (%u us of "
+               "forward per layer)\n", mean(r.step_us), median(r.step_us), o.layer_forward_us);
+  if (o.compare_bare)
+    std::fprintf(f, "bare step   %.0f us mean, %.0f us median, the same forwards without the "
+                 "connector: %.3fx by median\n", mean(r.bare_step_us), median(r.bare_step_us),
+                 median(r.step_us) / median(r.bare_step_us));
 }
 
 void print_engine_json(std::FILE *f, const Options &o, const Trace &t, const EngineResult &r) {
@@ -218,11 +235,15 @@ void print_engine_json(std::FILE *f, const Options &o, const Trace &t, const Eng
                                      {"seconds", v.rerun_seconds}}}};
   j["seconds"] = r.seconds;
   j["prefault_seconds"] = r.prefault_seconds;
+  j["step_wall_us"] = {{"mean", mean(r.step_us)}, {"median", median(r.step_us)}};
+  if (o.compare_bare)
+    j["bare_step_wall_us"] = {{"mean", mean(r.bare_step_us)}, {"median", median(r.bare_step_us)}};
   j["config"] = {{"page_size", o.page_size},       {"g1_blocks", o.g1_blocks},
                  {"g2_blocks", o.g2_blocks},       {"g3_blocks", o.g3_blocks},
                  {"layers", o.layers},             {"outer", o.outer},
                  {"chunk_bytes", o.chunk_bytes},   {"block_bytes", o.block_bytes()},
                  {"token_budget", o.token_budget}, {"max_running", o.max_running},
+                 {"layer_forward_us", o.layer_forward_us},
                  {"offload", o.offload == Offload::Eager ? "eager" : "lazy"},
                  {"trace_requests", t.requests.size()},
                  {"g1_memory", o.g1_cuda ? "cuda" : "host"}};
