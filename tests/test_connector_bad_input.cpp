@@ -209,7 +209,8 @@ TEST_F(ConnectorBadInput, BlockIds) {
   ASSERT_EQ(r.match("x", token_range(7000, 40)).first, 0u);
   EXPECT_CONN_REFUSED(r, ids, r.alloc("x", {8, uint32_t(kGpuBlocks), 9}, 0),
                       KVT_ERR_INVALID_ARGUMENT);
-  EXPECT_CONN_REFUSED(r, ids, r.alloc("x", {8, UINT32_MAX, 9}, 0), KVT_ERR_INVALID_ARGUMENT);
+  // (UINT32_MAX is KVT_BLOCK_ID_NONE: the engine's null block, accepted)
+  EXPECT_CONN_REFUSED(r, ids, r.alloc("x", {8, UINT32_MAX - 1, 9}, 0), KVT_ERR_INVALID_ARGUMENT);
   EXPECT_CONN_REFUSED(r, ids, r.alloc("x", {6, 8, 9}, 0), KVT_ERR_INVALID_ARGUMENT);  // keep's
   EXPECT_CONN_REFUSED(r, ids, r.alloc("x", {8, 8, 9}, 0), KVT_ERR_INVALID_ARGUMENT);  // twice
   ASSERT_KVT_OK(r.alloc("x", {8, 9, 10}, 0));

@@ -181,7 +181,8 @@ KVT_API kvt_status kvt_connector_create(kvt_connector **out, kvt_manager *m,
     try {
       if (c.role & KVT_ROLE_SCHEDULER) conn->sched = std::make_unique<Scheduler>(mgr, c);
       if (c.role & KVT_ROLE_WORKER)
-        conn->worker = std::make_unique<Worker>(mgr, c.world_size, c.rank, false);
+        conn->worker = std::make_unique<Worker>(mgr, c.world_size, c.rank,
+                                                c.sliding_window != 0);
     } catch (...) {
       mgr.give_connector();
       throw;
