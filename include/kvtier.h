@@ -919,7 +919,7 @@ typedef struct kvt_connector_config {
   uint32_t role;                /* kvt_connector_role (default BOTH) */
   uint32_t offload;             /* kvt_offload_mode (default EAGER) */
   uint32_t store_tier;          /* where stores go: KVT_TIER_G2 (default) or KVT_TIER_G3;
-                                   loads come from G2, then G3 for the rest of a prefix */
+                                   loads take each block of a prefix from G2, else G3 */
   uint64_t num_gpu_blocks;      /* scheduler: G1 block ids are 0..num_gpu_blocks-1; 0 (the
                                    default) takes the manager's g1_blocks */
   uint64_t salt_hash;           /* of the requests' block hashes (default: the empty salt's) */
@@ -1175,8 +1175,10 @@ typedef struct kvt_finished {
   size_t             report_len;
 } kvt_finished;
 
-/* Fills *out (up to out->struct_size) with everything that ended since the last call; never
- * waits (but for another thread's get_finished: calls take turns). The arrays and the report
+/* Fills *out (up to out->struct_size) with everything that ended since the last call. It
+ * waits only for the bound step's synchronous loads to end (once the forward waited for
+ * every layer, they have landed: a failed one is then reported in its own step) and for
+ * another thread's get_finished (calls take turns). The arrays and the report
  * are owned by the connector, valid until its next get_finished, from any thread, or
  * destroy. */
 KVT_API kvt_status kvt_connector_get_finished(kvt_finished *out, kvt_connector *c);

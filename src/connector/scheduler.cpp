@@ -258,22 +258,25 @@ void Scheduler::plan_eager(Slot &s, Batch *batch) {
   candidate(s, KVT_CANDIDATE_PROMOTED, batch->id, KVT_TIER_G1, dst, batch->ops.size());
 }
 
-// Blocks [first, usable): the prefix of them found in G2, then in G3.
+// Blocks [first, usable): the prefix of them found in G2 or G3, each block where it is (G2
+// first): eviction moves a prefix's oldest blocks down to G3 while its newest stay in G2.
 kvt_status Scheduler::match_prefix(std::vector<Pinned> *hit, const std::vector<uint64_t> &hashes,
                                    size_t first, size_t usable) {
   std::vector<kvt_block> got(usable - first);
-  for (Tier *t : tiers_) {
-    size_t at = first + hit->size();
-    if (t == nullptr || at >= usable) continue;
+  for (size_t at = first; at < usable;) {
     size_t k = 0;
-    if (kvt_status st = t->match(&k, got.data(), &hashes[at], usable - at); st != KVT_OK) {
-      for (const Pinned &p : *hit) release({p.block});
-      hit->clear();
-      return st;
+    for (Tier *t : tiers_) {
+      if (t == nullptr || k) continue;
+      if (kvt_status st = t->match(&k, got.data(), &hashes[at], usable - at); st != KVT_OK) {
+        for (const Pinned &p : *hit) release({p.block});
+        hit->clear();
+        return st;
+      }
     }
+    if (k == 0) break;  // in no tier: the prefix ends here
     for (size_t i = 0; i < k; ++i)
       hit->push_back(Pinned{got[i], hashes[at + i], at + i ? hashes[at + i - 1] : 0});
-    if (at + k < usable) break;  // the prefix ends here: a lower tier cannot extend it
+    at += k;
   }
   return KVT_OK;
 }

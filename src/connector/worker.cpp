@@ -240,7 +240,11 @@ kvt_status Worker::get_finished(kvt_finished *out) {
   r.shape = shape_;
   r.rank = rank_;
   {
-    std::lock_guard lk(mu_);
+    std::unique_lock lk(mu_);
+    // The step's synchronous loads have landed (the forward waited for every layer), but
+    // their job may not have ended: a failed one must be reported in this step, before
+    // anything computed over it is used (vLLM's get_block_ids_with_load_errors).
+    if (meta_ && loads_started_) done_cv_.wait(lk, [&] { return ended_ >= load_wait_; });
     r.loads = std::move(loads_done_);
     r.stores = std::move(stores_done_);
     r.finished_sending = std::move(sending_);

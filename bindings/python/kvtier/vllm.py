@@ -26,6 +26,9 @@ kv_connector_extra_config keys (docs/VLLM.md):
   salt                   a str folded into every block's name (default none)
   num_gpu_blocks         G1 blocks when no kv_cache_config is given
   manager                a dict of further kvt_manager_config fields (g3_io, policies, ...)
+  cross_layer_blocks     true: ask vLLM for one tensor whose blocks hold every layer (a copy
+                         per block, no overlap with the forward); default false: per-layer
+                         tensors, copied layer by layer behind the forward
 
 vLLM's base classes are imported when vLLM is installed; otherwise minimal stand-ins let this
 module import (and its non-vLLM parts be used) without it.
@@ -116,7 +119,8 @@ class KvtierWorkerMetadata(KVConnectorWorkerMetadata):
 
 
 _EXTRA_KEYS = frozenset(("g2_blocks", "g3_blocks", "g3_path", "store_tier", "offload",
-                         "lazy_offload", "load_async", "salt", "num_gpu_blocks", "manager"))
+                         "lazy_offload", "load_async", "salt", "num_gpu_blocks", "manager",
+                         "cross_layer_blocks"))
 # vLLM's media (vllm/distributed/kv_events.py) of kvtier's tiers.
 MEDIUM = {kvtier.G2: "CPU", kvtier.G3: "FS"}
 
@@ -360,6 +364,8 @@ class KvtierConnector(KVConnectorBase_V1, SupportsHMA):
         self._world, self._rank, self._tp, self._pp, self._dp_rank = _parallel(vllm_config,
                                                                                role)
         self._groups, self._hash_block = _groups(vllm_config, kv_cache_config)
+        self._cross_layer = _flag(extra, "cross_layer_blocks")
+        self._cross_layer_registered = False
         if len(self._groups) > 1 and self._connector_config["offload"] == kvtier.OFFLOAD_LAZY:
             raise ValueError("kvtier.vllm: offload 'lazy' with %d KV cache groups: a block "
                              "one group frees (a sliding window's) is reused by another group "
@@ -408,6 +414,12 @@ class KvtierConnector(KVConnectorBase_V1, SupportsHMA):
     def connector(self):
         """The first KV cache group's kvtier.Connector (None until opened)."""
         return self._groups[0].connector
+
+    @property
+    def prefer_cross_layer_blocks(self):
+        """kv_connector_extra_config cross_layer_blocks (vLLM honours it only for one KV
+        cache group whose backend keeps blocks outermost)."""
+        return self._cross_layer and len(self._groups) == 1
 
     @property
     def requires_kv_delivery(self):
@@ -818,6 +830,23 @@ class KvtierConnector(KVConnectorBase_V1, SupportsHMA):
                 g, i = grouped[key(t)]
                 g.layers[name], self._layer_group[name] = i, g
 
+    def register_cross_layers_kv_cache(self, kv_cache, attn_backend):
+        """vLLM's cross-layer KV cache (instead of register_kv_caches): one tensor whose
+        block b holds every layer's KV of block b in one run of bytes, so that one copy per
+        block moves all layers. The manager has one layer; every layer's hooks map to it,
+        so the first wait_for_layer_load waits for the whole step's loads and stores start
+        in wait_for_save, once every layer has written its KV."""
+        if len(self._groups) != 1:
+            raise ValueError("kvtier.vllm: a cross-layer KV cache with %d KV cache groups "
+                             "(vLLM gives one only to a single group)" % len(self._groups))
+        g = self._groups[0]
+        _, num_outer, chunk_bytes, layout = _vllm_layout.cross_layer_layout(
+            kv_cache, self._num_gpu_blocks)
+        self._open(g, kvtier.ROLE_WORKER, num_layers=1, num_outer=num_outer,
+                   chunk_bytes=chunk_bytes)
+        g.connector.register_kv_caches(layout, self._num_gpu_blocks)
+        self._cross_layer_registered = True
+
     def bind_connector_metadata(self, connector_metadata):
         groups = self._live()
         for g, meta in zip(groups, connector_metadata.metas):
@@ -847,6 +876,8 @@ class KvtierConnector(KVConnectorBase_V1, SupportsHMA):
 
     def _layer(self, layer_name):
         """(the layer's group, its index in the group's manager)"""
+        if self._cross_layer_registered:
+            return self._groups[0], 0
         g = self._layer_group.get(layer_name)
         if g is None:
             raise kvtier.InvalidArgumentError(
@@ -860,7 +891,8 @@ class KvtierConnector(KVConnectorBase_V1, SupportsHMA):
             g.connector.wait_for_layer_load(i)
 
     def save_kv_layer(self, layer_name, kv_layer, attn_metadata, **kwargs):
-        if self.has_connector_metadata():
+        # A cross-layer block holds later layers too: its stores wait for wait_for_save.
+        if self.has_connector_metadata() and not self._cross_layer_registered:
             g, i = self._layer(layer_name)
             g.connector.save_kv_layer(i)
 

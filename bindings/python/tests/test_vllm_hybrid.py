@@ -94,6 +94,27 @@ def test_prefix_from_kvtier_loads_only_the_window(make, async_scheduling, load_a
     e.assert_drained()
 
 
+@pytest.mark.parametrize("shape", [dict(tp=2), dict(pp=2)], ids=["tp2", "pp2"])
+def test_hybrid_layout_in_worker_processes(make, shape):
+    """The same hybrid hit with two worker processes (each with its KV heads under TP, its
+    stage's full-attention and sliding-window layers under PP), vLLM's KVOutputAggregator
+    merging their outputs: only bytes cross between scheduler and workers, and every rank's
+    forward reads its shard's bytes."""
+    e = make(engine=dict(num_gpu_blocks=60, **shape))
+    a = prompt(5, 150)
+    e.add_request("A", a, max_tokens=3)
+    e.run()
+    assert e.sched.reset_prefix_cache()
+    e.add_request("B", a[:144] + [5, 6, 7], max_tokens=3)
+    e.run()
+    assert e.hits["B"] == (0, 144), e.hits["B"]
+    assert group_stats(e, 0)["loaded_blocks"] == 9
+    assert group_stats(e, 1)["loaded_blocks"] == -(-(WINDOW - 1) // BS)
+    assert not e.worker.errors
+    e.assert_outputs("A", "B")
+    e.assert_drained()
+
+
 @SCHED
 def test_long_decode_frees_window_blocks_that_others_reuse(make, async_scheduling):
     """A decodes far past its window in a small pool: vLLM frees A's sliding-window blocks

@@ -103,6 +103,31 @@ def test_prefix_from_kvtier(make, async_scheduling, load_async, gpu_miss, offloa
 
 
 @SCHED
+@LOAD
+@pytest.mark.parametrize("store_tier", ["G2", "G3"])
+def test_cross_layer_blocks(make, async_scheduling, load_async, store_tier):
+    """cross_layer_blocks: vLLM allocates one tensor of every layer, blocks outermost
+    (KVConnectorModelRunnerMixin.allocate_uniform_kv_caches, FlashAttention's
+    include_num_layers_dimension order) and hands it to register_cross_layers_kv_cache:
+    one copy per block moves all layers. A's blocks, prompt and decode, are stored whole;
+    B's hit reads A's bytes in every layer."""
+    e = make(cross_layer_blocks=True, load_async=load_async, store_tier=store_tier,
+             g3_blocks=64, engine=dict(async_scheduling=async_scheduling))
+    assert e.worker.connector.prefer_cross_layer_blocks
+    assert e.worker.connector._cross_layer_registered
+    a = prompt(11, 70)
+    e.add_request("A", a, max_tokens=30)
+    e.run()
+    assert e.sched.reset_prefix_cache()
+    b = a + list(e.outputs["A"])[:26]  # 96 tokens: A's 6 blocks, decode's included
+    e.add_request("B", b + [1, 2], max_tokens=3)
+    e.run()
+    assert e.hits["B"] == (0, 96), e.hits["B"]
+    e.assert_outputs("A", "B")
+    e.assert_drained()
+
+
+@SCHED
 def test_whole_prompt_from_kvtier(make, async_scheduling):
     """B's prompt is A's 64 tokens exactly: vLLM recomputes the last token (at most
     num_tokens - 1 tokens hit), so kvtier may serve 48 of them; an async load that served

@@ -1367,6 +1367,11 @@ class KVTensor:
         return KVTensor(self.buf, [self.shape[d] for d in dims],
                         [self._strides[d] for d in dims], self._offset, self.dtype)
 
+    def __getitem__(self, i):
+        """The view at index i of the first dimension (as tensor[i])."""
+        return KVTensor(self.buf, self.shape[1:], self._strides[1:],
+                        self._offset + i * self._strides[0], self.dtype)
+
     def byte_offset(self, index):
         return (self._offset + sum(i * s for i, s in zip(index, self._strides))) \
             * self.dtype.itemsize
@@ -1391,6 +1396,27 @@ def allocate_kv_caches(kv_cache_config, layer_names):
         for name in t.shared_by:
             caches[name] = raw.permute(*inv_order)
     return {name: caches[name] for name in layer_names}
+
+
+def allocate_uniform_kv_caches(kv_cache_config, layer_names):
+    """What KVConnectorModelRunnerMixin.allocate_uniform_kv_caches makes for a connector that
+    prefers cross-layer blocks: one buffer of every layer, shaped (num_layers,) +
+    FlashAttention's logical shape and laid out in its include_num_layers_dimension stride
+    order (blocks outermost, the layers inside a block); each layer's cache is the view
+    [i] of the logical permutation. Returns (the layers' caches, the physical tensor that
+    register_cross_layers_kv_cache receives)."""
+    spec = kv_cache_config.kv_cache_groups[0].kv_cache_spec
+    fa = V.FlashAttentionBackend
+    shape = (len(kv_cache_config.kv_cache_tensors),) + tuple(fa.get_kv_cache_shape(
+        kv_cache_config.num_blocks, spec.block_size, spec.num_kv_heads, spec.head_size))
+    order = fa.get_kv_cache_stride_order(include_num_layers_dimension=True)
+    raw = KVTensor.empty([shape[i] for i in order], spec.dtype)
+    logical = raw.permute(*[order.index(i) for i in range(len(order))])
+    caches = {}
+    for i, t in enumerate(kv_cache_config.kv_cache_tensors):
+        for name in t.shared_by:
+            caches[name] = logical[i]
+    return {name: caches[name] for name in layer_names}, raw
 
 
 # ---------------------------------------------------------------------------------------
@@ -1499,12 +1525,19 @@ class Worker:
         self.tainted = {}
         self.drafts_accepted = self.drafts_rejected = 0
         self.draft_token_ids = None
-        self.kv_caches = allocate_kv_caches(kv_cache_config, self.layers)
         self.connector = V.KVConnectorFactory.create_connector(
             config=vllm_config, role=V.base.KVConnectorRole.WORKER,
             kv_cache_config=kv_cache_config)
-        # ActiveKVConnector: register the KV caches (then set_host_xfer_buffer_ops)
-        self.connector.register_kv_caches(self.kv_caches)
+        # GPUModelRunner.initialize_kv_cache_tensors: the cross-layer tensor when the
+        # connector prefers it and one group allows it (use_uniform_kv_cache), then
+        # ActiveKVConnector's registration of one or the other
+        if self.connector.prefer_cross_layer_blocks and len(
+                kv_cache_config.kv_cache_groups) == 1:
+            self.kv_caches, cross = allocate_uniform_kv_caches(kv_cache_config, self.layers)
+            self.connector.register_cross_layers_kv_cache(cross, V.FlashAttentionBackend)
+        else:
+            self.kv_caches = allocate_kv_caches(kv_cache_config, self.layers)
+            self.connector.register_kv_caches(self.kv_caches)
         self._attention = V.maybe_transfer_kv_layer(_attention_op)
 
     # -- vLLM's connector call order --
@@ -1754,8 +1787,8 @@ def rank_kv_cache_config(rank, num_gpu_blocks, block_size, num_kv_heads, head_si
     spec = kci.FullAttentionSpec(block_size=block_size, num_kv_heads=heads,
                                  head_size=head_size, dtype=torch.float16)
     if sliding_window is not None:
-        if tp * pp != 1 or len(mine) % 2:
-            raise HarnessError("the hybrid layout takes an even number of layers, one rank")
+        if len(mine) % 2:
+            raise HarnessError("the hybrid layout takes an even number of layers per stage")
         swa = kci.SlidingWindowSpec(block_size=block_size, num_kv_heads=heads,
                                     head_size=head_size, dtype=torch.float16,
                                     sliding_window=sliding_window)
@@ -1768,7 +1801,7 @@ def rank_kv_cache_config(rank, num_gpu_blocks, block_size, num_kv_heads, head_si
                               for f, w in zip(full, window)],
             kv_cache_groups=[kci.KVCacheGroupSpec(full, spec),
                              kci.KVCacheGroupSpec(window, swa)])
-        return cfg, 0, 0, True
+        return cfg, pp_rank * per_stage, tp_rank * heads, pp_rank == pp - 1
     cfg = kci.KVCacheConfig(
         num_blocks=num_gpu_blocks,
         kv_cache_tensors=[kci.KVCacheTensor(size=spec.page_size_bytes * num_gpu_blocks,

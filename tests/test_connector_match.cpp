@@ -1,6 +1,7 @@
-// A sliding-window connector (one KV cache group of a hybrid model): a hit needs only the
-// blocks of the window before its end (vLLM's SlidingWindowManager), the capped match that
-// groups use to agree on one hit, null blocks, and what the config refuses.
+// The connector's hits: a prefix whose blocks lie in G2 and G3 both; a sliding-window
+// connector (one KV cache group of a hybrid model), whose hit needs only the blocks of the
+// window before its end (vLLM's SlidingWindowManager); the capped match that groups use to
+// agree on one hit; null blocks; what the config refuses.
 #include <gtest/gtest.h>
 
 #include "connector_support.hpp"
@@ -11,13 +12,14 @@ using namespace kvt_conn_test;
 constexpr uint32_t kWindow = 40;  // tokens: cdiv(39, 16) = 3 blocks
 
 struct WindowRig {
+  kvt_test::TempDir dir;
   kvt_manager *m = nullptr;
   kvt_connector *c = nullptr;
   std::vector<uint32_t> tokens = token_range(1000, 150);  // 9 full blocks a hit may use
   std::vector<uint64_t> h = hashes_of(tokens);
 
   explicit WindowRig(uint32_t window = kWindow) {
-    kvt_manager_config mc = seed_manager_config();
+    kvt_manager_config mc = seed_manager_config(50, 50, dir.path.c_str());
     EXPECT_EQ(kvt_manager_create(&m, &mc), KVT_OK);
     kvt_connector_config cc = connector_config(KVT_ROLE_SCHEDULER);
     cc.sliding_window = window;
@@ -27,11 +29,11 @@ struct WindowRig {
     kvt_connector_destroy(c);
     kvt_manager_destroy(m);
   }
-  // Blocks [first, last) of the tokens in G2.
-  void store(size_t first, size_t last) {
+  // Blocks [first, last) of the tokens in the tier.
+  void store(size_t first, size_t last, kvt_tier tier = KVT_TIER_G2) {
     for (size_t j = first; j < last; ++j) {
       kvt_block b = 0, out = 0;
-      ASSERT_EQ(kvt_block_alloc(&b, 1, m, KVT_TIER_G2), KVT_OK);
+      ASSERT_EQ(kvt_block_alloc(&b, 1, m, tier), KVT_OK);
       ASSERT_EQ(kvt_block_register_hash(&out, m, b, h[j], j ? h[j - 1] : 0), KVT_OK);
       ASSERT_EQ(kvt_block_release(m, &out, 1), KVT_OK);
     }
@@ -49,7 +51,20 @@ struct WindowRig {
   }
 };
 
-TEST(ConnectorWindow, AHitNeedsOnlyTheBlocksOfItsWindow) {
+TEST(ConnectorMatch, APrefixTakesEachBlockFromG2ElseG3) {
+  // Eviction moved blocks 0-2 down to G3; 3-5 are in G2, 6 in both, 7 in G3 again.
+  WindowRig r(0);
+  r.store(0, 3, KVT_TIER_G3);
+  r.store(3, 7);
+  r.store(6, 8, KVT_TIER_G3);
+  EXPECT_EQ(r.match("A"), 8u * kPage);
+  WindowRig gap(0);
+  gap.store(0, 3, KVT_TIER_G3);
+  gap.store(4, 7);  // block 3 is nowhere: the prefix ends there
+  EXPECT_EQ(gap.match("A"), 3u * kPage);
+}
+
+TEST(ConnectorMatch, AHitNeedsOnlyTheBlocksOfItsWindow) {
   WindowRig r;
   r.store(5, 9);  // blocks 0-4 are nowhere
   EXPECT_EQ(r.match("A"), 9u * kPage);
@@ -69,14 +84,14 @@ TEST(ConnectorWindow, AHitNeedsOnlyTheBlocksOfItsWindow) {
   EXPECT_EQ(cstats(r.c).matched_tokens, 9u * kPage);
 }
 
-TEST(ConnectorWindow, AHoleInsideTheWindowEndsTheHitBeforeIt) {
+TEST(ConnectorMatch, AHoleInsideTheWindowEndsTheHitBeforeIt) {
   WindowRig r;
   r.store(0, 7);
   r.store(8, 9);  // block 7 is nowhere: an end at 9 or 8 would need it
   EXPECT_EQ(r.match("A"), 7u * kPage);  // the window before 7 (blocks 4-6) is whole
 }
 
-TEST(ConnectorWindow, ACapLowersTheHitToAWindowThatFitsBelowIt) {
+TEST(ConnectorMatch, ACapLowersTheHitToAWindowThatFitsBelowIt) {
   WindowRig r;
   r.store(0, 2);
   r.store(4, 9);  // blocks 2 and 3 are nowhere
@@ -90,7 +105,7 @@ TEST(ConnectorWindow, ACapLowersTheHitToAWindowThatFitsBelowIt) {
   EXPECT_EQ(full.match("B", 0, 6 * kPage), 6u * kPage);
 }
 
-TEST(ConnectorWindow, LazyOffloadAndReservedFieldsAreRefused) {
+TEST(ConnectorMatch, LazyOffloadAndReservedFieldsAreRefused) {
   kvt_manager *m = nullptr;
   kvt_manager_config mc = seed_manager_config();
   ASSERT_EQ(kvt_manager_create(&m, &mc), KVT_OK);
