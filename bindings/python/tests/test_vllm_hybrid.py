@@ -187,3 +187,47 @@ def test_unsupported_spec_is_refused(vllm):
     mamba = kci.MambaSpec(block_size=BS, shapes=((4,),), dtypes=(torch.float16,))
     with pytest.raises(ValueError, match="MambaSpec"):
         vllm.kvtier_vllm._spec_kind(mamba, "KV cache group 1")
+
+
+@pytest.mark.parametrize("window", [16, 17, 40, 64, 100])
+def test_window_hits_are_vllms(vllm, window):
+    """kvtier's hit for a sliding-window group equals vLLM's own
+    SlidingWindowManager.find_longest_cache_hit over the same blocks present (vLLM's GPU
+    prefix cache standing for kvtier's G2), for 200 random sets of present blocks: runs long
+    and short, holes inside and before the window, hits from the first block on."""
+    import random
+    torch, kci = sys.modules["torch"], vllm.kv_cache_interface
+    spec = kci.SlidingWindowSpec(block_size=BS, num_kv_heads=1, head_size=8,
+                                 dtype=torch.float16, sliding_window=window)
+    hash_fn = vllm.hashing.get_hash_fn_by_name("sha256")
+    vllm.kv_cache_utils.init_none_hash(hash_fn)
+    hasher = vllm.kv_cache_utils.get_request_block_hasher(BS, hash_fn)
+    tokens = prompt(9, 12 * BS + 5)  # 12 full blocks a hit may use
+    request = vllm.Request(request_id="r", prompt_token_ids=tokens,
+                           sampling_params=H.SamplingParams(max_tokens=1),
+                           pooling_params=None, block_hasher=hasher)
+    ours = kvtier.hash_sequence(tokens, BS)
+    rng = random.Random(window)
+    seen = set()
+    for trial in range(200):
+        keep = rng.choice([0.3, 0.6, 0.9])
+        present = [j for j in range(len(ours)) if rng.random() < keep]
+        pool = H.BlockPoolStandIn(64, True, BS)
+        for j in present:
+            blk = pool.blocks[j + 1]
+            key = vllm.kv_cache_utils.make_block_hash_with_group_id(request.block_hashes[j], 1)
+            blk.set_block_hash(key, (j + 1) * BS)
+            pool.cached_block_hash_to_block[key] = {blk.block_id: blk}
+        _, theirs = vllm.SlidingWindowManager.find_longest_cache_hit(
+            request.block_hashes, len(tokens) - 1, [1], pool, spec, False, BS)
+        with kvtier.Manager(page_size=BS, num_layers=1, num_outer=1, chunk_bytes=0,
+                            g1_blocks=1, g2_blocks=64) as m, \
+                kvtier.Connector(m, role=kvtier.ROLE_SCHEDULER, num_gpu_blocks=64,
+                                 sliding_window=window) as c:
+            for j in present:
+                m.release(m.register_hashes(m.alloc(1, kvtier.G2), [ours[j]],
+                                            parent=ours[j - 1] if j else 0))
+            mine, _ = c.get_num_new_matched_tokens("r", tokens, 0)
+        assert mine == theirs, "present %s: kvtier %d, vLLM %d" % (present, mine, theirs)
+        seen.add(theirs)
+    assert len(seen) >= 5, seen  # hits of many lengths, not all misses or all whole
