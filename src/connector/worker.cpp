@@ -191,13 +191,16 @@ kvt_status Worker::wait_for_layer_load(uint32_t layer) {
 
 kvt_status Worker::save_kv_layer(uint32_t layer) {
   static constexpr const char *fn = "kvt_connector_save_kv_layer";
-  std::lock_guard lk(mu_);
-  if (kvt_status s = bound(fn); s != KVT_OK) return s;
-  if (layer >= m_.geometry().num_layers)
-    return fail(KVT_ERR_INVALID_ARGUMENT, "%s: layer %u is not below num_layers %u", fn, layer,
-                m_.geometry().num_layers);
-  start_stores();
-  saved_[layer] = true;  // the forward wrote the layer: its stores may read it now
+  {
+    std::lock_guard lk(mu_);
+    if (kvt_status s = bound(fn); s != KVT_OK) return s;
+    if (layer >= m_.geometry().num_layers)
+      return fail(KVT_ERR_INVALID_ARGUMENT, "%s: layer %u is not below num_layers %u", fn, layer,
+                  m_.geometry().num_layers);
+    start_stores();
+    saved_[layer] = true;  // the forward wrote the layer: its stores may read it now
+  }
+  // Once per layer: unlocked, so that the copy thread does not wake only to wait for mu_.
   work_cv_.notify_one();
   return KVT_OK;
 }
