@@ -158,8 +158,12 @@ void Worker::start_stores() {
 
 void Worker::open_all_layers() {
   saved_.assign(saved_.size(), true);
-  work_cv_.notify_one();
+  if (stores_waiting()) work_cv_.notify_one();
 }
+
+// Stores that may wait for a layer to be saved are queued or running. Most steps store
+// nothing: waking the idle copy thread once per layer for them would cost more than a copy.
+bool Worker::stores_waiting() const { return last_store_ > ended_; }
 
 kvt_status Worker::start_load_kv() {
   std::unique_lock lk(mu_);
@@ -191,6 +195,7 @@ kvt_status Worker::wait_for_layer_load(uint32_t layer) {
 
 kvt_status Worker::save_kv_layer(uint32_t layer) {
   static constexpr const char *fn = "kvt_connector_save_kv_layer";
+  bool wake = false;
   {
     std::lock_guard lk(mu_);
     if (kvt_status s = bound(fn); s != KVT_OK) return s;
@@ -199,9 +204,10 @@ kvt_status Worker::save_kv_layer(uint32_t layer) {
                   m_.geometry().num_layers);
     start_stores();
     saved_[layer] = true;  // the forward wrote the layer: its stores may read it now
+    wake = stores_waiting();
   }
   // Once per layer: unlocked, so that the copy thread does not wake only to wait for mu_.
-  work_cv_.notify_one();
+  if (wake) work_cv_.notify_one();
   return KVT_OK;
 }
 

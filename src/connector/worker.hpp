@@ -71,6 +71,7 @@ class Worker {
   void start_loads();   // under mu_
   void start_stores();  // under mu_
   void open_all_layers();  // under mu_: every layer of the bound step's stores may be read
+  bool stores_waiting() const;  // under mu_
   void enqueue(Kind kind, std::vector<Batch> &batches);  // under mu_
   void announce_finished();                              // under mu_
   void run();
