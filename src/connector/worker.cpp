@@ -294,7 +294,7 @@ void Worker::run() {
 }
 
 // Reports the job's batches, and wakes whoever waits for them.
-void Worker::end(Job &job, std::vector<std::vector<Failure>> &failed) {
+void Worker::end(const Job &job, std::vector<std::vector<Failure>> &failed) {
   for (size_t k = 0; k < job.batches.size(); ++k) {
     const Batch &b = job.batches[k];
     if (job.kind == Kind::Load) {
