@@ -212,10 +212,13 @@ kvt_status Worker::save_kv_layer(uint32_t layer) {
 }
 
 kvt_status Worker::wait_for_save() {
-  std::lock_guard lk(mu_);
+  std::unique_lock lk(mu_);
   if (kvt_status s = bound("kvt_connector_wait_for_save"); s != KVT_OK) return s;
   start_stores();
   open_all_layers();  // layers whose save_kv_layer never came (vLLM skips some)
+  // The step's loads have ended, even where the last layer's wait never came, so that the
+  // next get_finished reports their failures within the step.
+  done_cv_.wait(lk, [&] { return ended_ >= load_wait_; });
   return KVT_OK;
 }
 
@@ -419,7 +422,9 @@ std::vector<std::vector<Failure>> Worker::execute(const Job &job) {
   for (uint32_t l = 0; l < m_.geometry().num_layers; ++l) {
     waited_ns += wait_saved(job, l);
     copy_layer(its, l, load);
-    if (load) publish_loaded(l + 1);
+    // The last layer is published by the job's end, with its report and load errors: the
+    // engine takes them in get_finished after the forward, to recompute what failed.
+    if (load && l + 1 < m_.geometry().num_layers) publish_loaded(l + 1);
   }
   if (!load) run_disk(its, true);
   const uint64_t busy_ns = uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(
