@@ -1140,8 +1140,10 @@ KVT_API kvt_status kvt_connector_clear_connector_metadata(kvt_connector *c);
  * layer 1, ...; a G3 block is read and checked whole before any of its layers reaches G1. */
 KVT_API kvt_status kvt_connector_start_load_kv(kvt_connector *c);
 /* Waits until layer `layer` of every load of the bound metadata (all requests) is in G1,
- * not for later layers; a G3 block that failed its checksum is in no layer of G1 and goes
- * to load_error_block_ids. Asynchronous loads (load_async) are not waited for. */
+ * not for later layers; for the last layer, until the loads have ended, so that the next
+ * get_finished reports them, failures included. A G3 block that failed its checksum is in
+ * no layer of G1 and goes to load_error_block_ids. Asynchronous loads (load_async) are not
+ * waited for. */
 KVT_API kvt_status kvt_connector_wait_for_layer_load(kvt_connector *c, uint32_t layer);
 /* The model wrote layer `layer` of this step: the bound metadata's eager stores may read it,
  * and copy it while the next layer computes. A store reads no layer before its save_kv_layer
@@ -1149,7 +1151,8 @@ KVT_API kvt_status kvt_connector_wait_for_layer_load(kvt_connector *c, uint32_t 
  * every layer of it has been copied. */
 KVT_API kvt_status kvt_connector_save_kv_layer(kvt_connector *c, uint32_t layer);
 /* Lets the eager stores read the layers save_kv_layer did not name (an engine may skip the
- * hook for some layers), and returns: stores run in the background and get_finished
+ * hook for some layers), waits for the step's synchronous loads to end (as the last layer's
+ * wait_for_layer_load does), and returns: stores run in the background and get_finished
  * reports them, as in vLLM's offloading connectors. */
 KVT_API kvt_status kvt_connector_wait_for_save(kvt_connector *c);
 /* Waits until no copy queued or running reads or writes the G1 blocks of these requests, so

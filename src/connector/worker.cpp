@@ -158,8 +158,12 @@ void Worker::start_stores() {
 
 void Worker::open_all_layers() {
   saved_.assign(saved_.size(), true);
-  work_cv_.notify_one();
+  if (stores_waiting()) work_cv_.notify_one();
 }
+
+// Stores that may wait for a layer to be saved are queued or running. Most steps store
+// nothing: waking the idle copy thread once per layer for them would cost more than a copy.
+bool Worker::stores_waiting() const { return last_store_ > ended_; }
 
 kvt_status Worker::start_load_kv() {
   std::unique_lock lk(mu_);
@@ -191,22 +195,30 @@ kvt_status Worker::wait_for_layer_load(uint32_t layer) {
 
 kvt_status Worker::save_kv_layer(uint32_t layer) {
   static constexpr const char *fn = "kvt_connector_save_kv_layer";
-  std::lock_guard lk(mu_);
-  if (kvt_status s = bound(fn); s != KVT_OK) return s;
-  if (layer >= m_.geometry().num_layers)
-    return fail(KVT_ERR_INVALID_ARGUMENT, "%s: layer %u is not below num_layers %u", fn, layer,
-                m_.geometry().num_layers);
-  start_stores();
-  saved_[layer] = true;  // the forward wrote the layer: its stores may read it now
-  work_cv_.notify_one();
+  bool wake = false;
+  {
+    std::lock_guard lk(mu_);
+    if (kvt_status s = bound(fn); s != KVT_OK) return s;
+    if (layer >= m_.geometry().num_layers)
+      return fail(KVT_ERR_INVALID_ARGUMENT, "%s: layer %u is not below num_layers %u", fn, layer,
+                  m_.geometry().num_layers);
+    start_stores();
+    saved_[layer] = true;  // the forward wrote the layer: its stores may read it now
+    wake = stores_waiting();
+  }
+  // Once per layer: unlocked, so that the copy thread does not wake only to wait for mu_.
+  if (wake) work_cv_.notify_one();
   return KVT_OK;
 }
 
 kvt_status Worker::wait_for_save() {
-  std::lock_guard lk(mu_);
+  std::unique_lock lk(mu_);
   if (kvt_status s = bound("kvt_connector_wait_for_save"); s != KVT_OK) return s;
   start_stores();
   open_all_layers();  // layers whose save_kv_layer never came (vLLM skips some)
+  // The step's loads have ended, even where the last layer's wait never came, so that the
+  // next get_finished reports their failures within the step.
+  done_cv_.wait(lk, [&] { return ended_ >= load_wait_; });
   return KVT_OK;
 }
 
@@ -289,7 +301,7 @@ void Worker::run() {
 }
 
 // Reports the job's batches, and wakes whoever waits for them.
-void Worker::end(Job &job, std::vector<std::vector<Failure>> &failed) {
+void Worker::end(const Job &job, std::vector<std::vector<Failure>> &failed) {
   for (size_t k = 0; k < job.batches.size(); ++k) {
     const Batch &b = job.batches[k];
     if (job.kind == Kind::Load) {
@@ -414,7 +426,9 @@ std::vector<std::vector<Failure>> Worker::execute(const Job &job) {
   for (uint32_t l = 0; l < m_.geometry().num_layers; ++l) {
     waited_ns += wait_saved(job, l);
     copy_layer(its, l, load);
-    if (load) publish_loaded(l + 1);
+    // The last layer is published by the job's end, with its report and load errors: the
+    // engine takes them in get_finished after the forward, to recompute what failed.
+    if (load && l + 1 < m_.geometry().num_layers) publish_loaded(l + 1);
   }
   if (!load) run_disk(its, true);
   const uint64_t busy_ns = uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(

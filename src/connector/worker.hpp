@@ -71,10 +71,11 @@ class Worker {
   void start_loads();   // under mu_
   void start_stores();  // under mu_
   void open_all_layers();  // under mu_: every layer of the bound step's stores may be read
+  bool stores_waiting() const;  // under mu_
   void enqueue(Kind kind, std::vector<Batch> &batches);  // under mu_
   void announce_finished();                              // under mu_
   void run();
-  void end(Job &job, std::vector<std::vector<Failure>> &failed);  // under mu_
+  void end(const Job &job, std::vector<std::vector<Failure>> &failed);  // under mu_
   std::vector<std::vector<Failure>> execute(const Job &job);
   std::vector<Item> items(const Job &job, std::vector<AlignedBuffer> &staging);
   void run_disk(std::vector<Item> &items, bool write);
@@ -103,9 +104,10 @@ class Worker {
   uint32_t running_layers_ = 0;      // layers of job ended_ + 1 copied so far
   uint64_t binds_ = 0;               // binds so far
   std::vector<bool> saved_;          // layers of the bound step's stores that may be read
-  uint64_t last_store_ = 0;          // the job of the most recent (lazy or eager) stores
+  uint64_t last_store_ = 0;          // the job of the most recent eager stores
   bool stop_ = false;
-  absl::flat_hash_map<std::string, uint32_t> outstanding_;  // queued or running batches per request
+  // Queued or running batches per request.
+  absl::flat_hash_map<std::string, uint32_t> outstanding_;
   absl::flat_hash_map<std::string, uint32_t> async_loads_;  // of those, asynchronous loads
   absl::flat_hash_map<std::string, uint32_t> unstarted_;    // the bound metadata's other batches
   absl::flat_hash_set<std::string> finishing_;  // finished requests with jobs outstanding

@@ -100,6 +100,7 @@ void copy_segments(const std::vector<Segment> &segs, WorkerPool &pool) {
 }
 
 void copy_blocks(const Geometry &g, const std::vector<BlockCopy> &copies, WorkerPool &pool) {
+  if (g.block_bytes() == 0) return;  // metadata-only tiers: not even a pass over the copies
   std::vector<Segment> segs;
   for (const BlockCopy &c : copies) append_segments(g, c, segs);
   copy_segments(segs, pool);

@@ -152,6 +152,8 @@ def test_timeline_and_plot(small_trace, tmp_path):
     (["--mode", "engine", "--max-running", "0"], "--max-running must be in 1.."),
     (["--mode", "engine", "--g1-blocks", "200"], "G1 is smaller than one request"),
     (["--mode", "engine", "--g4", "redis://127.0.0.1:1"], "--g4 apply to --mode blocks only"),
+    (["--layer-forward-us", "10"], "apply to --mode engine only"),
+    (["--mode", "engine", "--layer-forward-us", "-1"], "--layer-forward-us must be in 0.."),
     (["--g4", "http://127.0.0.1:1"], "g4_url"),
     (["--g1-memory", "gpu"], "--g1-memory must be host or cuda"),
     (["--cuda-copy", "dma"], "--cuda-copy must be batched, per-chunk, kernel or auto"),
@@ -251,6 +253,23 @@ def test_engine_mode_preempts_and_resumes_through_the_connector(shipped_prefix, 
     assert r["slot_transitions"].get("PREEMPTED->ONBOARD_STAGED", 0) > 0, \
         "some preempted requests must come back through a load"
     assert list(tmp_path.iterdir()) == [], "the G3 file must be gone after the run"
+
+
+@pytest.mark.parametrize("extra", [[], ["--g2-blocks", "0"]])
+def test_engine_mode_times_its_layered_steps_against_the_bare_forwards(shipped_prefix, tmp_path,
+                                                                        extra):
+    """Issue 23: a forward of 4 layers, each written before its wait_for_layer_load and busy
+    for --layer-forward-us, then saved; the loaded blocks still verify whole, and
+    --compare-bare times the same steps without the connector."""
+    r = replay_json("--trace", shipped_prefix, "--mode", "engine", "--g1-blocks", 400,
+                    "--g2-blocks", 3000, "--g3-blocks", 6000, "--max-running", 32,
+                    "--g3-path", tmp_path, "--layers", 4, "--layer-forward-us", 20,
+                    "--compare-bare", *TINY, *extra)
+    check_engine(r, 2000)
+    assert r["config"]["layer_forward_us"] == 20
+    step, bare = r["step_wall_us"], r["bare_step_wall_us"]
+    assert bare["median"] >= 4 * 20 and step["median"] >= 4 * 20
+    assert step["mean"] > 0 and bare["mean"] > 0
 
 
 def test_engine_mode_summary(shipped_prefix):
