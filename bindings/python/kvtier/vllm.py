@@ -106,6 +106,7 @@ class KvtierConnectorMetadata(KVConnectorMetadata):
     metas: tuple = ()
     preempted_req_ids: frozenset = frozenset()
     sending: dict = dataclasses.field(default_factory=dict)
+    loads: bool = False  # loads were planned since the last step (see start_load_kv)
 
 
 @dataclasses.dataclass
@@ -366,6 +367,8 @@ class KvtierConnector(KVConnectorBase_V1, SupportsHMA):
         self._groups, self._hash_block = _groups(vllm_config, kv_cache_config)
         self._cross_layer = _flag(extra, "cross_layer_blocks")
         self._cross_layer_registered = False
+        # worker: the KV caches are CUDA memory (see wait_for_save)
+        self._cuda_g1 = False
         if len(self._groups) > 1 and self._connector_config["offload"] == kvtier.OFFLOAD_LAZY:
             raise ValueError("kvtier.vllm: offload 'lazy' with %d KV cache groups: a block "
                              "one group frees (a sliding window's) is reused by another group "
@@ -393,6 +396,7 @@ class KvtierConnector(KVConnectorBase_V1, SupportsHMA):
         # connector has seen (blocks are per group)
         self._requests, self._salts, self._tokens_seen, self._admitted = {}, {}, {}, set()
         self._bypass = set()     # requests kvtier cannot name (prompt embeddings)
+        self._loads_planned = False  # since the last build_connector_meta
         self._resetting = False  # a reset_cache some group refused (see there)
         # finished, blocks kept until the worker's finished_sending: request -> the groups
         # whose stores still read them (the next metadata tells the workers)
@@ -641,6 +645,7 @@ class KvtierConnector(KVConnectorBase_V1, SupportsHMA):
             g.connector.update_state_after_alloc(rid, ids, num_external_tokens)
             g.blocks_seen[rid] = len(ids)
         self._admitted.add(rid)
+        self._loads_planned |= num_external_tokens > 0
 
     def _new_tokens(self, rid):
         request = self._requests.get(rid)
@@ -683,7 +688,8 @@ class KvtierConnector(KVConnectorBase_V1, SupportsHMA):
                     rid, computed, num_tokens.get(rid, 0), ids, new_tokens))
         metas = tuple(g.connector.build_connector_meta(r) for g, r in zip(groups, reqs))
         sending, self._sending = self._sending, {}
-        meta = KvtierConnectorMetadata(metas, preempted, sending)
+        meta = KvtierConnectorMetadata(metas, preempted, sending, self._loads_planned)
+        self._loads_planned = False
         if self._publish:
             for rid, *_ in steps:
                 for g in groups:
@@ -820,6 +826,7 @@ class KvtierConnector(KVConnectorBase_V1, SupportsHMA):
             self._open(g, kvtier.ROLE_WORKER, num_layers=len(order), num_outer=num_outer,
                        chunk_bytes=chunk_bytes)
             g.connector.register_kv_caches(layout, self._num_gpu_blocks)
+            self._cuda_g1 = layout.memory == kvtier.MEMORY_CUDA
             index = {name: i for i, name in enumerate(order)}
             for name in names:
                 g.layers[name] = index[alias[name]]
@@ -846,6 +853,7 @@ class KvtierConnector(KVConnectorBase_V1, SupportsHMA):
                    chunk_bytes=chunk_bytes)
         g.connector.register_kv_caches(layout, self._num_gpu_blocks)
         self._cross_layer_registered = True
+        self._cuda_g1 = layout.memory == kvtier.MEMORY_CUDA
 
     def bind_connector_metadata(self, connector_metadata):
         groups = self._live()
@@ -871,6 +879,15 @@ class KvtierConnector(KVConnectorBase_V1, SupportsHMA):
 
     def start_load_kv(self, forward_context=None, **kwargs):
         if self.has_connector_metadata():
+            meta = self._get_connector_metadata()
+            if self._cuda_g1 and (getattr(meta, "loads", True) or self._connector_config[
+                    "offload"] == kvtier.OFFLOAD_LAZY):
+                # Under async scheduling the previous step's kernels may still run on vLLM's
+                # stream, which kvtier's copy streams do not follow: a block they still
+                # write (a finished request's last token) may be one this step loads into,
+                # and a lazy store reads what they wrote.
+                import torch
+                torch.cuda.current_stream().synchronize()
             for g in self._live():
                 g.connector.start_load_kv()
 
@@ -891,13 +908,21 @@ class KvtierConnector(KVConnectorBase_V1, SupportsHMA):
             g.connector.wait_for_layer_load(i)
 
     def save_kv_layer(self, layer_name, kv_layer, attn_metadata, **kwargs):
-        # A cross-layer block holds later layers too: its stores wait for wait_for_save.
-        if self.has_connector_metadata() and not self._cross_layer_registered:
+        # A cross-layer block holds later layers too, and a CUDA layer's kernels may still be
+        # queued: their stores wait for wait_for_save.
+        if self.has_connector_metadata() and not (self._cross_layer_registered
+                                                  or self._cuda_g1):
             g, i = self._layer(layer_name)
             g.connector.save_kv_layer(i)
 
     def wait_for_save(self):
         if self.has_connector_metadata():
+            if self._cuda_g1:
+                # vLLM calls the layer hooks after launching a layer's kernels, not after
+                # they ran, and kvtier's copy streams do not follow vLLM's: the stores read
+                # the step's KV once the engine's stream has written it.
+                import torch
+                torch.cuda.current_stream().synchronize()
             for g in self._live():
                 g.connector.wait_for_save()
 
