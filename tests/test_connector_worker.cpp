@@ -1,5 +1,6 @@
-// The connector's worker half driven directly (kvt::conn::Worker, internal): what the C ABI
-// does not reach yet. With stores_end_by_next_step, start_load_kv of the next step returns
+// The connector's worker half driven directly (kvt::conn::Worker, internal), with metadata
+// encoded here. With stores_end_by_next_step (what kvt_connector_config.sliding_window
+// turns on), start_load_kv of the next step returns
 // only once the stores of earlier steps have ended: their G2 slots hold the bytes the earlier
 // forward wrote, and the report hands their batches back, before the next forward writes G1.
 #include <gtest/gtest.h>

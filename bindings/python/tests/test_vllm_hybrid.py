@@ -71,37 +71,13 @@ def test_hybrid_kv_cache_manager_stays_on(make, vllm):
         ("full_attention", 0), ("sliding_window", WINDOW)]
 
 
-@SCHED
-@LOAD
-def test_prefix_from_kvtier_loads_only_the_window(make, async_scheduling, load_async):
+def hit_loads_only_the_window(e, seed):
     """A computes 150 tokens; kvtier stores its 9 full blocks in both groups. After the GPU
     prefix cache is reset, B (A's first 144 tokens and more) hits all 144 in kvtier: the
     full-attention group loads its 9 blocks, the sliding-window group only the 3 its window
     reads (vLLM's SlidingWindowManager gives B's earlier blocks the null block), and every
     position each layer reads holds A's bytes."""
-    e = make(load_async=load_async, engine=dict(async_scheduling=async_scheduling,
-                                                num_gpu_blocks=60))
-    a = prompt(1, 150)
-    e.add_request("A", a, max_tokens=3)
-    e.run()
-    assert e.sched.reset_prefix_cache()
-    e.add_request("B", a[:144] + [5, 6, 7], max_tokens=3)
-    e.run()
-    assert e.hits["B"] == (0, 144), e.hits["B"]
-    assert group_stats(e, 0)["loaded_blocks"] == 9
-    assert group_stats(e, 1)["loaded_blocks"] == -(-(WINDOW - 1) // BS)
-    e.assert_outputs("A", "B")
-    e.assert_drained()
-
-
-@pytest.mark.parametrize("shape", [dict(tp=2), dict(pp=2)], ids=["tp2", "pp2"])
-def test_hybrid_layout_in_worker_processes(make, shape):
-    """The same hybrid hit with two worker processes (each with its KV heads under TP, its
-    stage's full-attention and sliding-window layers under PP), vLLM's KVOutputAggregator
-    merging their outputs: only bytes cross between scheduler and workers, and every rank's
-    forward reads its shard's bytes."""
-    e = make(engine=dict(num_gpu_blocks=60, **shape))
-    a = prompt(5, 150)
+    a = prompt(seed, 150)
     e.add_request("A", a, max_tokens=3)
     e.run()
     assert e.sched.reset_prefix_cache()
@@ -113,6 +89,23 @@ def test_hybrid_layout_in_worker_processes(make, shape):
     assert not e.worker.errors
     e.assert_outputs("A", "B")
     e.assert_drained()
+
+
+@SCHED
+@LOAD
+def test_prefix_from_kvtier_loads_only_the_window(make, async_scheduling, load_async):
+    """hit_loads_only_the_window with one worker, sync and async scheduling and loads."""
+    hit_loads_only_the_window(make(load_async=load_async, engine=dict(
+        async_scheduling=async_scheduling, num_gpu_blocks=60)), 1)
+
+
+@pytest.mark.parametrize("shape", [dict(tp=2), dict(pp=2)], ids=["tp2", "pp2"])
+def test_hybrid_layout_in_worker_processes(make, shape):
+    """hit_loads_only_the_window with two worker processes (each with its KV heads under TP,
+    its stage's full-attention and sliding-window layers under PP), vLLM's
+    KVOutputAggregator merging their outputs: only bytes cross between scheduler and
+    workers, and every rank's forward reads its shard's bytes."""
+    hit_loads_only_the_window(make(engine=dict(num_gpu_blocks=60, **shape)), 5)
 
 
 @SCHED
