@@ -172,6 +172,12 @@ def scrape(port, path="/metrics"):
         return e.code, None, e.read().decode()
 
 
+def g1g2_buckets(samples):
+    """The G1 -> G2 copy-duration histogram's bucket counts, in order."""
+    return [v for l, v in samples.get("kvtier_transfer_duration_seconds", [])
+            if l.get("src") == "G1" and l.get("dst") == "G2" and "le" in l]
+
+
 def test_metrics_port_serves_prometheus_text_while_the_replay_runs(tmp_path):
     from prometheus_client.parser import text_string_to_metric_families
     port = free_port()
@@ -189,8 +195,11 @@ def test_metrics_port_serves_prometheus_text_while_the_replay_runs(tmp_path):
             assert status == 200 and ctype.startswith("text/plain; version=0.0.4")
             fams = {f.name: f for f in text_string_to_metric_families(text)}
             samples = {f: [(s.labels, s.value) for s in fams[f].samples] for f in fams}
-            if sum(v for _, v in samples["kvtier_slots"]) > 0:
+            # Mid-run: a live slot, and at least one G1 -> G2 copy has ended.
+            if (sum(v for _, v in samples["kvtier_slots"]) > 0
+                    and g1g2_buckets(samples) and g1g2_buckets(samples)[-1] > 0):
                 break
+            assert p.poll() is None, "the run ended before a live slot and a copy were seen"
             time.sleep(0.05)
         assert samples, "nothing served within 30 s"
         # prometheus_client names counters without their _total suffix.
@@ -201,9 +210,7 @@ def test_metrics_port_serves_prometheus_text_while_the_replay_runs(tmp_path):
             assert fam in samples, fam
         assert sum(v for _, v in samples["kvtier_slots"]) > 0, "no live slot mid-run"
         assert {l["state"] for l, _ in samples["kvtier_slots"]} >= {"prefilling", "decoding"}
-        g1g2 = [(l, v) for l, v in samples["kvtier_transfer_duration_seconds"]
-                if l.get("src") == "G1" and l.get("dst") == "G2" and "le" in l]
-        counts = [v for _, v in g1g2]
+        counts = g1g2_buckets(samples)
         assert counts == sorted(counts) and counts[-1] > 0, "buckets are cumulative"
         assert scrape(port, "/other")[0] == 404
         assert p.poll() is None, "the run ended before the checks"
