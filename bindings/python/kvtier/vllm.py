@@ -273,6 +273,25 @@ _SPEC_KINDS = (("SlidingWindowMLASpec", "sliding_window_mla"),
 _REFUSED_SPECS = ("RSWASpec", "SinkFullAttentionSpec")
 
 
+def _mamba(spec, where):
+    """A Mamba group's ("mamba", 0), once its spec is one kvtier serves. Its block j holds
+    the recurrent state after (j + 1) * block_size tokens once the request has passed that
+    point, and a hit of n tokens needs that one state block, at n / block_size - 1
+    (MambaManager.find_longest_cache_hit): to kvtier, a window of one block (see
+    _Group.connector_window)."""
+    mode = getattr(spec, "mamba_cache_mode", "none")
+    if mode not in ("all", "align"):
+        raise ValueError("kvtier.vllm: %s is Mamba with mamba_cache_mode %r: no state is kept "
+                         "at block boundaries, so none can be stored or loaded; turn prefix "
+                         "caching on (--enable-prefix-caching makes the mode 'all' or "
+                         "'align')" % (where, mode))
+    if getattr(spec, "num_speculative_blocks", 0):
+        raise ValueError("kvtier.vllm: %s is Mamba with %d speculative blocks: speculative "
+                         "decoding moves the state blocks within the block table, which "
+                         "kvtier does not follow yet" % (where, spec.num_speculative_blocks))
+    return "mamba", 0
+
+
 def _spec_kind(spec, where):
     """(kind, sliding window or 0) of a KV cache group's spec; a ValueError names a spec
     kvtier cannot serve."""
@@ -281,15 +300,17 @@ def _spec_kind(spec, where):
         kinds = {_spec_kind(s, where) for s in spec.kv_cache_specs.values()}
         if len(kinds) == 1:
             return kinds.pop()
+    elif "MambaSpec" in names:
+        return _mamba(spec, where)
     else:
         refused = [n for n in _REFUSED_SPECS if n in names]
         for name, kind in _SPEC_KINDS:
             if name in names and not refused:
                 window = int(spec.sliding_window) if kind.startswith("sliding") else 0
                 return kind, window
-    raise ValueError("kvtier.vllm: %s is %s: kvtier serves full attention (MLA included) and "
-                     "sliding-window groups; not Mamba, chunked-local, cross or encoder-only "
-                     "attention yet" % (where, names[0]))
+    raise ValueError("kvtier.vllm: %s is %s: kvtier serves full attention (MLA included), "
+                     "sliding-window and Mamba groups; not chunked-local, cross or "
+                     "encoder-only attention yet" % (where, names[0]))
 
 
 class _Group:
@@ -301,6 +322,11 @@ class _Group:
     def __init__(self, index, block_size, kind, window, layer_names):
         self.index, self.block_size, self.kind, self.window = index, block_size, kind, window
         self.layer_names = layer_names  # None: every layer (no kv_cache_config)
+        # The window kvtier's connector serves. vLLM's MambaManager keeps only the last
+        # computed token's state (get_num_skipped_tokens: n - 1), as a window of 2 tokens
+        # would: a hit needs one block, and a block is freed once the request is a token
+        # past it, when its state is stored.
+        self.connector_window = 2 if kind == "mamba" else window
         self.manager = self.connector = None
         # scheduler: per request, kvtier's hasher, its block hashes, the block ids seen
         self.seqs, self.hashes, self.blocks_seen = {}, {}, {}
@@ -310,6 +336,7 @@ class _Group:
         self.names, self.recent = {}, collections.OrderedDict()
         # worker: layer name -> index in this group's manager
         self.layers = {}
+        self.state_layout = None  # a Mamba group's state shapes and dtypes (see _groups)
 
 
 def _groups(vllm_config, kv_cache_config):
@@ -322,11 +349,19 @@ def _groups(vllm_config, kv_cache_config):
         return [_Group(0, cache.block_size, "full_attention", 0, None)], cache.block_size
     out = []
     for g, group in enumerate(groups):
-        kind, window = _spec_kind(group.kv_cache_spec, "KV cache group %d" % g)
-        size = cache.block_size if len(groups) == 1 else group.kv_cache_spec.block_size
+        spec = group.kv_cache_spec
+        kind, window = _spec_kind(spec, "KV cache group %d" % g)
+        # (a Mamba group's block size is its mamba_block_size)
+        size = cache.block_size if len(groups) == 1 and kind != "mamba" else spec.block_size
         out.append(_Group(g, size, kind, window, list(group.layer_names)))
+        if kind == "mamba":
+            # What a state page holds besides the tokens: a G3 file of other state shapes
+            # or dtypes (mamba_ssm_cache_dtype, say) is another namespace.
+            out[-1].state_layout = [repr(tuple(map(tuple, spec.shapes))),
+                                    [str(d) for d in spec.dtypes], str(spec.mamba_type),
+                                    spec.page_size_bytes]
     if len(out) == 1:
-        return out, cache.block_size
+        return out, out[0].block_size
     unit = getattr(cache, "prefix_match_unit", None)
     unit = unit if unit is not None else math.gcd(*(g.block_size for g in out))
     return out, unit
@@ -340,8 +375,11 @@ class KvtierConnector(KVConnectorBase_V1, SupportsHMA):
     with its group's block size and, for a sliding-window group, its window: a hit there
     needs only the blocks inside the window before the hit's end, and only those are
     loaded (vLLM's SlidingWindowManager's rule). The groups agree on one hit: the longest
-    that every group serves. Full-attention (MLA included) and sliding-window groups are
-    served; Mamba, chunked-local, cross and encoder-only attention groups are refused.
+    that every group serves. Full-attention (MLA included), sliding-window and Mamba groups
+    are served; chunked-local, cross and encoder-only attention groups are refused. A Mamba
+    group stores each state block a request has passed (block j: the state after
+    (j + 1) * block_size tokens) and loads the one a hit needs, asynchronously (Mamba
+    layers have no layer hooks).
 
     Tensor and pipeline parallel: one scheduler connector (world_size = the engine's
     parallel_config.world_size) and one worker connector per rank (world_size and its
@@ -369,6 +407,16 @@ class KvtierConnector(KVConnectorBase_V1, SupportsHMA):
         self._cross_layer_registered = False
         # worker: the KV caches are CUDA memory (see wait_for_save)
         self._cuda_g1 = False
+        if any(g.kind == "mamba" for g in self._groups):
+            if self._connector_config["offload"] == kvtier.OFFLOAD_LAZY:
+                raise ValueError("kvtier.vllm: offload 'lazy' with Mamba layers: vLLM frees "
+                                 "and rewrites a request's state blocks as it runs, so they "
+                                 "cannot be stored lazily; use 'eager'")
+            # Mamba layers have no layer hooks (wait_for_layer_load) to wait for a load, and
+            # in mamba_cache_mode 'align' the model runner copies the loaded state forward
+            # before start_load_kv: a hit loads while vLLM waits (WAITING_FOR_REMOTE_KVS),
+            # as vLLM's OffloadingConnector loads it.
+            self._connector_config["load_async"] = True
         if len(self._groups) > 1 and self._connector_config["offload"] == kvtier.OFFLOAD_LAZY:
             raise ValueError("kvtier.vllm: offload 'lazy' with %d KV cache groups: a block "
                              "one group frees (a sliding window's) is reused by another group "
@@ -449,7 +497,7 @@ class KvtierConnector(KVConnectorBase_V1, SupportsHMA):
         if self._g3_path is not None:
             g3_path = self._g3_path
         connector = dict(self._connector_config, world_size=self._world,
-                         sliding_window=group.window)
+                         sliding_window=group.connector_window)
         if role == kvtier.ROLE_SCHEDULER and config.get("g3_persist"):
             # The worker's manager owns the persistent file (and its lock); the scheduler's,
             # which holds no bytes, keeps its G3 registry in a file of its own.
@@ -476,6 +524,10 @@ class KvtierConnector(KVConnectorBase_V1, SupportsHMA):
                 config[field] = kvtier.hash_salt(json.dumps(
                     [str(config[field]), "group", group.index, group.block_size,
                      group.kind, group.window]))
+        if group.state_layout is not None:
+            for field in ("g3_namespace", "g4_namespace"):
+                config[field] = kvtier.hash_salt(json.dumps(
+                    [str(config[field]), "mamba state", group.state_layout]))
         if g3_path is not None and subdirs:
             g3_path = os.path.join(str(g3_path), *subdirs)
             os.makedirs(g3_path, exist_ok=True)

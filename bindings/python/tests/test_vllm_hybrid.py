@@ -174,12 +174,14 @@ def test_lazy_offload_with_two_groups_is_refused(vllm, tmp_path):
 
 
 def test_unsupported_spec_is_refused(vllm):
-    """A group kvtier cannot serve (Mamba state, here) is a ValueError naming it."""
+    """A group kvtier cannot serve (chunked-local attention, here) is a ValueError naming
+    it."""
     kci = vllm.kv_cache_interface
     torch = sys.modules["torch"]
-    mamba = kci.MambaSpec(block_size=BS, shapes=((4,),), dtypes=(torch.float16,))
-    with pytest.raises(ValueError, match="MambaSpec"):
-        vllm.kvtier_vllm._spec_kind(mamba, "KV cache group 1")
+    local = kci.ChunkedLocalAttentionSpec(block_size=BS, num_kv_heads=1, head_size=8,
+                                          dtype=torch.float16, attention_chunk_size=64)
+    with pytest.raises(ValueError, match="ChunkedLocalAttentionSpec"):
+        vllm.kvtier_vllm._spec_kind(local, "KV cache group 1")
 
 
 @pytest.mark.parametrize("window", [16, 17, 40, 64, 100])

@@ -741,10 +741,11 @@ def _install_vllm_stubs(src):
             create_request_queue=create_request_queue)
     _module("vllm.v1.core.sched.utils", "check_stop and remove_all stand-ins",
             check_stop=check_stop, remove_all=remove_all)
+    hybrid = type("HybridKVCacheCoordinator", (), {})
     _module("vllm.v1.core.kv_cache_coordinator", "HybridKVCacheCoordinator as a type name "
             "(the coordinator is CoordinatorStandIn)",
-            HybridKVCacheCoordinator=type("HybridKVCacheCoordinator", (), {}),
-            get_kv_cache_coordinator=lambda **kw: CoordinatorStandIn(**kw))
+            HybridKVCacheCoordinator=hybrid,
+            get_kv_cache_coordinator=lambda **kw: make_coordinator(hybrid, **kw))
     _module("vllm.v1.core.block_pool", "BlockPool stand-in", BlockPool=None)
     # vllm.v1.utils: ConstantList from vLLM's source; the rest of the file needs torch.
     ns = {"Generic": typing.Generic, "Sequence": typing.Sequence, "TypeVar": typing.TypeVar,
@@ -864,15 +865,29 @@ class BlockPoolStandIn:
         return []
 
 
+def make_coordinator(hybrid_type, **kw):
+    """get_kv_cache_coordinator's stand-in: with a Mamba group, an instance of the
+    HybridKVCacheCoordinator type too (KVCacheManager.get_computed_blocks_for_connector
+    checks it)."""
+    groups = kw["kv_cache_config"].kv_cache_groups
+    if any(type(g.kv_cache_spec).__name__ == "MambaSpec" for g in groups):
+        return type("HybridCoordinatorStandIn", (CoordinatorStandIn, hybrid_type), {})(**kw)
+    return CoordinatorStandIn(**kw)
+
+
 class CoordinatorStandIn:
     """Stand-in of vLLM's UnitaryKVCacheCoordinator and, for a full-attention group plus a
-    sliding-window group, of its HybridKVCacheCoordinator (kv_cache_coordinator.py is not in
-    VLLM_SRC): vLLM's own FullAttentionManager and SlidingWindowManager (compiled from
-    single_type_kv_cache_manager.py) over BlockPoolStandIn, of one block size.
-    find_longest_cache_hit walks the request's block hashes in group 0 until the first miss
-    (FullAttentionManager's, without EAGLE); a sliding-window group then finds its own hit
-    within that with SlidingWindowManager.find_longest_cache_hit, and the full-attention hit
-    is cut to it (the hybrid coordinator's fixed point, one pass for two groups)."""
+    sliding-window or Mamba group, of its HybridKVCacheCoordinator (kv_cache_coordinator.py
+    is not in VLLM_SRC): vLLM's own FullAttentionManager, SlidingWindowManager and
+    MambaManager (compiled from single_type_kv_cache_manager.py) over BlockPoolStandIn, of
+    one block size. find_longest_cache_hit walks the request's block hashes in group 0 until
+    the first miss (FullAttentionManager's, without EAGLE); the other group then finds its
+    own hit within that with its manager's find_longest_cache_hit, and the full-attention
+    hit is cut to it (the hybrid coordinator's fixed point, one pass for two groups).
+    find_longest_cache_hit_per_group is the coordinator's per-group lookup (each group
+    alone), which vLLM's get_computed_blocks_for_connector uses for a Mamba hybrid."""
+
+    full_attention_group_id = 0
 
     def __init__(self, kv_cache_config, max_model_len, enable_caching, scheduler_block_size,
                  hash_block_size, **unused):
@@ -880,10 +895,12 @@ class CoordinatorStandIn:
         self.block_pool = BlockPoolStandIn(kv_cache_config.num_blocks, enable_caching,
                                            hash_block_size)
         kinds = [type(g.kv_cache_spec).__name__ for g in groups]
-        assert kinds in (["FullAttentionSpec"], ["FullAttentionSpec", "SlidingWindowSpec"]), \
-            kinds
+        assert kinds in (["FullAttentionSpec"], ["FullAttentionSpec", "SlidingWindowSpec"],
+                         ["FullAttentionSpec", "MambaSpec"]), kinds
         managers = {"FullAttentionSpec": V.FullAttentionManager,
-                    "SlidingWindowSpec": V.SlidingWindowManager}
+                    "SlidingWindowSpec": V.SlidingWindowManager,
+                    "MambaSpec": V.MambaManager}
+        self.other = managers[kinds[-1]]
         self.single_type_managers = tuple(managers[k](
             g.kv_cache_spec, block_pool=self.block_pool, enable_caching=enable_caching,
             kv_cache_group_id=i, scheduler_block_size=scheduler_block_size)
@@ -892,19 +909,32 @@ class CoordinatorStandIn:
         self.block_size = self.specs[0].block_size
         assert all(s.block_size == self.block_size for s in self.specs)
 
-    def find_longest_cache_hit(self, block_hashes, max_cache_hit_length):
+    def _full_attention_hit(self, block_hashes, max_cache_hit_length):
         hit = []
         for h in block_hashes[:max_cache_hit_length // self.block_size]:
             cached = self.block_pool.get_cached_block(h, [0])
             if cached is None:
                 break
             hit.append(cached[0])
+        return hit
+
+    def _other_hit(self, block_hashes, max_length):
+        (blocks,), length = self.other.find_longest_cache_hit(
+            block_hashes, max_length, [1], self.block_pool, self.specs[1], False,
+            self.block_size)
+        return blocks, length
+
+    def find_longest_cache_hit(self, block_hashes, max_cache_hit_length):
+        hit = self._full_attention_hit(block_hashes, max_cache_hit_length)
         if len(self.specs) == 1:
             return (hit,), len(hit) * self.block_size, 0
-        (window,), length = V.SlidingWindowManager.find_longest_cache_hit(
-            block_hashes, len(hit) * self.block_size, [1], self.block_pool, self.specs[1],
-            False, self.block_size)
-        return (hit[:length // self.block_size], window), length, 0
+        other, length = self._other_hit(block_hashes, len(hit) * self.block_size)
+        return (hit[:length // self.block_size], other), length, 0
+
+    def find_longest_cache_hit_per_group(self, block_hashes, max_cache_hit_length):
+        hit = self._full_attention_hit(block_hashes, max_cache_hit_length)
+        other, length = self._other_hit(block_hashes, max_cache_hit_length)
+        return (hit, other), (len(hit) * self.block_size, length)
 
     def get_num_blocks_to_allocate(self, request_id, num_tokens, new_computed_blocks,
                                    num_encoder_tokens, total_computed_tokens,
@@ -980,7 +1010,8 @@ SCHEDULER_METHODS = [
     "shutdown", "get_kv_connector", "_connector_finished", "_request_remaining_blocks",
     "_inflight_prefill_reserved_blocks", "_update_waiting_for_remote_kv",
     "_try_promote_blocked_waiting_request", "_update_from_kv_xfer_finished",
-    "_update_requests_with_invalid_blocks", "_handle_invalid_blocks"]
+    "_update_requests_with_invalid_blocks", "_handle_invalid_blocks",
+    "_mamba_block_aligned_split"]
 KV_CACHE_MANAGER_METHODS = [
     "__init__", "usage", "make_prefix_cache_stats", "prefix_cache_lookup_enabled",
     "record_prefix_cache_stats", "get_computed_blocks", "get_computed_blocks_for_connector",
@@ -1079,6 +1110,13 @@ def setup():
         ["__init__", "_contiguous_blocks_for_hit", "find_longest_cache_hit",
          "reachable_block_mask", "get_num_skipped_tokens", "get_num_common_prefix_blocks"], ns,
         bases=(base,), attrs={"supports_fine_grained_hash_lookup": False})  # vLLM's default
+    V.MambaManager = compile_class(
+        path, "MambaManager",
+        ["__init__", "find_longest_cache_hit", "reachable_block_mask", "remove_skipped_blocks",
+         "get_num_common_prefix_blocks", "get_num_blocks_to_allocate", "allocate_new_blocks",
+         "pop_blocks_for_free", "get_num_skipped_tokens", "cache_blocks", "new_step_starts",
+         "_cache_partial_tail_block"], ns,
+        bases=(base,), attrs={"supports_fine_grained_hash_lookup": True})
 
     # the scheduler, and the async scheduler's overrides
     path = os.path.join(vdir, "v1", "core", "sched", "scheduler.py")
@@ -1266,7 +1304,7 @@ def make_vllm_config(extra, *, async_scheduling, block_size, num_gpu_blocks, max
                      kv_load_failure_policy, long_prefill_token_threshold=0, world_size=None,
                      enable_prefix_caching=True, tensor_parallel_size=1,
                      pipeline_parallel_size=1, rank=0, decode_context_parallel_size=1,
-                     prefill_context_parallel_size=1):
+                     prefill_context_parallel_size=1, mamba_cache_mode="none"):
     """A VllmConfig with kvtier.vllm as the KV connector (kv_both), built as vLLM builds it
     for `--kv-transfer-config '{"kv_connector": "KvtierConnector", "kv_connector_module_path":
     "kvtier.vllm", ...}'`; world_size defaults to PP x TP x PCP, as vLLM computes it, and rank
@@ -1286,7 +1324,8 @@ def make_vllm_config(extra, *, async_scheduling, block_size, num_gpu_blocks, max
             async_scheduling=async_scheduling,
             long_prefill_token_threshold=long_prefill_token_threshold),
         cache_config=CacheConfig(block_size=block_size, num_gpu_blocks=num_gpu_blocks,
-                                 enable_prefix_caching=enable_prefix_caching),
+                                 enable_prefix_caching=enable_prefix_caching,
+                                 mamba_cache_mode=mamba_cache_mode),
         model_config=ModelConfig(max_model_len=max_model_len),
         parallel_config=ParallelConfig(
             world_size=world_size, rank=rank, tensor_parallel_size=tensor_parallel_size,
@@ -1381,7 +1420,10 @@ def allocate_kv_caches(kv_cache_config, layer_names):
     """One tensor per layer as vLLM's _reshape_attention_kv_cache makes it: FlashAttention's
     logical shape (num_blocks, num_kv_heads, block_size, 2 * head_size) permuted by its NHD
     stride order, allocated flat in that physical order, then permuted back (so the logical
-    view's strides are not logical-contiguous)."""
+    view's strides are not logical-contiguous). A Mamba layer's cache is the tensor's pages
+    as GPUModelRunner views them for a KV connector: int8 (num_blocks, 1, 1, page_size)
+    over the same bytes (the attention layer sharing the tensor has its blocks outermost,
+    so page b is block b of either)."""
     spec = kv_cache_config.kv_cache_groups[0].kv_cache_spec
     fa = V.FlashAttentionBackend
     shape = fa.get_kv_cache_shape(kv_cache_config.num_blocks, spec.block_size,
@@ -1393,8 +1435,13 @@ def allocate_kv_caches(kv_cache_config, layer_names):
         assert t.size == spec.page_size_bytes * kv_cache_config.num_blocks
         raw = KVTensor.empty([shape[i] for i in order], spec.dtype)
         assert raw.numel() * spec.dtype.itemsize == t.size
+        mamba = {n for g in kv_cache_config.kv_cache_groups for n in g.layer_names
+                 if type(g.kv_cache_spec).__name__ == "MambaSpec"}
+        page = spec.page_size_bytes
         for name in t.shared_by:
-            caches[name] = raw.permute(*inv_order)
+            caches[name] = KVTensor(raw.buf, (kv_cache_config.num_blocks, 1, 1, page),
+                                    (page, page, page, 1), 0, sys.modules["torch"].int8) \
+                if name in mamba else raw.permute(*inv_order)
     return {name: caches[name] for name in layer_names}
 
 
@@ -1508,11 +1555,13 @@ class Worker:
         self.block_size, self.num_kv_heads = spec.block_size, spec.num_kv_heads
         self.head_size, self.el = spec.head_size, spec.dtype.itemsize
         # the layers in model order, and each one's KV cache group and sliding window
-        self.group_of, self.window_of = {}, {}
+        self.group_of, self.window_of, self.mamba_of = {}, {}, {}
         for g, group in enumerate(kv_cache_config.kv_cache_groups):
             for name in group.layer_names:
                 self.group_of[name] = g
                 self.window_of[name] = getattr(group.kv_cache_spec, "sliding_window", None)
+                if type(group.kv_cache_spec).__name__ == "MambaSpec":
+                    self.mamba_of[name] = group.kv_cache_spec.mamba_cache_mode
         self.layers = sorted((n for g in kv_cache_config.kv_cache_groups for n in g.layer_names),
                              key=_layer_number)
         self.ctx_of, self.async_scheduling = ctx_of, async_scheduling
@@ -1561,9 +1610,13 @@ class Worker:
         step = types.SimpleNamespace(so=so, violations=[], poisoned=set(), poisoned_slots=[],
                                      plan=self._plan(so))
         defer = self.num_spec > 0
+        self.mamba_preprocess(step)  # GPUModelRunner: before the connector's start_load_kv
         with set_forward_context(AttentionMetadata(step), self.vllm_config), \
                 V.Mixin.maybe_get_kv_connector_output(so, defer_finalize=defer) as kv_out:
             for name in self.layers:
+                if name in self.mamba_of:  # no layer hooks: vLLM wraps attention ops only
+                    self.mamba_forward(name, step)
+                    continue
                 # Attention.forward: the new tokens' KV is written (unified_kv_cache_update,
                 # FlashAttention's and FlashInfer's way) before the op that
                 # maybe_transfer_kv_layer wraps with wait_for_layer_load and save_kv_layer
@@ -1699,6 +1752,78 @@ class Worker:
                         if not self.tainted[block]:
                             del self.tainted[block]
 
+    def _mamba_layer(self, layer_name):
+        """(its group, its mode, the model's layer, bytes of state, a byte view, block id ->
+        byte offset of its page)"""
+        t = self.kv_caches[layer_name]
+        layer = self.layer0 + self.layers.index(layer_name)
+        return (self.group_of[layer_name], self.mamba_of[layer_name], layer,
+                self.num_kv_heads * MAMBA_STATE * self.el, memoryview(t.buf).cast("B"),
+                lambda b: t.byte_offset((b, 0, 0, 0)))
+
+    def _state(self, digest, layer):
+        """The recurrent state after the tokens `digest` stands for: this rank's heads."""
+        return b"".join(kv_bytes(digest, layer, 128 + self.head0 + h, MAMBA_STATE * self.el)
+                        for h in range(self.num_kv_heads))
+
+    @staticmethod
+    def _state_block(p, ids, i, group):
+        block = ids[i] if i < len(ids) else 0
+        if block == 0:
+            raise HarnessError("%s: Mamba group %d's state block %d is the null block (%s)"
+                               % (p.st.req_id, group, i, ids))
+        return block
+
+    def mamba_preprocess(self, step):
+        """preprocess_mamba (mamba_cache_mode 'align'): before the step (and its
+        start_load_kv), each request's state moves from the block of its last computed
+        token to the block its scheduled tokens end in."""
+        bs = self.block_size
+        for name, mode in self.mamba_of.items():
+            if mode != "align":
+                continue
+            g, _, _, size, mem, offset = self._mamba_layer(name)
+            for p in step.plan.values():
+                src, dst = (p.c - 1) // bs, cdiv(p.c + p.n, bs) - 1
+                if p.c and src != dst:
+                    ids = p.st.block_ids[g]
+                    a = offset(self._state_block(p, ids, src, g))
+                    b = offset(self._state_block(p, ids, dst, g))
+                    mem[b:b + size] = bytes(mem[a:a + size])
+
+    def mamba_forward(self, layer_name, step):
+        """A Mamba layer: reads the state after the computed tokens (checked: it must be the
+        state of exactly that prefix) and writes the state after each block boundary its
+        scheduled tokens cross ('all'), and the state after its last scheduled token, into
+        the block that token is in ('all': where the next step reads it; 'align': the
+        running block, in place)."""
+        g, mode, layer, size, mem, offset = self._mamba_layer(layer_name)
+        bs = self.block_size
+        for rid, p in step.plan.items():
+            ids, c, end = p.st.block_ids[g], p.c, p.c + p.n
+            if c:
+                block = self._state_block(p, ids, cdiv(end if mode == "align" else c, bs) - 1,
+                                          g)
+                off = offset(block)
+                self.checked_positions += 1
+                if rid not in step.poisoned and \
+                        bytes(mem[off:off + size]) != self._state(p.digests[c - 1], layer):
+                    step.violations.append((rid, c - 1, block, layer_name,
+                                            block in self.tainted))
+                    step.poisoned.add(rid)
+            ends = list(range((c // bs + 1) * bs, end + 1, bs)) if mode == "all" else []
+            if end not in ends:
+                ends.append(end)
+            for t in ends:
+                block = self._state_block(p, ids, cdiv(t, bs) - 1, g)
+                off = offset(block)
+                if rid in step.poisoned:
+                    mem[off:off + size] = self._state(b"poison%d" % self.step, layer)
+                    step.poisoned_slots.append((block, 0))
+                else:
+                    mem[off:off + size] = self._state(p.digests[t - 1], layer)
+                    self.tainted.pop(block, None)
+
     def _sample(self, so, step):
         """The sampler and rejection sampler: a request whose scheduled tokens end before its
         known tokens (a prefill chunk) samples nothing; else its drafts are accepted while
@@ -1765,8 +1890,11 @@ def _attention_op(query, layer_name):
 # N workers: one process per rank, as MultiprocExecutor runs them
 # ---------------------------------------------------------------------------------------
 
+MAMBA_STATE = 20  # float16s per KV head in a Mamba layer's state
+
+
 def rank_kv_cache_config(rank, num_gpu_blocks, block_size, num_kv_heads, head_size, layers,
-                         tp=1, pp=1, sliding_window=None):
+                         tp=1, pp=1, sliding_window=None, mamba=None):
     """A rank's KVCacheConfig as vLLM builds it per worker: under TP its spec has the rank's
     share of the KV heads (num_kv_heads // tp), under PP its tensors and group only the
     rank's stage's layers; every rank has the same num_blocks. Returns (the config, the
@@ -1775,7 +1903,10 @@ def rank_kv_cache_config(rank, num_gpu_blocks, block_size, num_kv_heads, head_si
     sliding_window: a hybrid model as vLLM's hybrid KV cache manager groups it: every other
     layer (the odd ones) attends within that many tokens (SlidingWindowSpec, KV cache group
     1), the others fully (group 0), and tensor i is shared by layer i of each group (vLLM's
-    _get_kv_cache_config_from_groups)."""
+    _get_kv_cache_config_from_groups). mamba: a Mamba hybrid instead, its mamba_cache_mode
+    ("all" or "align"): the odd layers are Mamba layers (MambaSpec, group 1, their state
+    sharded over TP by heads and its page padded to the attention page, as vLLM unifies
+    them)."""
     torch = sys.modules["torch"]
     kci = V.kv_cache_interface
     tp_rank, pp_rank = rank % tp, rank // tp
@@ -1786,12 +1917,18 @@ def rank_kv_cache_config(rank, num_gpu_blocks, block_size, num_kv_heads, head_si
     mine = list(layers[pp_rank * per_stage:(pp_rank + 1) * per_stage])
     spec = kci.FullAttentionSpec(block_size=block_size, num_kv_heads=heads,
                                  head_size=head_size, dtype=torch.float16)
-    if sliding_window is not None:
+    if sliding_window is not None or mamba is not None:
         if len(mine) % 2:
             raise HarnessError("the hybrid layout takes an even number of layers per stage")
-        swa = kci.SlidingWindowSpec(block_size=block_size, num_kv_heads=heads,
-                                    head_size=head_size, dtype=torch.float16,
-                                    sliding_window=sliding_window)
+        if mamba is not None:
+            swa = kci.MambaSpec(block_size=block_size, shapes=((heads, MAMBA_STATE),),
+                                dtypes=(torch.float16,),
+                                page_size_padded=spec.page_size_bytes,
+                                mamba_cache_mode=mamba)
+        else:
+            swa = kci.SlidingWindowSpec(block_size=block_size, num_kv_heads=heads,
+                                        head_size=head_size, dtype=torch.float16,
+                                        sliding_window=sliding_window)
         assert swa.page_size_bytes == spec.page_size_bytes
         full, window = mine[0::2], mine[1::2]
         cfg = kci.KVCacheConfig(
@@ -2011,7 +2148,8 @@ class Engine:
                  num_kv_heads=4, head_size=8, max_model_len=1024, max_num_batched_tokens=256,
                  max_num_seqs=8, num_spec_tokens=0, kv_events=True,
                  kv_load_failure_policy="recompute", long_prefill_token_threshold=0,
-                 layers=LAYERS, tp=1, pp=1, rank_manager=None, sliding_window=None):
+                 layers=LAYERS, tp=1, pp=1, rank_manager=None, sliding_window=None,
+                 mamba=None):
         setup()
         config = dict(
             async_scheduling=async_scheduling, block_size=block_size,
@@ -2020,12 +2158,13 @@ class Engine:
             num_spec_tokens=num_spec_tokens, kv_events=kv_events,
             kv_load_failure_policy=kv_load_failure_policy,
             long_prefill_token_threshold=long_prefill_token_threshold,
-            tensor_parallel_size=tp, pipeline_parallel_size=pp)
+            tensor_parallel_size=tp, pipeline_parallel_size=pp,
+            mamba_cache_mode=mamba or "none")
         self.cfg = make_vllm_config(extra, **config)
         self.world, self.tp, self.pp = tp * pp, tp, pp
         shape = dict(num_gpu_blocks=num_gpu_blocks, block_size=block_size,
                      num_kv_heads=num_kv_heads, head_size=head_size, layers=list(layers),
-                     tp=tp, pp=pp, sliding_window=sliding_window)
+                     tp=tp, pp=pp, sliding_window=sliding_window, mamba=mamba)
         self.ctx = {}
         if self.world > 1:  # the workers start first (spawned: they set vLLM up meanwhile)
             self.worker = WorkerGroup(extra, config, shape, self.ctx, rank_manager or {})
