@@ -948,8 +948,10 @@ typedef struct kvt_connector_config {
    * them may be KVT_BLOCK_ID_NONE. The engine frees the blocks that leave the window
    * without telling the connector, so the scheduler half stops claiming and storing a
    * request's blocks that lie wholly before num_computed_tokens - W + 1, and the worker
-   * half's start_load_kv waits for the stores of earlier steps: both halves must be given
-   * the same value. Lazy offload is refused (a freed block is reused unseen). */
+   * half's handle_preemptions (and start_load_kv) waits for the stores of earlier steps:
+   * both halves must be given the same value. A Mamba group is a window of 2 (vLLM keeps
+   * the last computed token's state only). Lazy offload is refused (a freed block is reused
+   * unseen). */
   uint32_t sliding_window;      /* tokens; 0 (default): full attention */
   uint32_t reserved3;           /* must be 0 */
 } kvt_connector_config;
@@ -1158,7 +1160,10 @@ KVT_API kvt_status kvt_connector_wait_for_save(kvt_connector *c);
 /* Waits until no copy queued or running reads or writes the G1 blocks of these requests, so
  * that the engine can reuse them; first starts the bound metadata's lazy stores and loads,
  * as start_load_kv would. Copies run in the order their metadata came, so a later step's
- * loads never overtake an earlier step's stores. Unknown ids are ignored. req_ids: borrowed. */
+ * loads never overtake an earlier step's stores. Unknown ids are ignored. req_ids: borrowed.
+ * With a sliding window it also waits for every earlier step's stores: the engine may write
+ * their freed blocks before start_load_kv (vLLM zeroes new blocks of Mamba hybrids there),
+ * so call it at the start of every step, with n = 0 when no request was preempted. */
 KVT_API kvt_status kvt_connector_handle_preemptions(kvt_connector *c,
                                                     const char *const *req_ids, size_t n);
 

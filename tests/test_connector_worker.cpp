@@ -1,10 +1,11 @@
 // The connector's worker half driven directly (kvt::conn::Worker, internal), with metadata
 // encoded here. With stores_end_by_next_step (what kvt_connector_config.sliding_window
-// turns on), start_load_kv of the next step returns
-// only once the stores of earlier steps have ended: their G2 slots hold the bytes the earlier
-// forward wrote, and the report hands their batches back, before the next forward writes G1.
+// turns on), handle_preemptions and start_load_kv of the next step return only once the
+// stores of earlier steps have ended: their G2 slots hold the bytes the earlier forward
+// wrote, and the report hands their batches back, before the engine writes G1 again.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <functional>
 #include <string>
@@ -134,5 +135,26 @@ TEST(ConnectorWorker, StoresEndByNextStepEndBeforeTheNextStartLoadKvReturns) {
         EXPECT_TRUE(h.g2_holds(uint32_t(prev % 2 * kBlocks + b), prev, b))
             << "step " << prev << ", block " << b;
     });
+  }
+}
+
+// vLLM calls handle_preemptions first in every step, then zeroes the step's new blocks
+// (Mamba hybrids), then start_load_kv: the zeroing must not reach a block an earlier step's
+// store still reads.
+TEST(ConnectorWorker, StoresEndByNextStepEndBeforeTheNextHandlePreemptionsReturns) {
+  Host h;
+  ASSERT_NE(h.m, nullptr);
+  Worker w(h.manager(), 1, 0, true);
+  ASSERT_EQ(w.register_kv_caches(h.layout, kBlocks), KVT_OK) << kvt_last_error();
+  for (uint64_t step = 1; step <= 5; ++step) {
+    ASSERT_EQ(w.handle_preemptions(nullptr, 0), KVT_OK) << kvt_last_error();
+    const uint64_t prev = step - 1;
+    EXPECT_EQ(stores_done(w), prev ? std::vector<uint64_t>{prev} : std::vector<uint64_t>{})
+        << "step " << prev << "'s stores had not ended when step " << step << " began";
+    std::fill(h.g1.begin(), h.g1.end(), uint8_t(0));  // the engine zeroes reused blocks
+    for (uint32_t b = 0; prev && b < kBlocks; ++b)
+      EXPECT_TRUE(h.g2_holds(uint32_t(prev % 2 * kBlocks + b), prev, b))
+          << "step " << prev << ", block " << b;
+    run_step(w, h, step, [] {});
   }
 }

@@ -457,6 +457,11 @@ bool Tier::contains(uint64_t hash) {
   return registry_.find(hash) != kNil;
 }
 
+void Tier::contains_each(const uint64_t *hashes, size_t n, uint8_t *present) {
+  Locked lock(*this);
+  for (size_t i = 0; i < n; ++i) present[i] = registry_.find(hashes[i]) != kNil;
+}
+
 // An Empty block holds only its owner's reference, plus one pin while an onboard writes
 // it: a second onboard naming it is refused at enqueue, or drops the pair at commit.
 kvt_status Tier::expect_empty(kvt_block b) {

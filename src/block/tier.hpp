@@ -59,6 +59,8 @@ class Tier {
   // is registered; whether a block is a fresh Empty one.
   kvt_status peek_registered(kvt_block b, uint64_t *hash, uint64_t *parent);
   bool contains(uint64_t hash);
+  // present[i]: whether hashes[i] is registered; one lock for all of them.
+  void contains_each(const uint64_t *hashes, size_t n, uint8_t *present);
   kvt_status expect_empty(kvt_block b);
   // Onboard: the pipeline's own reference on the caller's Empty destination while it is
   // written, then the registration that drops it; *out is b. If the caller released the

@@ -225,6 +225,43 @@ bool Scheduler::plan_store(uint32_t g1, uint64_t hash, uint64_t parent,
   return true;
 }
 
+// Stores of s's blocks want_ (none in flight): those the store tier lacks, each to a new
+// block of it. One presence check and one allocation for all of them, so the tier's lock
+// is taken twice per step, not twice per block.
+void Scheduler::plan_stores(Slot &s, Batch *batch, StoreRec *rec) {
+  const auto &hashes = s.seq.seq_hashes();
+  want_hash_.resize(want_.size());
+  present_.resize(want_.size());
+  for (size_t i = 0; i < want_.size(); ++i) want_hash_[i] = hashes[want_[i]];
+  store_tier_->contains_each(want_hash_.data(), want_.size(), present_.data());
+  size_t k = 0;
+  for (size_t i = 0; i < want_.size(); ++i)
+    if (!present_[i]) want_[k++] = want_[i];
+  want_.resize(k);
+  dst_.resize(k);
+  size_t got = k;
+  if (k && store_tier_->alloc(dst_.data(), k) != KVT_OK) {
+    // All or nothing refused: as many as the tier can give (the rest is pinned).
+    for (got = 0; got < k && store_tier_->alloc(&dst_[got], 1) == KVT_OK;) ++got;
+    stats_.store_failures += k - got;
+  }
+  std::vector<kvt_block> unused;
+  for (size_t i = 0; i < got; ++i) {
+    const size_t j = want_[i];
+    if (!storing_.insert(hashes[j]).second) {  // the same hash twice in one sequence
+      unused.push_back(dst_[i]);
+      continue;
+    }
+    const uint64_t parent = j ? hashes[j - 1] : 0;
+    batch->ops.push_back(CopyOp{s.blocks[j], uint8_t(store_tier_->id()),
+                                handle::slot(dst_[i]), hashes[j], parent});
+    rec->dst.push_back(dst_[i]);
+    rec->hash.push_back(hashes[j]);
+    rec->parent.push_back(parent);
+  }
+  if (!unused.empty()) release(unused);
+}
+
 // Eager: stores for the full blocks s has computed since the last plan. Lazy: remembers
 // what their G1 blocks hold.
 void Scheduler::plan_eager(Slot &s, Batch *batch) {
@@ -232,16 +269,16 @@ void Scheduler::plan_eager(Slot &s, Batch *batch) {
   size_t full = std::min<size_t>({s.computed / page_, hashes.size(), s.blocks.size()});
   StoreRec rec = store_rec(s);
   const int dst = store_tier_->id();
+  want_.clear();
   for (size_t j = s.store_next; j < full; ++j) {
     // The engine's null block, or one a sliding window left that another request took.
     if (s.blocks[j] == KVT_BLOCK_ID_NONE || writer_[s.blocks[j]] != &s) continue;
-    uint64_t parent = j ? hashes[j - 1] : 0;
-    if (!content_.empty()) {
-      content_[s.blocks[j]] = Content{hashes[j], parent, true};
-      continue;
-    }
-    plan_store(s.blocks[j], hashes[j], parent, &batch->ops, &rec);
+    if (!content_.empty())
+      content_[s.blocks[j]] = Content{hashes[j], j ? hashes[j - 1] : 0, true};
+    else if (!storing_.contains(hashes[j]))
+      want_.push_back(j);
   }
+  if (!want_.empty()) plan_stores(s, batch, &rec);
   const size_t considered = full > s.store_next ? full - s.store_next : 0;
   s.store_next = std::max(s.store_next, full);
   if (considered && !content_.empty())  // lazy: stored only when the engine reuses them

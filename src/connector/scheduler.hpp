@@ -149,6 +149,7 @@ class Scheduler {
   void plan_eager(Slot &s, Batch *batch);
   bool plan_store(uint32_t g1, uint64_t hash, uint64_t parent, std::vector<CopyOp> *ops,
                   StoreRec *rec);
+  void plan_stores(Slot &s, Batch *batch, StoreRec *rec);
   void doom_stores(const Slot &s, uint64_t step);
   void finish(Slot &s);
   void release(const std::vector<kvt_block> &blocks);
@@ -177,6 +178,12 @@ class Scheduler {
   absl::flat_hash_map<uint64_t, LoadRec> loads_;
   absl::flat_hash_map<uint64_t, StoreRec> stores_;
   absl::flat_hash_set<uint64_t> storing_;   // hashes with a store in flight
+  // plan_eager's scratch, kept between steps: the blocks to store, their hashes, whether
+  // the store tier has each, their destinations
+  std::vector<size_t> want_;
+  std::vector<uint64_t> want_hash_;
+  std::vector<uint8_t> present_;
+  std::vector<kvt_block> dst_;
   std::vector<uint64_t> planned_loads_;     // batch ids for the next metadata
   std::vector<Batch> planned_lazy_;         // lazy stores for the next metadata
   std::vector<std::string> finishing_;      // finished with batches outstanding, to announce

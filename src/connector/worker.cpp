@@ -228,8 +228,12 @@ kvt_status Worker::handle_preemptions(const char *const *ids, size_t n) {
   // A preempted request has no stores in the bound metadata (the engine did not schedule
   // it), but it may have lazy stores: those run before anything else of the step anyway.
   if (meta_) start_loads();
+  // With a window, the engine may also write blocks it freed unannounced before this step's
+  // start_load_kv (vLLM zeroes a Mamba hybrid's new blocks): earlier steps' stores end first.
+  const uint64_t stores = !stores_end_by_next_step_ ? 0 : meta_ ? prior_stores_ : last_store_;
   done_cv_.wait(lk, [&] {
-    return std::none_of(want.begin(), want.end(),
+    return ended_ >= stores &&
+           std::none_of(want.begin(), want.end(),
                         [&](const std::string &id) { return outstanding_.contains(id); });
   });
   return KVT_OK;

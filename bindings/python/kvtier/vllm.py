@@ -925,9 +925,12 @@ class KvtierConnector(KVConnectorBase_V1, SupportsHMA):
         ids = (kv_connector_metadata.preempted_req_ids
                if isinstance(kv_connector_metadata, KvtierConnectorMetadata)
                else kv_connector_metadata)  # older vLLM: the set of preempted ids
-        if ids:
-            for g in self._live():
-                g.connector.handle_preemptions(sorted(ids))
+        # Every step, none preempted too: a windowed (sliding-window or Mamba) group's worker
+        # waits here for earlier steps' stores, before vLLM zeroes or copies into the
+        # step's new blocks (which may be blocks those stores read).
+        for g in self._live():
+            if ids or g.connector_window:
+                g.connector.handle_preemptions(sorted(ids or ()))
 
     def start_load_kv(self, forward_context=None, **kwargs):
         if self.has_connector_metadata():

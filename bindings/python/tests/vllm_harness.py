@@ -903,7 +903,8 @@ class CoordinatorStandIn:
         self.other = managers[kinds[-1]]
         self.single_type_managers = tuple(managers[k](
             g.kv_cache_spec, block_pool=self.block_pool, enable_caching=enable_caching,
-            kv_cache_group_id=i, scheduler_block_size=scheduler_block_size)
+            kv_cache_group_id=i, scheduler_block_size=scheduler_block_size,
+            needs_kv_cache_zeroing=kv_cache_config.needs_kv_cache_zeroing)
             for i, (k, g) in enumerate(zip(kinds, groups)))
         self.specs = [g.kv_cache_spec for g in groups]
         self.block_size = self.specs[0].block_size
@@ -1645,6 +1646,14 @@ class Worker:
         for rid in so.finished_req_ids:
             self.requests.pop(rid, None)
             self.in_batch.discard(rid)
+        # vLLM zeroes the step's new blocks (a Mamba hybrid's needs_kv_cache_zeroing) here,
+        # after the connector's handle_preemptions and before its start_load_kv: whatever
+        # an earlier step's store still read of a reused block is gone from here on.
+        if getattr(so, "new_block_ids_to_zero", None):
+            self.zero_blocks(so.new_block_ids_to_zero)
+        if getattr(so, "kv_cache_block_copies", None):
+            raise HarnessError("kv_cache_block_copies (a partial Mamba hit's copy-on-write) "
+                               "are not modelled")
         cached = so.scheduled_cached_reqs
         scheduled = set(so.num_scheduled_tokens)
         for rid in self.in_batch - (scheduled - set(cached.resumed_req_ids)):
@@ -1678,6 +1687,17 @@ class Worker:
                     raise HarnessError("%s: the scheduler's tokens %s are not the worker's %s"
                                        % (rid, known, st.tokens))
             self.in_batch.add(rid)
+
+    def zero_blocks(self, block_ids):
+        """GPUModelRunner._zero_block_ids: every page of these blocks, in every KV cache
+        tensor (a page is one block of whichever group holds it)."""
+        page = self.kv_cache_config.kv_cache_groups[0].kv_cache_spec.page_size_bytes
+        buffers = {id(t.buf): t.buf for t in self.kv_caches.values()}
+        for buf in buffers.values():
+            if ctypes.sizeof(buf) != page * self.kv_cache_config.num_blocks:
+                raise HarnessError("zeroing is modelled for one tensor per layer only")
+            for b in block_ids:
+                ctypes.memset(ctypes.addressof(buf) + b * page, 0, page)
 
     def _plan(self, so):
         """Per scheduled request: (state, first position, positions, the tokens at them)."""
