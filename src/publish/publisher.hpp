@@ -59,6 +59,7 @@ class Publisher final : public KvSink {
 
   friend ReplayStats replay_stats(const KvSink &publisher) noexcept;
   friend SendStats send_stats(const KvSink &publisher) noexcept;
+  friend bool publisher_idle(const KvSink &publisher) noexcept;
 
   static constexpr int kLingerMs = 1000;
   // Events waiting for the thread; past this many, the oldest waiting batch is dropped
@@ -87,7 +88,7 @@ class Publisher final : public KvSink {
   void *ctx_ = nullptr, *pub_ = nullptr, *router_ = nullptr;
   int wake_fd_ = -1;  // eventfd: events are pending, or stop
 
-  std::mutex mu_;
+  mutable std::mutex mu_;
   std::vector<QueuedEvent> pending_;  // guarded by mu_
   uint64_t dropped_ = 0;              // batches dropped since the thread last took pending_
   bool armed_ = false;                // the thread waits for wake_fd_
@@ -119,6 +120,14 @@ __attribute__((no_sanitize("vptr"))) inline ReplayStats replay_stats(
 // What the PUB socket of a publisher sent and holds; callable from any thread.
 __attribute__((no_sanitize("vptr"))) inline SendStats send_stats(const KvSink &publisher) noexcept {
   return static_cast<const Publisher &>(publisher).sent_->stats();
+}
+
+// Whether the publisher's thread has sent (or skipped) every event published so far and
+// waits for more; callable from any thread.
+__attribute__((no_sanitize("vptr"))) inline bool publisher_idle(const KvSink &publisher) noexcept {
+  const auto &p = static_cast<const Publisher &>(publisher);
+  std::lock_guard lock(p.mu_);
+  return p.armed_ && p.pending_.empty() && p.dropped_ == 0;
 }
 
 }  // namespace kvt::pub
