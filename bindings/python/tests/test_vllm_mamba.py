@@ -44,7 +44,7 @@ def make(tmp_path):
     def factory(mode, engine=None, **extra):
         cfg = dict(g2_blocks=64, g3_path=str(tmp_path))
         cfg.update(extra)
-        e = H.Engine(cfg, layers=LAYERS, mamba=mode, **(engine or {}))
+        e = H.Engine(cfg, **dict(dict(layers=LAYERS, mamba=mode), **(engine or {})))
         engines.append(e)
         return e
 
@@ -95,8 +95,8 @@ def hit_loads_one_state_block(e, seed):
     e.add_request("B", a[:144] + [5, 6, 7], max_tokens=3)
     e.run()
     assert e.hits["B"] == (0, 144), e.hits["B"]
-    assert group_stats(e, 0)["loaded_blocks"] == 9
-    assert group_stats(e, 1)["loaded_blocks"] == 1
+    for g in e.connector._groups:  # 9 attention blocks, and each Mamba group's state
+        assert group_stats(e, g.index)["loaded_blocks"] == (1 if g.kind == "mamba" else 9)
     assert checked(e) > before
     assert not e.worker.errors
     e.assert_outputs("A", "B")
@@ -109,6 +109,22 @@ def test_prefix_from_kvtier_loads_one_state_block(make, mode, async_scheduling):
     """hit_loads_one_state_block with one worker, sync and async scheduling."""
     hit_loads_one_state_block(make(mode, engine=dict(async_scheduling=async_scheduling,
                                                      num_gpu_blocks=60)), 1)
+
+
+@MODES
+@pytest.mark.parametrize("mamba_first", [False, True], ids=["attention_first", "mamba_first"])
+def test_several_mamba_groups_in_either_order(make, mode, mamba_first):
+    """The shape of Jamba and Nemotron-H: more Mamba layers than attention layers, so
+    vLLM makes several Mamba groups (here 2, over 6 layers: 0 and 3 attend), and lists
+    them before the attention group or after it. Each Mamba group stores and loads its own
+    state block; the groups agree on one hit."""
+    layers = tuple("model.layers.%d.mixer" % i for i in range(6))
+    e = make(mode, engine=dict(num_gpu_blocks=80, layers=layers, mamba_groups=2,
+                               mamba_first=mamba_first))
+    kinds = [g.kind for g in e.connector._groups]
+    assert kinds == (["mamba", "mamba", "full_attention"] if mamba_first
+                     else ["full_attention", "mamba", "mamba"]), kinds
+    hit_loads_one_state_block(e, 11)
 
 
 @pytest.mark.parametrize("shape", [dict(tp=2), dict(pp=2)], ids=["tp2", "pp2"])

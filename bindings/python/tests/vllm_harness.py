@@ -880,14 +880,14 @@ class CoordinatorStandIn:
     sliding-window or Mamba group, of its HybridKVCacheCoordinator (kv_cache_coordinator.py
     is not in VLLM_SRC): vLLM's own FullAttentionManager, SlidingWindowManager and
     MambaManager (compiled from single_type_kv_cache_manager.py) over BlockPoolStandIn, of
-    one block size. find_longest_cache_hit walks the request's block hashes in group 0 until
-    the first miss (FullAttentionManager's, without EAGLE); the other group then finds its
-    own hit within that with its manager's find_longest_cache_hit, and the full-attention
-    hit is cut to it (the hybrid coordinator's fixed point, one pass for two groups).
-    find_longest_cache_hit_per_group is the coordinator's per-group lookup (each group
-    alone), which vLLM's get_computed_blocks_for_connector uses for a Mamba hybrid."""
-
-    full_attention_group_id = 0
+    one block size: one full-attention group and any number of sliding-window or Mamba
+    groups (all of one type), in any order. find_longest_cache_hit walks the request's block
+    hashes in the full-attention group until the first miss (FullAttentionManager's,
+    without EAGLE); the other groups then find their hit within that, together, with their
+    manager's find_longest_cache_hit, and the full-attention hit is cut to it (the hybrid
+    coordinator's fixed point, one pass for two types). find_longest_cache_hit_per_group is
+    the coordinator's per-group lookup (each type alone), which vLLM's
+    get_computed_blocks_for_connector uses for a Mamba hybrid."""
 
     def __init__(self, kv_cache_config, max_model_len, enable_caching, scheduler_block_size,
                  hash_block_size, **unused):
@@ -895,12 +895,15 @@ class CoordinatorStandIn:
         self.block_pool = BlockPoolStandIn(kv_cache_config.num_blocks, enable_caching,
                                            hash_block_size)
         kinds = [type(g.kv_cache_spec).__name__ for g in groups]
-        assert kinds in (["FullAttentionSpec"], ["FullAttentionSpec", "SlidingWindowSpec"],
-                         ["FullAttentionSpec", "MambaSpec"]), kinds
         managers = {"FullAttentionSpec": V.FullAttentionManager,
                     "SlidingWindowSpec": V.SlidingWindowManager,
                     "MambaSpec": V.MambaManager}
-        self.other = managers[kinds[-1]]
+        others = sorted(set(kinds) - {"FullAttentionSpec"})
+        assert kinds.count("FullAttentionSpec") == 1 and len(others) <= 1 and \
+            set(others) <= set(managers), kinds
+        self.full_attention_group_id = kinds.index("FullAttentionSpec")
+        self.other_ids = [i for i, k in enumerate(kinds) if k != "FullAttentionSpec"]
+        self.other = managers[others[0]] if others else None
         self.single_type_managers = tuple(managers[k](
             g.kv_cache_spec, block_pool=self.block_pool, enable_caching=enable_caching,
             kv_cache_group_id=i, scheduler_block_size=scheduler_block_size,
@@ -913,29 +916,35 @@ class CoordinatorStandIn:
     def _full_attention_hit(self, block_hashes, max_cache_hit_length):
         hit = []
         for h in block_hashes[:max_cache_hit_length // self.block_size]:
-            cached = self.block_pool.get_cached_block(h, [0])
+            cached = self.block_pool.get_cached_block(h, [self.full_attention_group_id])
             if cached is None:
                 break
             hit.append(cached[0])
         return hit
 
-    def _other_hit(self, block_hashes, max_length):
-        (blocks,), length = self.other.find_longest_cache_hit(
-            block_hashes, max_length, [1], self.block_pool, self.specs[1], False,
-            self.block_size)
-        return blocks, length
+    def _other_hits(self, block_hashes, max_length):
+        """{group: its hit blocks} for the other groups, and their common hit length."""
+        blocks, length = self.other.find_longest_cache_hit(
+            block_hashes, max_length, self.other_ids, self.block_pool,
+            self.specs[self.other_ids[0]], False, self.block_size)
+        return dict(zip(self.other_ids, blocks)), length
+
+    def _by_group(self, full_attention, others):
+        return tuple(full_attention if i == self.full_attention_group_id else others[i]
+                     for i in range(len(self.specs)))
 
     def find_longest_cache_hit(self, block_hashes, max_cache_hit_length):
         hit = self._full_attention_hit(block_hashes, max_cache_hit_length)
-        if len(self.specs) == 1:
+        if self.other is None:
             return (hit,), len(hit) * self.block_size, 0
-        other, length = self._other_hit(block_hashes, len(hit) * self.block_size)
-        return (hit[:length // self.block_size], other), length, 0
+        others, length = self._other_hits(block_hashes, len(hit) * self.block_size)
+        return self._by_group(hit[:length // self.block_size], others), length, 0
 
     def find_longest_cache_hit_per_group(self, block_hashes, max_cache_hit_length):
         hit = self._full_attention_hit(block_hashes, max_cache_hit_length)
-        other, length = self._other_hit(block_hashes, max_cache_hit_length)
-        return (hit, other), (len(hit) * self.block_size, length)
+        others, length = self._other_hits(block_hashes, max_cache_hit_length)
+        return (self._by_group(hit, others),
+                self._by_group(len(hit) * self.block_size, {i: length for i in others}))
 
     def get_num_blocks_to_allocate(self, request_id, num_tokens, new_computed_blocks,
                                    num_encoder_tokens, total_computed_tokens,
@@ -1417,6 +1426,13 @@ class KVTensor:
             * self.dtype.itemsize
 
 
+def attention_spec(kv_cache_config):
+    """The spec of the first attention group (a Mamba hybrid's groups may start with Mamba):
+    the page and block layout every tensor has."""
+    return next(g.kv_cache_spec for g in kv_cache_config.kv_cache_groups
+                if type(g.kv_cache_spec).__name__ != "MambaSpec")
+
+
 def allocate_kv_caches(kv_cache_config, layer_names):
     """One tensor per layer as vLLM's _reshape_attention_kv_cache makes it: FlashAttention's
     logical shape (num_blocks, num_kv_heads, block_size, 2 * head_size) permuted by its NHD
@@ -1425,7 +1441,7 @@ def allocate_kv_caches(kv_cache_config, layer_names):
     as GPUModelRunner views them for a KV connector: int8 (num_blocks, 1, 1, page_size)
     over the same bytes (the attention layer sharing the tensor has its blocks outermost,
     so page b is block b of either)."""
-    spec = kv_cache_config.kv_cache_groups[0].kv_cache_spec
+    spec = attention_spec(kv_cache_config)
     fa = V.FlashAttentionBackend
     shape = fa.get_kv_cache_shape(kv_cache_config.num_blocks, spec.block_size,
                                   spec.num_kv_heads, spec.head_size)
@@ -1552,7 +1568,7 @@ class Worker:
         self.layer0, self.head0, self.last_stage = layer0, head0, last_stage
         # request -> the positions below its computed count that the forward read (checked)
         self.reads = defaultdict(set)
-        spec = kv_cache_config.kv_cache_groups[0].kv_cache_spec
+        spec = attention_spec(kv_cache_config)
         self.block_size, self.num_kv_heads = spec.block_size, spec.num_kv_heads
         self.head_size, self.el = spec.head_size, spec.dtype.itemsize
         # the layers in model order, and each one's KV cache group and sliding window
@@ -1691,7 +1707,7 @@ class Worker:
     def zero_blocks(self, block_ids):
         """GPUModelRunner._zero_block_ids: every page of these blocks, in every KV cache
         tensor (a page is one block of whichever group holds it)."""
-        page = self.kv_cache_config.kv_cache_groups[0].kv_cache_spec.page_size_bytes
+        page = attention_spec(self.kv_cache_config).page_size_bytes
         buffers = {id(t.buf): t.buf for t in self.kv_caches.values()}
         for buf in buffers.values():
             if ctypes.sizeof(buf) != page * self.kv_cache_config.num_blocks:
@@ -1914,7 +1930,8 @@ MAMBA_STATE = 20  # float16s per KV head in a Mamba layer's state
 
 
 def rank_kv_cache_config(rank, num_gpu_blocks, block_size, num_kv_heads, head_size, layers,
-                         tp=1, pp=1, sliding_window=None, mamba=None):
+                         tp=1, pp=1, sliding_window=None, mamba=None, mamba_groups=1,
+                         mamba_first=False):
     """A rank's KVCacheConfig as vLLM builds it per worker: under TP its spec has the rank's
     share of the KV heads (num_kv_heads // tp), under PP its tensors and group only the
     rank's stage's layers; every rank has the same num_blocks. Returns (the config, the
@@ -1926,7 +1943,10 @@ def rank_kv_cache_config(rank, num_gpu_blocks, block_size, num_kv_heads, head_si
     _get_kv_cache_config_from_groups). mamba: a Mamba hybrid instead, its mamba_cache_mode
     ("all" or "align"): the odd layers are Mamba layers (MambaSpec, group 1, their state
     sharded over TP by heads and its page padded to the attention page, as vLLM unifies
-    them)."""
+    them). mamba_groups k: every (k + 1)-th layer from 0 attends, the others are Mamba in k
+    groups of as many layers (tensor i shared by the i-th layer of every group);
+    mamba_first: the Mamba groups come before the attention group, as in Jamba's and
+    Nemotron-H's configs."""
     torch = sys.modules["torch"]
     kci = V.kv_cache_interface
     tp_rank, pp_rank = rank % tp, rank // tp
@@ -1938,8 +1958,9 @@ def rank_kv_cache_config(rank, num_gpu_blocks, block_size, num_kv_heads, head_si
     spec = kci.FullAttentionSpec(block_size=block_size, num_kv_heads=heads,
                                  head_size=head_size, dtype=torch.float16)
     if sliding_window is not None or mamba is not None:
-        if len(mine) % 2:
-            raise HarnessError("the hybrid layout takes an even number of layers per stage")
+        n = 1 + (mamba_groups if mamba is not None else 1)
+        if len(mine) % n:
+            raise HarnessError("the hybrid layout takes a multiple of %d layers per stage" % n)
         if mamba is not None:
             swa = kci.MambaSpec(block_size=block_size, shapes=((heads, MAMBA_STATE),),
                                 dtypes=(torch.float16,),
@@ -1950,14 +1971,17 @@ def rank_kv_cache_config(rank, num_gpu_blocks, block_size, num_kv_heads, head_si
                                         head_size=head_size, dtype=torch.float16,
                                         sliding_window=sliding_window)
         assert swa.page_size_bytes == spec.page_size_bytes
-        full, window = mine[0::2], mine[1::2]
+        members = [mine[p::n] for p in range(n)]  # [0]: attention; the others: swa
+        groups = [kci.KVCacheGroupSpec(members[0], spec)] + [
+            kci.KVCacheGroupSpec(m, swa) for m in members[1:]]
+        if mamba_first:
+            groups = groups[1:] + groups[:1]
         cfg = kci.KVCacheConfig(
             num_blocks=num_gpu_blocks,
             kv_cache_tensors=[kci.KVCacheTensor(size=spec.page_size_bytes * num_gpu_blocks,
-                                                shared_by=[f, w])
-                              for f, w in zip(full, window)],
-            kv_cache_groups=[kci.KVCacheGroupSpec(full, spec),
-                             kci.KVCacheGroupSpec(window, swa)])
+                                                shared_by=list(names))
+                              for names in zip(*members)],
+            kv_cache_groups=groups)
         return cfg, pp_rank * per_stage, tp_rank * heads, pp_rank == pp - 1
     cfg = kci.KVCacheConfig(
         num_blocks=num_gpu_blocks,
@@ -2169,7 +2193,7 @@ class Engine:
                  max_num_seqs=8, num_spec_tokens=0, kv_events=True,
                  kv_load_failure_policy="recompute", long_prefill_token_threshold=0,
                  layers=LAYERS, tp=1, pp=1, rank_manager=None, sliding_window=None,
-                 mamba=None):
+                 mamba=None, mamba_groups=1, mamba_first=False):
         setup()
         config = dict(
             async_scheduling=async_scheduling, block_size=block_size,
@@ -2184,7 +2208,8 @@ class Engine:
         self.world, self.tp, self.pp = tp * pp, tp, pp
         shape = dict(num_gpu_blocks=num_gpu_blocks, block_size=block_size,
                      num_kv_heads=num_kv_heads, head_size=head_size, layers=list(layers),
-                     tp=tp, pp=pp, sliding_window=sliding_window, mamba=mamba)
+                     tp=tp, pp=pp, sliding_window=sliding_window, mamba=mamba,
+                     mamba_groups=mamba_groups, mamba_first=mamba_first)
         self.ctx = {}
         if self.world > 1:  # the workers start first (spawned: they set vLLM up meanwhile)
             self.worker = WorkerGroup(extra, config, shape, self.ctx, rank_manager or {})
