@@ -357,9 +357,8 @@ def _groups(vllm_config, kv_cache_config):
         if kind == "mamba":
             # What a state page holds besides the tokens: a G3 file of other state shapes
             # or dtypes (mamba_ssm_cache_dtype, say) is another namespace.
-            out[-1].state_layout = [repr(tuple(map(tuple, spec.shapes))),
-                                    [str(d) for d in spec.dtypes], str(spec.mamba_type),
-                                    spec.page_size_bytes]
+            out[-1].state_layout = [str(getattr(spec, f, None)) for f in (
+                "shapes", "dtypes", "mamba_type", "page_size_bytes")]
     if len(out) == 1:
         return out, out[0].block_size
     unit = getattr(cache, "prefix_match_unit", None)
