@@ -1962,18 +1962,18 @@ def rank_kv_cache_config(rank, num_gpu_blocks, block_size, num_kv_heads, head_si
         if len(mine) % n:
             raise HarnessError("the hybrid layout takes a multiple of %d layers per stage" % n)
         if mamba is not None:
-            swa = kci.MambaSpec(block_size=block_size, shapes=((heads, MAMBA_STATE),),
+            other = kci.MambaSpec(block_size=block_size, shapes=((heads, MAMBA_STATE),),
                                 dtypes=(torch.float16,),
                                 page_size_padded=spec.page_size_bytes,
                                 mamba_cache_mode=mamba)
         else:
-            swa = kci.SlidingWindowSpec(block_size=block_size, num_kv_heads=heads,
+            other = kci.SlidingWindowSpec(block_size=block_size, num_kv_heads=heads,
                                         head_size=head_size, dtype=torch.float16,
                                         sliding_window=sliding_window)
-        assert swa.page_size_bytes == spec.page_size_bytes
-        members = [mine[p::n] for p in range(n)]  # [0]: attention; the others: swa
+        assert other.page_size_bytes == spec.page_size_bytes
+        members = [mine[p::n] for p in range(n)]  # [0]: attention, then the other groups
         groups = [kci.KVCacheGroupSpec(members[0], spec)] + [
-            kci.KVCacheGroupSpec(m, swa) for m in members[1:]]
+            kci.KVCacheGroupSpec(m, other) for m in members[1:]]
         if mamba_first:
             groups = groups[1:] + groups[:1]
         cfg = kci.KVCacheConfig(
