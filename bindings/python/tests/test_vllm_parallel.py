@@ -43,22 +43,15 @@ def vllm():
 def make(tmp_path):
     """make(tp, pp, engine=dict(...), rank_manager=..., **extra): an Engine of world
     tp * pp (g2_blocks 64 and g3_path tmp_path unless given)."""
-    engines = []
+    with H.engines(tmp_path) as base:
+        def factory(tp, pp, engine=None, rank_manager=None, **extra):
+            return base(dict(dict(tp=tp, pp=pp, rank_manager=rank_manager), **(engine or {})),
+                        **extra)
 
-    def factory(tp, pp, engine=None, rank_manager=None, **extra):
-        cfg = dict(g2_blocks=64, g3_path=str(tmp_path))
-        cfg.update(extra)
-        e = H.Engine(cfg, tp=tp, pp=pp, rank_manager=rank_manager, **(engine or {}))
-        engines.append(e)
-        return e
-
-    yield factory
-    for e in engines:
-        e.close()
+        yield factory
 
 
-def prompt(seed, n):
-    return [10 + (seed * 7919 + i * 104729 + (i * i) % 13) % 1000 for i in range(n)]
+prompt = H.prompt
 
 
 def listed(outputs, field, rid):

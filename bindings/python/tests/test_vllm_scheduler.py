@@ -33,22 +33,11 @@ def vllm():
 def make(tmp_path):
     """make(**extra, engine=dict(...)): an Engine with kvtier.vllm configured by
     kv_connector_extra_config (g2_blocks 64 and g3_path tmp_path unless given)."""
-    engines = []
-
-    def factory(engine=None, **extra):
-        cfg = dict(g2_blocks=64, g3_path=str(tmp_path))
-        cfg.update(extra)
-        e = H.Engine(cfg, **(engine or {}))
-        engines.append(e)
-        return e
-
-    yield factory
-    for e in engines:
-        e.close()
+    with H.engines(tmp_path) as factory:
+        yield factory
 
 
-def prompt(seed, n):
-    return [10 + (seed * 7919 + i * 104729 + (i * i) % 13) % 1000 for i in range(n)]
+prompt = H.prompt
 
 
 def finished_ids(e):

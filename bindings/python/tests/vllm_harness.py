@@ -2406,3 +2406,74 @@ class Engine:
             self.worker.shutdown()
         finally:
             self.sched.shutdown()
+
+
+# ---------------------------------------------------------------------------------------
+# What the test modules share
+# ---------------------------------------------------------------------------------------
+
+def prompt(seed, n):
+    """n tokens of a prompt that differs with seed."""
+    return [10 + (seed * 7919 + i * 104729 + (i * i) % 13) % 1000 for i in range(n)]
+
+
+@contextlib.contextmanager
+def engines(tmp_path, **fixed):
+    """A factory of Engines, closed on exit: factory(engine=dict(...), **extra) is an
+    Engine with `fixed` and then `engine` as its arguments, and kv_connector_extra_config
+    g2_blocks 64 and g3_path tmp_path unless `extra` gives them."""
+    made = []
+
+    def factory(engine=None, **extra):
+        e = Engine(dict(dict(g2_blocks=64, g3_path=str(tmp_path)), **extra),
+                   **dict(fixed, **(engine or {})))
+        made.append(e)
+        return e
+
+    try:
+        yield factory
+    finally:
+        for e in made:
+            e.close()
+
+
+def assert_hits_match_vllms(manager, spec, sliding_window, seed, keeps, trials=200):
+    """kvtier's hit, with the connector's sliding_window, equals vLLM's own
+    manager.find_longest_cache_hit (vLLM's GPU prefix cache standing for kvtier's G2) over
+    `trials` random sets of present blocks of 12 full ones, each block present with a
+    probability drawn from `keeps`. Returns the set of hit lengths seen."""
+    import random
+
+    import kvtier
+    hash_fn = V.hashing.get_hash_fn_by_name("sha256")
+    V.kv_cache_utils.init_none_hash(hash_fn)
+    bs = spec.block_size
+    tokens = prompt(9, 12 * bs + 5)
+    request = V.Request(request_id="r", prompt_token_ids=tokens,
+                        sampling_params=SamplingParams(max_tokens=1), pooling_params=None,
+                        block_hasher=V.kv_cache_utils.get_request_block_hasher(bs, hash_fn))
+    ours = kvtier.hash_sequence(tokens, bs)
+    rng = random.Random(seed)
+    seen = set()
+    for _ in range(trials):
+        keep = rng.choice(keeps)
+        present = [j for j in range(len(ours)) if rng.random() < keep]
+        pool = BlockPoolStandIn(64, True, bs)
+        for j in present:
+            blk = pool.blocks[j + 1]
+            key = V.kv_cache_utils.make_block_hash_with_group_id(request.block_hashes[j], 1)
+            blk.set_block_hash(key, (j + 1) * bs)
+            pool.cached_block_hash_to_block[key] = {blk.block_id: blk}
+        _, theirs = manager.find_longest_cache_hit(
+            request.block_hashes, len(tokens) - 1, [1], pool, spec, False, bs)
+        with kvtier.Manager(page_size=bs, num_layers=1, num_outer=1, chunk_bytes=0,
+                            g1_blocks=1, g2_blocks=64) as m, \
+                kvtier.Connector(m, role=kvtier.ROLE_SCHEDULER, num_gpu_blocks=64,
+                                 sliding_window=sliding_window) as c:
+            for j in present:
+                m.release(m.register_hashes(m.alloc(1, kvtier.G2), [ours[j]],
+                                            parent=ours[j - 1] if j else 0))
+            mine, _ = c.get_num_new_matched_tokens("r", tokens, 0)
+        assert mine == theirs, "present %s: kvtier %d, vLLM %d" % (present, mine, theirs)
+        seen.add(theirs)
+    return seen
