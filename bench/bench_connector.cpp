@@ -11,7 +11,11 @@
 // the request's end run between timed regions, so that every step starts from the same state.
 //   Observed_Miss/N/MODE, Observed_Hit/N/MODE (issue 13): the same step while MODE 0 nobody
 //           reads the observe stream, 1 one subscriber drains it on its own thread every
-//           millisecond, 2 the event log is on (a file in /tmp).
+//           millisecond, 2 the event log is on (a file in /tmp), 3 the management endpoint
+//           is open and no client connects (issue 25: it should cost nothing then).
+//   ObservedPair_Miss/N/MODE, ObservedPair_Hit/N/MODE (issue 25): MODE's step and the step
+//           with nobody reading, on two connectors in turns; the counter ratio is their
+//           medians' ratio (MODE 0, nobody on both, is the control: 1.0 but for noise).
 #include <benchmark/benchmark.h>
 
 #include <poll.h>
@@ -79,16 +83,17 @@ std::vector<uint32_t> tokens_of(size_t n, uint64_t seed) {
 }
 
 // Who reads m's observe stream: nobody (0), a subscriber draining it as fast as its fd says
-// there is something (1), or the event log (2).
+// there is something (1), the event log (2), or nobody, through an endpoint open on c (3).
 struct Observer {
   kvt_manager *m;
   kvt_subscription *sub = nullptr;
+  kvt_endpoint *endpoint = nullptr;
   std::atomic<bool> stop{false};
   std::thread reader;
   std::string log;
   uint64_t drained = 0;
 
-  Observer(kvt_manager *mgr, int mode) : m(mgr) {
+  Observer(kvt_manager *mgr, kvt_connector *c, int mode) : m(mgr) {
     if (mode == 1) {
       check(kvt_subscribe(&sub, m, 1 << 16), "kvt_subscribe");
       reader = std::thread([this] {
@@ -104,13 +109,18 @@ struct Observer {
     } else if (mode == 2) {
       log = "/tmp/bench_connector-" + std::to_string(getpid()) + ".kvtlog";
       check(kvt_recorder_open(m, log.c_str()), "kvt_recorder_open");
+    } else if (mode == 3) {
+      log = "/tmp/bench_connector-" + std::to_string(getpid()) + ".sock";
+      check(kvt_endpoint_open(&endpoint, m, c, log.c_str()), "kvt_endpoint_open");
     }
   }
   ~Observer() {
     stop = true;
     if (reader.joinable()) reader.join();
     kvt_subscription_destroy(sub);
-    if (!log.empty()) {
+    if (endpoint != nullptr) {
+      kvt_endpoint_close(endpoint);
+    } else if (!log.empty()) {
       check(kvt_recorder_close(m), "kvt_recorder_close");
       std::remove(log.c_str());
     }
@@ -232,7 +242,7 @@ void BM_ConnectorStep_Hit(benchmark::State &st) {
 void BM_ConnectorStepObserved_Miss(benchmark::State &st) {
   const size_t n = size_t(st.range(0));
   Rig rig;
-  Observer obs(rig.m, int(st.range(1)));
+  Observer obs(rig.m, rig.c, int(st.range(1)));
   Times times{st, {}};
   for (auto _ : st) {
     const uint64_t k = rig.next_req++;
@@ -246,13 +256,52 @@ void BM_ConnectorStepObserved_Hit(benchmark::State &st) {
   Rig rig;
   auto tokens = tokens_of(n, 0);
   rig.step("store", tokens, n, 0);
-  Observer obs(rig.m, int(st.range(1)));
+  Observer obs(rig.m, rig.c, int(st.range(1)));
   Times times{st, {}};
   for (auto _ : st) {
     const uint64_t k = rig.next_req++;
     times.add(rig.step("hit-" + std::to_string(k), tokens, n, n * kPage));
   }
 }
+
+// The same step on two connectors, one with nobody reading and one with MODE's reader, taken
+// in turns: each one's median, and the counter ratio = watched / plain. Drift of the machine
+// (this VM's runs move by 2x) falls on both alike, which separate benchmarks do not get.
+// Miss steps are new requests on both; Hit steps load the blocks each first stored.
+void observed_pair(benchmark::State &st, bool hit) {
+  const size_t n = size_t(st.range(0));
+  Rig plain, watched;
+  Observer obs(watched.m, watched.c, int(st.range(1)));
+  auto stored = tokens_of(n, 0);
+  if (hit)
+    for (Rig *r : {&plain, &watched}) r->step("store", stored, n, 0);
+  std::vector<double> p, w;
+  for (auto _ : st) {
+    const uint64_t k = plain.next_req++;
+    auto tokens = hit ? stored : tokens_of(n, k + 1);
+    const std::string id = (hit ? "hit-" : "miss-") + std::to_string(k);
+    const uint64_t ext = hit ? n * kPage : 0;
+    // Which goes first alternates, so that neither always finds the caches the other left.
+    if (k % 2 == 0) {
+      p.push_back(plain.step(id, tokens, n, ext));
+      w.push_back(watched.step(id, tokens, n, ext));
+    } else {
+      w.push_back(watched.step(id, tokens, n, ext));
+      p.push_back(plain.step(id, tokens, n, ext));
+    }
+    st.SetIterationTime(w.back());
+  }
+  auto median = [](std::vector<double> &v) {
+    std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
+    return v[v.size() / 2];
+  };
+  const double mp = median(p), mw = median(w);
+  st.counters["plain_ns"] = mp * 1e9;
+  st.counters["p50_ns"] = mw * 1e9;
+  st.counters["ratio"] = mw / mp;
+}
+void BM_ObservedPair_Miss(benchmark::State &st) { observed_pair(st, false); }
+void BM_ObservedPair_Hit(benchmark::State &st) { observed_pair(st, true); }
 
 // The bare block calls, on a manager of the same shape without a connector.
 void BM_Baseline_BlockCalls_Miss(benchmark::State &st) {
@@ -321,9 +370,13 @@ KVT_CONNECTOR_BENCH(BM_Baseline_BlockCalls_Miss);
 KVT_CONNECTOR_BENCH(BM_ConnectorStep_Hit);
 KVT_CONNECTOR_BENCH(BM_Baseline_BlockCalls_Hit);
 #define KVT_OBSERVED_BENCH(fn)                                                          \
-  BENCHMARK(fn)->ArgsProduct({{16, 256}, {0, 1, 2}})->UseManualTime()->Iterations(4000)
+  BENCHMARK(fn)->ArgsProduct({{16, 256}, {0, 1, 2, 3}})->UseManualTime()->Iterations(4000)
 KVT_OBSERVED_BENCH(BM_ConnectorStepObserved_Miss);
 KVT_OBSERVED_BENCH(BM_ConnectorStepObserved_Hit);
+#define KVT_PAIR_BENCH(fn)                                                              \
+  BENCHMARK(fn)->ArgsProduct({{16, 256}, {0, 1, 2, 3}})->UseManualTime()->Iterations(4000)
+KVT_PAIR_BENCH(BM_ObservedPair_Miss);
+KVT_PAIR_BENCH(BM_ObservedPair_Hit);
 
 }  // namespace
 

@@ -16,6 +16,7 @@
 #include <set>
 
 #include "connector_support.hpp"
+#include "endpoint_client.hpp"
 
 using namespace kvt_conn_test;
 
@@ -904,23 +905,6 @@ TEST(Replay, RerunMakesTheRecordedCallsAgainOnAFreshConnector) {
   EXPECT_KVT(kvt_event_log_rerun(&again, fresh.c, (dir.path + "/none").c_str()), KVT_ERR_IO);
 }
 
-// One request to a management endpoint at path, and its reply line ("" when none came).
-static std::string ask_endpoint(const std::string &path, const std::string &line) {
-  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_un a{};
-  a.sun_family = AF_UNIX;
-  std::snprintf(a.sun_path, sizeof a.sun_path, "%s", path.c_str());
-  std::string reply;
-  if (connect(fd, reinterpret_cast<sockaddr *>(&a), sizeof a) == 0 &&
-      write(fd, line.data(), line.size()) == ssize_t(line.size())) {
-    char ch;
-    pollfd p{fd, POLLIN, 0};
-    while (poll(&p, 1, 5000) == 1 && read(fd, &ch, 1) == 1 && ch != '\n') reply += ch;
-  }
-  close(fd);
-  return reply;
-}
-
 // The connector's config opens the management endpoint for the connector's life and sets
 // the pause timeout; bad values are refused by name, and a refused create leaves the manager
 // free for another connector.
@@ -992,6 +976,41 @@ TEST(Observe, EndpointRepliesToBytesThatAreNotUtf8) {
   EXPECT_EQ(r.finish(id), 0);
   EXPECT_NE(ask_endpoint(sock, "{\"cmd\": \"tiers\"}\n").find("\"ok\":true"), std::string::npos)
       << "the endpoint stopped answering";
+}
+
+// The observe events a manager has emitted, from its metrics.
+static uint64_t events_emitted(kvt_manager *m) {
+  size_t len = 0;
+  kvt_metrics_text(nullptr, 0, &len, m, nullptr);  // the length only
+  std::string text(len + 1, '\0');
+  EXPECT_KVT(kvt_metrics_text(text.data(), text.size(), &len, m, nullptr), KVT_OK);
+  const std::string key = "\nkvtier_events_emitted_total ";
+  const size_t at = text.find(key);
+  EXPECT_NE(at, std::string::npos) << text;
+  return at == std::string::npos ? 0 : std::stoull(text.substr(at + key.size()));
+}
+
+// Issue 25: an endpoint that no client has connected to records no timeline, so the observe
+// stream stays off and the engine's calls pay one branch for it. The first client starts the
+// record: the requests seen from then on have a timeline, the ones before have none.
+TEST(Observe, AnEndpointNobodyWatchesLeavesTheStreamOffUntilAClientComes) {
+  TempDir dir;
+  const std::string sock = dir.path + "/k.sock";
+  kvt_connector_config cc = connector_config();
+  cc.endpoint_path = sock.c_str();
+  Rig r(cc);
+  ASSERT_NE(r.c, nullptr);
+  r.run_a();
+  EXPECT_EQ(events_emitted(r.m.get()), 0u) << "the stream was on with nobody watching";
+
+  std::string reply = ask_endpoint(sock, "{\"cmd\": \"timeline\", \"req_id\": \"A\"}\n");
+  EXPECT_NE(reply.find("\"events\":[]"), std::string::npos) << reply;
+  EXPECT_NE(reply.find("\"recorded_since_ns\":"), std::string::npos) << reply;
+  EXPECT_EQ(r.match("B", seed_b()).first, 32u);
+  EXPECT_GT(events_emitted(r.m.get()), 0u);
+  reply = ask_endpoint(sock, "{\"cmd\": \"timeline\", \"req_id\": \"B\"}\n");
+  EXPECT_NE(reply.find("\"kind\":\"CALL\""), std::string::npos) << reply;
+  EXPECT_NE(reply.find("\"to\":"), std::string::npos) << "no SLOT event: " << reply;
 }
 
 // Each breakpoint is checked on every scheduler call, and the endpoint lets its clients add

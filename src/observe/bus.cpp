@@ -23,16 +23,22 @@ uint64_t now_ns() noexcept {
   return uint64_t(ts.tv_sec) * 1000000000u + uint64_t(ts.tv_nsec);
 }
 
+// A tier's event i of a batch, written over a used event: its strings keep their buffers.
+void tier_event(const kvt_event &k, uint64_t seq, uint64_t time_ns, ObsEvent &e) noexcept {
+  e = ObsEvent{};  // moving empty strings in frees nothing
+  e.seq = seq;
+  e.time_ns = time_ns;
+  e.kind = k.type == KVT_EVENT_BLOCK_STORED    ? KVT_OBS_BLOCK_STORED
+           : k.type == KVT_EVENT_BLOCK_REMOVED ? KVT_OBS_BLOCK_REMOVED
+                                               : KVT_OBS_TIER_CLEARED;
+  e.dst = k.tier;
+  e.hash = k.hash;
+  e.parent_hash = k.parent_hash;
+}
+
 }  // namespace
 
-void Bus::stamp_locked(ObsEvent &e, uint64_t time_ns) noexcept {
-  e.seq = ++seq_;
-  e.time_ns = time_ns;
-  if (!subs_.empty()) {
-    std::string args = std::move(e.args);  // subscribers get no call arguments: not copied
-    for (const auto &s : subs_) subscriber_drops_ += !s->push(e);
-    e.args = std::move(args);
-  }
+void Bus::keep_locked(const ObsEvent &e) noexcept {
   if (!ring_.empty()) {
     try {
       ring_[ring_next_] = e;
@@ -46,24 +52,37 @@ void Bus::stamp_locked(ObsEvent &e, uint64_t time_ns) noexcept {
   if (log_) log_->append(e);
 }
 
+void Bus::stamp_locked(ObsEvent &e, uint64_t time_ns) noexcept {
+  e.seq = ++seq_;
+  e.time_ns = time_ns;
+  if (!subs_.empty()) {
+    std::string args = std::move(e.args);  // subscribers get no call arguments: not copied
+    for (const auto &s : subs_) subscriber_drops_ += !s->push(e);
+    e.args = std::move(args);
+  }
+  keep_locked(e);
+}
+
 void Bus::emit(ObsEvent &e) noexcept {
   std::lock_guard lock(mu_);
   stamp_locked(e, now_ns());  // the time read under the lock, so that it follows seq
   if (log_ && log_->failed()) update_on_locked();  // the log stopped: it no longer keeps on_ up
 }
 
+// A tier operation can evict hundreds of blocks: each reader takes them under one lock.
 void Bus::emit_tier_events(const kvt_event *ev, size_t n) noexcept {
   std::lock_guard lock(mu_);
-  const uint64_t t = now_ns();
-  ObsEvent e;
-  for (size_t i = 0; i < n; ++i) {
-    e.kind = ev[i].type == KVT_EVENT_BLOCK_STORED    ? KVT_OBS_BLOCK_STORED
-             : ev[i].type == KVT_EVENT_BLOCK_REMOVED ? KVT_OBS_BLOCK_REMOVED
-                                                     : KVT_OBS_TIER_CLEARED;
-    e.dst = ev[i].tier;
-    e.hash = ev[i].hash;
-    e.parent_hash = ev[i].parent_hash;
-    stamp_locked(e, t);
+  const uint64_t t = now_ns(), first = seq_ + 1;
+  seq_ += n;
+  for (const auto &s : subs_)
+    subscriber_drops_ += s->push_each(
+        n, [&](size_t i, ObsEvent &e) { tier_event(ev[i], first + i, t, e); });
+  if (!ring_.empty() || log_) {
+    ObsEvent e;
+    for (size_t i = 0; i < n; ++i) {
+      tier_event(ev[i], first + i, t, e);
+      keep_locked(e);
+    }
   }
   if (log_ && log_->failed()) update_on_locked();
 }

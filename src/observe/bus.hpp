@@ -37,6 +37,7 @@ class Bus final : public ObsSink {
  private:
   void update_on_locked() noexcept;
   void stamp_locked(ObsEvent &e, uint64_t time_ns) noexcept;
+  void keep_locked(const ObsEvent &e) noexcept;  // into the recorder's ring and the log
   std::unique_ptr<LogWriter> take_log_locked() noexcept;
 
   // Serializes open_log and close_log (so two opens cannot both win) and is held over their

@@ -96,7 +96,26 @@ struct Endpoint::Client {
   bool closing = false;             // close once out is sent; out cleared: at once
 };
 
+void Endpoint::start_history(uint64_t now) {
+  unwatched_since_ns_ = 0;
+  if (history_sub_) return;
+  history_sub_ = std::make_shared<Subscriber>(1 << 16);
+  bus_->subscribe(history_sub_);
+  history_since_ns_ = now;
+}
+
+// The history stops whole: a timeline with a hole in it would tell a story that did not happen.
+void Endpoint::stop_history() noexcept {
+  if (!history_sub_) return;
+  bus_->unsubscribe(history_sub_.get());
+  history_sub_.reset();
+  history_.clear();
+  history_order_.clear();
+  history_events_ = 0;
+}
+
 void Endpoint::index_events() {
+  if (!history_sub_) return;
   kvt_obs_event ev[256];
   while (size_t n = history_sub_->drain(ev, 256)) {
     for (size_t i = 0; i < n; ++i) {
@@ -133,13 +152,13 @@ nlohmann::json Endpoint::timeline(const std::string &req_id, size_t n) const {
 }
 
 Endpoint::~Endpoint() {
-  if (history_sub_) bus_->unsubscribe(history_sub_.get());
   if (thread_.joinable()) {
     stop_ = true;
     uint64_t one = 1;
     [[maybe_unused]] ssize_t r = write(wake_fd_, &one, sizeof one);
     thread_.join();
   }
+  stop_history();
   socket_.close();
   if (wake_fd_ >= 0) close(wake_fd_);
 }
@@ -157,8 +176,7 @@ kvt_status Endpoint::open(const std::string &path, std::shared_ptr<Bus> bus, End
   }
   limits_ = limits;
   bus_ = std::move(bus);
-  history_sub_ = std::make_shared<Subscriber>(1 << 16);
-  bus_->subscribe(history_sub_);
+  unwatched_since_ns_ = now_ns();
   ops_ = std::move(ops);
   thread_ = std::thread([this] { run(); });
   return KVT_OK;
@@ -196,7 +214,9 @@ void Endpoint::answer(Client &c, std::string_view line) {
         const size_t n = req.contains("n") && req["n"].is_number_unsigned()
                              ? req["n"].get<size_t>()
                              : kHistoryEvents;
+        index_events();  // those emitted before this request was read
         reply["events"] = timeline(req["req_id"].get<std::string>(), n);
+        reply["recorded_since_ns"] = history_since_ns_;
       }
     } else if (cmd == "subscribe") {
       try {
@@ -262,6 +282,11 @@ void Endpoint::accept_clients(std::vector<std::unique_ptr<Client>> &clients, uin
                         "); try again later");
     } else {
       clients.push_back(std::make_unique<Client>(Client{fd, {}, {}, nullptr, now}));
+      try {
+        start_history(now);
+      } catch (const std::exception &e) {  // no eventfd or memory: served without a timeline
+        log(KVT_LOG_WARN, "endpoint: cannot record the timeline: %s", e.what());
+      }
     }
   }
 }
@@ -339,9 +364,13 @@ void Endpoint::serve(std::vector<std::unique_ptr<Client>> &clients) {
   const bool resting = accept_after_ns_ > now;
   std::vector<pollfd> fds = {{resting ? -1 : socket_.fd(), POLLIN, 0},
                              {wake_fd_, POLLIN, 0},
-                             {history_sub_->fd(), POLLIN, 0}};
+                             {history_sub_ ? history_sub_->fd() : -1, POLLIN, 0}};
   int timeout_ms = resting ? int(std::min<uint64_t>((accept_after_ns_ - now) / 1000000 + 1, 500))
                            : 500;
+  if (history_sub_ && unwatched_since_ns_ != 0) {
+    const uint64_t end = unwatched_since_ns_ + limits_.history_linger_ns;
+    timeout_ms = std::min<int>(timeout_ms, end > now ? int((end - now) / 1000000 + 1) : 0);
+  }
   for (const auto &c : clients) {
     const bool room = !c->closing && c->out.size() < limits_.client_buffer;
     const bool reads = room && !c->eof && c->in.size() <= kMaxLine;
@@ -365,6 +394,9 @@ void Endpoint::serve(std::vector<std::unique_ptr<Client>> &clients) {
     return true;
   });
   clients_.store(clients.size(), std::memory_order_relaxed);
+  if (!clients.empty()) return;
+  if (unwatched_since_ns_ == 0) unwatched_since_ns_ = now;
+  if (now - unwatched_since_ns_ >= limits_.history_linger_ns) stop_history();
 }
 
 void Endpoint::run() noexcept {

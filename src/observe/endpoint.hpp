@@ -6,7 +6,8 @@
 // error reply, and what one client costs is bounded (docs/SECURITY.md): a number of
 // clients, a line length, a budget of replies it has not read, after which its requests
 // wait, and a deadline for reading them. It keeps the last events of recent requests for
-// "timeline".
+// "timeline" while a client is connected and for a while after the last one left: an engine
+// that nobody watches pays nothing for its endpoint, as the bus stays off.
 #pragma once
 
 #include <atomic>
@@ -40,6 +41,9 @@ struct EndpointLimits {
   SocketAccess access;
   size_t max_clients = 64;              // more are answered "too many clients" and closed
   size_t client_buffer = size_t{256} << 10;  // unread replies before a client's requests wait
+  // How long the timeline's history goes on being recorded after the last client left, so
+  // that a console or a script that reconnects finds the requests it saw whole.
+  uint64_t history_linger_ns = 600'000'000'000;
 };
 
 struct EndpointStats {
@@ -73,6 +77,8 @@ class Endpoint {
   void turn_away(int fd, const std::string &why) noexcept;
   void serve_client(Client &c, uint64_t now);
   void answer(Client &c, std::string_view line);
+  void start_history(uint64_t now);
+  void stop_history() noexcept;
   void index_events();  // the timeline's per-request history, from history_sub_
   nlohmann::json timeline(const std::string &req_id, size_t n) const;
 
@@ -81,7 +87,11 @@ class Endpoint {
   int wake_fd_ = -1;
   std::shared_ptr<Bus> bus_;
   EndpointOps ops_;
+  // Set while the history is recorded; the endpoint's thread alone touches it, and the
+  // history below.
   std::shared_ptr<Subscriber> history_sub_;
+  uint64_t history_since_ns_ = 0;  // when recording began (CLOCK_MONOTONIC, as event times)
+  uint64_t unwatched_since_ns_ = 0;  // when the last client left; 0 while one is connected
   // The last events of each request (without their id, the map's key), the requests in the
   // order they were first seen, and the events held in all.
   std::unordered_map<std::string, std::deque<Past>> history_;
