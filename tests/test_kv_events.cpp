@@ -470,12 +470,12 @@ TEST_F(KvEvents, EveryFieldInTheOldArrayFormat) {
 }
 
 // The payload's bytes as msgspec writes KVEventBatch of vLLM main: written out by hand here,
-// byte by byte, from msgpack's spec.
+// byte by byte, from msgpack's spec. The token ids take every width msgpack has for them.
 TEST_F(KvEvents, PayloadBytesAsMsgspecWritesThem) {
   create(config());
   subscribe(endpoint_);
   uint64_t seq = sync();
-  const std::vector<uint32_t> t = {1, 2, 3, 4, 5, 6, 7, 8};
+  const std::vector<uint32_t> t = {1, 0x7f, 0x80, 0xff, 0x100, 0xffff, 0x10000, 0xffffffff};
   const std::vector<uint64_t> h = hashes(t);
   ASSERT_EQ(kvt_manager_note_tokens(m_, h.data(), 2, t.data()), KVT_OK);
   kvt_block b[2];
@@ -490,7 +490,8 @@ TEST_F(KvEvents, PayloadBytesAsMsgspecWritesThem) {
   want += "\x91\x88" + str("type") + str("BlockStored");  // [{8 entries}]
   want += str("block_hashes") + "\x92" + u64(h[0]) + u64(h[1]);
   want += str("parent_block_hash") + "\xc0";
-  want += str("token_ids") + std::string("\x98\x01\x02\x03\x04\x05\x06\x07\x08");
+  want += str("token_ids") + "\x98\x01\x7f\xcc\x80\xcc\xff" + std::string("\xcd\x01\x00", 3) +
+          "\xcd\xff\xff" + std::string("\xce\x00\x01\x00\x00", 5) + "\xce\xff\xff\xff\xff";
   want += str("block_size") + "\x04" + str("lora_id") + "\xc0";
   want += str("medium") + str("GPU") + str("lora_name") + "\xc0";
   want += "\x03";                                     // data_parallel_rank 3

@@ -91,6 +91,7 @@ Publisher::~Publisher() {
     std::lock_guard lock(mu_);
     stop_ = true;
   }
+  gather_.notify_all();
   if (thread_.joinable()) {
     wake();
     thread_.join();
@@ -190,6 +191,8 @@ void Publisher::run() noexcept {
     if (items[0].revents) {
       uint64_t v;
       [[maybe_unused]] ssize_t n = read(wake_fd_, &v, sizeof v);
+      std::unique_lock lock(mu_);
+      gather_.wait_for(lock, kGatherWindow, [&] { return stop_; });
     }
     if (items[1].revents) {
       int events;

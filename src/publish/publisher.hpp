@@ -8,6 +8,8 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <memory>
@@ -65,6 +67,10 @@ class Publisher final : public KvSink {
   // Events waiting for the thread; past this many, the oldest waiting batch is dropped
   // whole and its sequence number skipped, so that subscribers see the gap.
   static constexpr size_t kMaxPending = size_t{1} << 18;
+  // How long the thread lets events gather after the first wakes it: vLLM sends a batch per
+  // engine step, and a wake-up per tier operation cost the engine's cores more than the
+  // encoding (docs/BENCHMARKS.md, issue 25).
+  static constexpr auto kGatherWindow = std::chrono::microseconds(1000);
 
  private:
   explicit Publisher(const PublisherConfig &c);
@@ -93,6 +99,7 @@ class Publisher final : public KvSink {
   uint64_t dropped_ = 0;              // batches dropped since the thread last took pending_
   bool armed_ = false;                // the thread waits for wake_fd_
   bool stop_ = false;
+  std::condition_variable gather_;  // cuts kGatherWindow short at stop
 
   // The thread's own.
   uint64_t seq_ = 0;

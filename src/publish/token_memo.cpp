@@ -6,7 +6,15 @@
 namespace kvt::pub {
 
 TokenMemo::TokenMemo(uint64_t capacity, uint32_t page_size)
-    : capacity_(std::max<uint64_t>(capacity, 1)), page_size_(page_size) {}
+    : capacity_(std::max<uint64_t>(capacity, 1)), page_size_(page_size) {
+  // Address space for the tiers' capacity, touched only as blocks are noted: growing by
+  // doubling copied the memo (2 KiB a block at 512 tokens) again and again as it filled.
+  try {
+    nodes_.reserve(capacity_);
+    tokens_.reserve(capacity_ * page_size_);
+  } catch (...) {  // more than the address space allows: grown as needed instead
+  }
+}
 
 void TokenMemo::unlink(uint32_t i) noexcept {
   Node &n = nodes_[i];
@@ -51,12 +59,12 @@ void TokenMemo::forget() noexcept {
 
 void TokenMemo::note(uint64_t seq_hash, const uint32_t *tokens) noexcept {
   std::lock_guard lock(mu_);
-  try {
-    uint32_t i;
-    if (auto it = index_.find(seq_hash); it != index_.end()) {
-      i = it->second;
-      if (nodes_[i].linked) unlink(i);
-    } else {
+  uint32_t i;
+  if (auto it = index_.find(seq_hash); it != index_.end()) {
+    i = it->second;  // its tokens are these: not copied again
+    if (nodes_[i].linked) unlink(i);
+  } else {
+    try {
       // Each step that may throw leaves the memo as it was (with a spare node, maybe).
       if (free_ == kNil) {
         const uint32_t spare = uint32_t(nodes_.size());
@@ -66,15 +74,16 @@ void TokenMemo::note(uint64_t seq_hash, const uint32_t *tokens) noexcept {
       }
       i = free_;
       index_.emplace(seq_hash, i);
-      free_ = nodes_[i].next;
-      nodes_[i] = Node{seq_hash, kNil, kNil, 0, 0, false};
-      ++unheld_;
+    } catch (...) {  // out of memory: not remembered
+      return;
     }
+    free_ = nodes_[i].next;
+    nodes_[i] = Node{seq_hash, kNil, kNil, 0, 0, false};
+    ++unheld_;
     std::memcpy(tokens_.data() + size_t(i) * page_size_, tokens, page_size_ * sizeof(uint32_t));
-    push_front(i);
-    forget();
-  } catch (...) {
   }
+  push_front(i);
+  forget();
 }
 
 bool TokenMemo::stored(uint64_t seq_hash, unsigned tier, bool queue) noexcept {
