@@ -3,7 +3,11 @@
 #include <random>
 #include <sstream>
 
+#include "hash/xxh3_wide.hpp"
 #include "support.hpp"
+
+#define XXH_STATIC_LINKING_ONLY
+#include <xxhash.h>
 
 namespace {
 
@@ -125,4 +129,38 @@ TEST(Hash, SequenceCapTooSmallReportsTheNeed) {
   EXPECT_KVT(kvt_hash_sequence(out, &n, 2, 0, t.data(), t.size(), 16), KVT_ERR_INVALID_ARGUMENT);
   EXPECT_EQ(n, 4u);
   EXPECT_EQ(out[0], 0u);
+}
+
+// Issue 25: the AVX2 and AVX-512 builds of XXH3 that kvtier picks by CPU give libxxhash's
+// hashes, with and without a secret, at every length that takes a different path in XXH3
+// (0, 1-3, 4-8, 9-16, 17-128, 129-240, and the long loop's stripes and blocks) and at odd
+// alignments. A variant this CPU or build lacks is said so, loudly.
+TEST(Hash, EveryXxh3VariantGivesTheLibrarysHashes) {
+  const kvt::Xxh3 &lib = *kvt::xxh3_library();
+  std::mt19937_64 rng(25);
+  std::vector<unsigned char> data(70000 + 64);
+  for (auto &b : data) b = static_cast<unsigned char>(rng());
+  unsigned char secret[XXH3_SECRET_DEFAULT_SIZE];
+  XXH3_generateSecret_fromSeed(secret, 0x5eed);
+  std::vector<size_t> lengths = {0, 1, 3, 4, 8, 9, 16, 17, 128, 129, 240, 241, 255, 256,
+                                 1023, 1024, 1025, 2048, 4096, 32768, 70000};
+  for (int k = 0; k < 64; ++k) lengths.push_back(rng() % 70000);
+  int tried = 0;
+  for (const auto &[name, v] : {std::pair{"AVX2", kvt::xxh3_avx2_if_supported()},
+                                std::pair{"AVX-512", kvt::xxh3_avx512_if_supported()}}) {
+    if (v == nullptr) {
+      std::printf("[  SKIPPED ] %s: not in this build or on this CPU\n", name);
+      continue;
+    }
+    ++tried;
+    for (size_t len : lengths)
+      for (size_t off : {0, 1, 7}) {
+        const unsigned char *p = data.data() + off;
+        ASSERT_EQ(v->plain(p, len), lib.plain(p, len)) << name << " len " << len;
+        ASSERT_EQ(v->with_secret(p, len, secret, sizeof secret, 0x5eed),
+                  lib.with_secret(p, len, secret, sizeof secret, 0x5eed))
+            << name << " len " << len;
+      }
+  }
+  EXPECT_TRUE(&kvt::xxh3() == kvt::xxh3_library() || tried > 0);
 }

@@ -10,17 +10,18 @@ uint64_t hash_salt(const void *salt, size_t len) noexcept {
   return XXH3_64bits_withSeed(salt, len, 0);
 }
 
-ChainHasher::ChainHasher(uint64_t salt_hash) noexcept : seed_(salt_hash) {
+ChainHasher::ChainHasher(uint64_t salt_hash) noexcept
+    : seed_(salt_hash), xxh3_(&xxh3()) {
   XXH3_generateSecret_fromSeed(secret_, salt_hash);
 }
 
 uint64_t ChainHasher::block(const uint32_t *tokens, size_t n) const noexcept {
   if constexpr (std::endian::native == std::endian::little) {
-    return XXH3_64bits_withSecretandSeed(tokens, n * 4, secret_, sizeof secret_, seed_);
+    return xxh3_->with_secret(tokens, n * 4, secret_, sizeof secret_, seed_);
   } else {
     std::vector<uint32_t> le(tokens, tokens + n);
     for (auto &t : le) t = __builtin_bswap32(t);
-    return XXH3_64bits_withSecretandSeed(le.data(), n * 4, secret_, sizeof secret_, seed_);
+    return xxh3_->with_secret(le.data(), n * 4, secret_, sizeof secret_, seed_);
   }
 }
 

@@ -8,6 +8,8 @@
 #define XXH_STATIC_LINKING_ONLY
 #include <xxhash.h>
 
+#include "hash/xxh3_wide.hpp"
+
 namespace kvt {
 
 uint64_t hash_salt(const void *salt, size_t len) noexcept;
@@ -29,6 +31,7 @@ class ChainHasher {
 
  private:
   uint64_t seed_;
+  const Xxh3 *xxh3_;
   unsigned char secret_[XXH3_SECRET_DEFAULT_SIZE];
 };
 

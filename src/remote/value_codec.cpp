@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "common/error.hpp"
+#include "hash/xxh3_wide.hpp"
 
 namespace kvt::remote {
 namespace {
@@ -44,7 +45,7 @@ void encode_header(uint8_t out[kHeaderBytes], const ValueId &id, const void *pay
   put64(out + 24, id.ns);
   put64(out + 32, id.layout);
   put64(out + 40, len);
-  put64(out + 48, XXH3_64bits(payload, len));
+  put64(out + 48, xxh3().plain(payload, len));
   put64(out + kHeaderSumAt, XXH3_64bits(out, kHeaderSumAt));
 }
 
@@ -70,7 +71,7 @@ kvt_status decode_value(const void *value, size_t n, const ValueId &want, size_t
   if (n - kHeaderBytes != payload_len)
     return fail(KVT_ERR_CORRUPT, "G4 value: %zu bytes after the header, which says %zu",
                 n - kHeaderBytes, payload_len);
-  if (uint64_t sum = XXH3_64bits(p + kHeaderBytes, payload_len); get64(p + 48) != sum)
+  if (uint64_t sum = xxh3().plain(p + kHeaderBytes, payload_len); get64(p + 48) != sum)
     return mismatch("the payload's checksum", get64(p + 48), sum);
   *payload = p + kHeaderBytes;
   return KVT_OK;

@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "common/error.hpp"
+#include "hash/xxh3_wide.hpp"
 #include "memory/mapping.hpp"
 #include "transfer/disk_io.hpp"
 #include "transfer/g3_file.hpp"
@@ -137,7 +138,7 @@ void DiskEngine::run(std::vector<DiskOp> &ops) {
       h->seq_hash = op.seq_hash;
       h->parent_hash = op.parent_hash;
       h->data_len = block_bytes_;
-      h->data_checksum = XXH3_64bits(data, block_bytes_);
+      h->data_checksum = xxh3().plain(data, block_bytes_);
       h->header_checksum = h->checksum();
     }
     IoRequest &r = req.emplace_back();
@@ -166,7 +167,7 @@ void DiskEngine::run(std::vector<DiskOp> &ops) {
     const char *data = static_cast<const char *>(req[i].iov[0].iov_base);
     bool intact = h->magic == kMagic && h->header_checksum == h->checksum() &&
                   h->seq_hash == op.seq_hash && h->data_len == block_bytes_ &&
-                  XXH3_64bits(data, block_bytes_) == h->data_checksum;
+                  xxh3().plain(data, block_bytes_) == h->data_checksum;
     if (!intact) {
       op.status = KVT_ERR_CORRUPT;
       continue;
