@@ -10,7 +10,8 @@ import json
 import statistics
 import sys
 
-MODES = {0: ("nobody (the control)", "1.00x"), 1: ("one subscriber", "<= 1.10x"), 2: ("event log", "<= 1.15x"),
+MODES = {0: ("nobody (the control)", "1.00x"), 1: ("one subscriber", "<= 1.10x"),
+         2: ("event log", "<= 1.15x"),
          3: ("endpoint, no client", "<= 1.01x")}
 
 

@@ -21,8 +21,8 @@ class TokenMemo {
   TokenMemo(uint64_t capacity, uint32_t page_size);
 
   // page_size tokens of the block seq_hash; a hash noted again keeps the tokens it has (a
-  // sequence hash names its tokens: they are equal) and becomes the most recently noted. Never throws: out of memory, the block is not
-  // remembered.
+  // sequence hash names its tokens: they are equal) and becomes the most recently noted.
+  // Never throws: out of memory, the block is not remembered.
   void note(uint64_t seq_hash, const uint32_t *tokens) noexcept;
   // Tier `tier` stored the block: its tokens stay until removed(seq_hash, tier). queue: a
   // BlockStored of it waits to be encoded, and its tokens stay for take() too. False when
