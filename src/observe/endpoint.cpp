@@ -98,24 +98,27 @@ struct Endpoint::Client {
 
 void Endpoint::start_history(uint64_t now) {
   unwatched_since_ns_ = 0;
-  if (history_sub_) return;
-  history_sub_ = std::make_shared<Subscriber>(1 << 16);
+  if (recording_) return;
   bus_->subscribe(history_sub_);
+  recording_ = true;
   history_since_ns_ = now;
 }
 
 // The history stops whole: a timeline with a hole in it would tell a story that did not happen.
 void Endpoint::stop_history() noexcept {
-  if (!history_sub_) return;
+  if (!recording_) return;
   bus_->unsubscribe(history_sub_.get());
-  history_sub_.reset();
+  recording_ = false;
+  kvt_obs_event ev[64];
+  while (history_sub_->drain(ev, 64) != 0) {  // what it still held is not the next record's
+  }
   history_.clear();
   history_order_.clear();
   history_events_ = 0;
 }
 
 void Endpoint::index_events() {
-  if (!history_sub_) return;
+  if (!recording_) return;
   kvt_obs_event ev[256];
   while (size_t n = history_sub_->drain(ev, 256)) {
     for (size_t i = 0; i < n; ++i) {
@@ -176,6 +179,8 @@ kvt_status Endpoint::open(const std::string &path, std::shared_ptr<Bus> bus, End
   }
   limits_ = limits;
   bus_ = std::move(bus);
+  // Made now, subscribed when a client comes: no descriptor is needed at that point.
+  history_sub_ = std::make_shared<Subscriber>(1 << 16);
   unwatched_since_ns_ = now_ns();
   ops_ = std::move(ops);
   thread_ = std::thread([this] { run(); });
@@ -284,7 +289,7 @@ void Endpoint::accept_clients(std::vector<std::unique_ptr<Client>> &clients, uin
       clients.push_back(std::make_unique<Client>(Client{fd, {}, {}, nullptr, now}));
       try {
         start_history(now);
-      } catch (const std::exception &e) {  // no eventfd or memory: served without a timeline
+      } catch (const std::exception &e) {  // no memory: served without a timeline
         log(KVT_LOG_WARN, "endpoint: cannot record the timeline: %s", e.what());
       }
     }
@@ -364,10 +369,10 @@ void Endpoint::serve(std::vector<std::unique_ptr<Client>> &clients) {
   const bool resting = accept_after_ns_ > now;
   std::vector<pollfd> fds = {{resting ? -1 : socket_.fd(), POLLIN, 0},
                              {wake_fd_, POLLIN, 0},
-                             {history_sub_ ? history_sub_->fd() : -1, POLLIN, 0}};
+                             {recording_ ? history_sub_->fd() : -1, POLLIN, 0}};
   int timeout_ms = resting ? int(std::min<uint64_t>((accept_after_ns_ - now) / 1000000 + 1, 500))
                            : 500;
-  if (history_sub_ && unwatched_since_ns_ != 0) {
+  if (recording_ && unwatched_since_ns_ != 0) {
     const uint64_t end = unwatched_since_ns_ + limits_.history_linger_ns;
     timeout_ms = std::min<int>(timeout_ms, end > now ? int((end - now) / 1000000 + 1) : 0);
   }

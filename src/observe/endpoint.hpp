@@ -87,9 +87,10 @@ class Endpoint {
   int wake_fd_ = -1;
   std::shared_ptr<Bus> bus_;
   EndpointOps ops_;
-  // Set while the history is recorded; the endpoint's thread alone touches it, and the
-  // history below.
+  // Subscribed while the history is recorded; the endpoint's thread alone touches it,
+  // recording_ and the history below once the thread runs.
   std::shared_ptr<Subscriber> history_sub_;
+  bool recording_ = false;
   uint64_t history_since_ns_ = 0;  // when recording began (CLOCK_MONOTONIC, as event times)
   uint64_t unwatched_since_ns_ = 0;  // when the last client left; 0 while one is connected
   // The last events of each request (without their id, the map's key), the requests in the
