@@ -990,9 +990,10 @@ static uint64_t events_emitted(kvt_manager *m) {
   return at == std::string::npos ? 0 : std::stoull(text.substr(at + key.size()));
 }
 
-// Issue 25: an endpoint that no client has connected to records no timeline, so the observe
-// stream stays off and the engine's calls pay one branch for it. The first client starts the
-// record: the requests seen from then on have a timeline, the ones before have none.
+// Issue 25: an endpoint that no client has asked anything records no timeline, so the
+// observe stream stays off and the engine's calls pay one branch for it. A client's first
+// request starts the record: the requests seen from then on have a timeline, the ones
+// before have none.
 TEST(Observe, AnEndpointNobodyWatchesLeavesTheStreamOffUntilAClientComes) {
   TempDir dir;
   const std::string sock = dir.path + "/k.sock";

@@ -179,7 +179,8 @@ kvt_status Endpoint::open(const std::string &path, std::shared_ptr<Bus> bus, End
   }
   limits_ = limits;
   bus_ = std::move(bus);
-  // Made now, subscribed when a client comes: no descriptor is needed at that point.
+  // Made now, subscribed at a client's first request: nothing that can fail for want of a
+  // descriptor happens then.
   history_sub_ = std::make_shared<Subscriber>(1 << 16);
   unwatched_since_ns_ = now_ns();
   ops_ = std::move(ops);
@@ -192,6 +193,11 @@ EndpointStats Endpoint::stats() const noexcept {
 }
 
 void Endpoint::answer(Client &c, std::string_view line) {
+  try {
+    start_history(now_ns());
+  } catch (const std::exception &e) {  // no memory: served without a timeline
+    log(KVT_LOG_WARN, "endpoint: cannot record the timeline: %s", e.what());
+  }
   nlohmann::json reply = nlohmann::json::object(), req;
   std::string error;
   try {
@@ -287,11 +293,6 @@ void Endpoint::accept_clients(std::vector<std::unique_ptr<Client>> &clients, uin
                         "); try again later");
     } else {
       clients.push_back(std::make_unique<Client>(Client{fd, {}, {}, nullptr, now}));
-      try {
-        start_history(now);
-      } catch (const std::exception &e) {  // no memory: served without a timeline
-        log(KVT_LOG_WARN, "endpoint: cannot record the timeline: %s", e.what());
-      }
     }
   }
 }

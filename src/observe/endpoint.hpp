@@ -6,8 +6,8 @@
 // error reply, and what one client costs is bounded (docs/SECURITY.md): a number of
 // clients, a line length, a budget of replies it has not read, after which its requests
 // wait, and a deadline for reading them. It keeps the last events of recent requests for
-// "timeline" while a client is connected and for a while after the last one left: an engine
-// that nobody watches pays nothing for its endpoint, as the bus stays off.
+// "timeline" from a client's first request until a while after the last client left: an
+// engine that nobody watches pays nothing for its endpoint, as the bus stays off.
 #pragma once
 
 #include <atomic>
