@@ -3,7 +3,11 @@ find_package(PkgConfig REQUIRED)
 pkg_check_modules(XXHASH REQUIRED IMPORTED_TARGET libxxhash)
 pkg_check_modules(URING REQUIRED IMPORTED_TARGET liburing)
 pkg_check_modules(ZMQ REQUIRED IMPORTED_TARGET libzmq)
-pkg_check_modules(HIREDIS REQUIRED IMPORTED_TARGET hiredis)
+# hiredis (libhiredis-dev): only the tests' and benchmarks' Redis fixture (tests/redis_server.hpp);
+# the library speaks RESP itself (src/remote/reply_reader).
+if(KVT_BUILD_TESTS OR KVT_BUILD_BENCH)
+  pkg_check_modules(HIREDIS REQUIRED IMPORTED_TARGET hiredis)
+endif()
 find_package(absl CONFIG REQUIRED)
 find_package(Threads REQUIRED)
 find_package(nlohmann_json CONFIG REQUIRED)  # the management endpoint's JSON lines

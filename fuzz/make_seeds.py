@@ -171,3 +171,29 @@ os.makedirs(d, exist_ok=True)
 for name, data in replay_seeds.items():
     with open(os.path.join(d, name), "wb") as f:
         f.write(data)
+
+# resp_reader: fuzz_resp_reader's input: the source's cut size (0: all at once), the size of
+# the target a bulk may be placed into (2 bytes, LE), then what a server sends.
+
+
+def resp_input(chunk, want, stream):
+    return bytes([chunk]) + struct.pack("<H", want) + stream
+
+
+value = bytes(range(256)) * 2
+resp_seeds = {
+    "set-replies": resp_input(0, 0, b"+OK\r\n" * 4 + b"-OOM command not allowed\r\n"),
+    "exists": resp_input(3, 0, b":1\r\n:0\r\n:-1\r\n"),
+    "get-placed": resp_input(7, len(value), b"$512\r\n" + value + b"\r\n$-1\r\n"),
+    "get-other-size": resp_input(0, 100, b"$512\r\n" + value + b"\r\n:1\r\n"),
+    "get-long": resp_input(64, 10, b"$5000\r\n" + bytes(5000) + b"\r\n+OK\r\n"),
+    "array": resp_input(0, 0, b"*2\r\n$1\r\na\r\n$1\r\nb\r\n"),
+    "resp3": resp_input(1, 0, b"_\r\n#t\r\n,1.5\r\n"),
+    "huge-length": resp_input(0, 0, b"$1073741824\r\nabc"),
+    "bad-crlf": resp_input(0, 3, b"$3\r\nabcXY"),
+}
+d = os.path.join(HERE, "corpus", "resp_reader")
+os.makedirs(d, exist_ok=True)
+for name, data in resp_seeds.items():
+    with open(os.path.join(d, name), "wb") as f:
+        f.write(data)

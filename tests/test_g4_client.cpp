@@ -215,7 +215,9 @@ TEST(G4Client, GarbageIsCorruptAndDeleted) {
   for (size_t i = 0; i < 5; ++i) {
     if (i == 3) continue;
     EXPECT_EQ(st[i], KVT_ERR_CORRUPT) << i;
-    EXPECT_EQ(got[i], std::vector<uint8_t>(b.len, 0xee)) << i;  // untouched
+    // A value of the block's size is read in place and then refused (its bytes are not the
+    // block's: the status says so); one of another size is never read into the block.
+    if (i < 2) EXPECT_EQ(got[i], std::vector<uint8_t>(b.len, 0xee)) << i;
     EXPECT_EQ(redis.integer({"EXISTS", key_of(b.hashes[i])}), 0) << i;
   }
   EXPECT_EQ(st[3], KVT_OK);

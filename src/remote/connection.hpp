@@ -1,10 +1,10 @@
-// One connection to one Redis shard (hiredis, blocking, with timeouts). Requests are written
-// with sendmsg(MSG_NOSIGNAL), so that a server that went away is an error and never a
-// SIGPIPE; hiredis parses the replies. Not thread-safe: a Shard lends it to one caller at a
-// time.
+// One connection to one Redis shard: a non-blocking socket of kvtier's own (remote/socket),
+// requests written in place, replies read by a ReplyReader. Connecting, each batch's send
+// and each reply's read must end within g4_timeout_us. Not thread-safe: a Shard lends it to
+// one caller at a time.
 #pragma once
 
-#include <hiredis.h>
+#include <sys/uio.h>
 
 #include <cstdint>
 #include <memory>
@@ -12,36 +12,41 @@
 
 #include "kvtier.h"
 #include "remote/endpoint.hpp"
+#include "remote/reply_reader.hpp"
 #include "remote/request.hpp"
+#include "remote/socket.hpp"
 
 namespace kvt::remote {
 
-struct ReplyFree {
-  void operator()(redisReply *r) const { freeReplyObject(r); }
-};
-using Reply = std::unique_ptr<redisReply, ReplyFree>;
-
 class Connection {
  public:
-  // Connects (within timeout_us), then AUTH and SELECT when asked. KVT_ERR_IO with a message
-  // naming the shard when it cannot be reached or refuses.
+  // Connects, then AUTH and SELECT when asked. KVT_ERR_IO with a message naming the shard
+  // when it cannot be reached or refuses.
   static kvt_status open(std::unique_ptr<Connection> *out, const Endpoint &e,
                          const std::string &password, uint64_t timeout_us);
   ~Connection();
   Connection(const Connection &) = delete;
   Connection &operator=(const Connection &) = delete;
 
-  // Sends every command of r. KVT_ERR_IO when the socket fails or a write times out.
+  // Sends every command of r. KVT_ERR_IO when the socket fails or the send times out.
   kvt_status send(const Request &r);
-  // The next reply; KVT_ERR_IO when reading fails or times out. An error reply is a reply.
-  kvt_status receive(Reply *out);
+  // The next reply; a bulk of exactly target[0..n)'s bytes is read into them (see
+  // ReplyReader::next). KVT_ERR_IO when reading fails, times out or finds bytes that are not
+  // a reply: the connection must then be dropped. An error reply is a reply.
+  kvt_status receive(Reply *out, const iovec *target = nullptr, int n = 0);
 
   uint64_t epoch = 0;  // the Shard's epoch when it was opened
 
  private:
-  Connection(redisContext *c, std::string name) : ctx_(c), name_(std::move(name)) {}
-  redisContext *ctx_;
-  std::string name_;
+  Connection(int fd, std::string name, uint64_t timeout_us)
+      : fd_(fd), name_(std::move(name)), timeout_us_(timeout_us), source_(fd), reader_(source_) {}
+  Deadline deadline() const;
+
+  const int fd_;
+  const std::string name_;
+  const uint64_t timeout_us_;
+  SocketSource source_;
+  ReplyReader reader_;
 };
 
 }  // namespace kvt::remote

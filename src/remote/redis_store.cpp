@@ -1,7 +1,7 @@
 // Store on Redis: keys placed on shards by a HashRing, each batch's commands grouped per
 // shard and pipelined, one round trip per shard (sent to every shard first, then read).
 #include <atomic>
-#include <cstring>
+#include <array>
 #include <memory>
 #include <string>
 #include <vector>
@@ -25,9 +25,11 @@ struct Counters {
 void add(std::atomic<uint64_t> &c, uint64_t n) { c.fetch_add(n, std::memory_order_relaxed); }
 
 // One shard's part of a batch: the items' indices, their commands, then their replies.
+// A GET's reply is read into its target: the value's header, then the block's bytes.
 struct Group {
   std::vector<size_t> items;
   Request request;
+  std::vector<std::array<iovec, 2>> targets;  // one per command, or none
   std::vector<Reply> replies;
   kvt_status status = KVT_OK;
 };
@@ -65,9 +67,9 @@ class RedisStore final : public Store {
     for (Group &g : groups) {
       if (g.status != KVT_OK) return KVT_ERR_IO;  // its message is kvt_last_error()'s
       for (size_t j = 0; j < g.items.size(); ++j) {
-        const redisReply *r = g.replies[j].get();
-        if (r->type == REDIS_REPLY_ERROR) return refused("EXISTS", r);
-        found[g.items[j]] = r->type == REDIS_REPLY_INTEGER && r->integer > 0;
+        const Reply &r = g.replies[j];
+        if (r.kind == Reply::Kind::kError) return refused("EXISTS", r);
+        found[g.items[j]] = r.kind == Reply::Kind::kInteger && r.integer > 0;
       }
     }
     size_t p = 0;
@@ -95,8 +97,8 @@ class RedisStore final : public Store {
       for (size_t j = 0; j < g.items.size(); ++j) {
         size_t i = g.items[j];
         status[i] = g.status;
-        if (g.status == KVT_OK && g.replies[j]->type == REDIS_REPLY_ERROR)
-          status[i] = refused("SET", g.replies[j].get());  // e.g. OOM under noeviction
+        if (g.status == KVT_OK && g.replies[j].kind == Reply::Kind::kError)
+          status[i] = refused("SET", g.replies[j]);  // e.g. OOM under noeviction
         if (status[i] == KVT_OK) {
           ++stored;
           bytes += items[i].len;
@@ -112,11 +114,14 @@ class RedisStore final : public Store {
   void get(Get *items, size_t n) override {
     std::vector<Group> groups(shards_.size());
     std::vector<std::string> keys(n);
+    std::vector<uint8_t> headers(n * kHeaderBytes);
     for (size_t i = 0; i < n; ++i) {
       keys[i] = keys_.key(items[i].hash);
       Group &g = groups[ring_->shard_of(keys[i])];
       g.items.push_back(i);
       g.request.add({"GET", keys[i]});
+      g.targets.push_back({iovec{headers.data() + i * kHeaderBytes, kHeaderBytes},
+                           iovec{items[i].data, items[i].len}});
     }
     exchange(groups);
     std::vector<Group> bad(shards_.size());  // corrupt values, to delete
@@ -125,7 +130,9 @@ class RedisStore final : public Store {
       Group &g = groups[s];
       for (size_t j = 0; j < g.items.size(); ++j) {
         Get &it = items[g.items[j]];
-        it.status = g.status == KVT_OK ? decode(it, g.replies[j].get()) : g.status;
+        it.status = g.status == KVT_OK
+                        ? decode(it, g.replies[j], headers.data() + g.items[j] * kHeaderBytes)
+                        : g.status;
         switch (it.status) {
           case KVT_OK: ++loaded, bytes += it.len; break;
           case KVT_ERR_NOT_FOUND: ++missing; break;
@@ -188,7 +195,8 @@ class RedisStore final : public Store {
       if (g.request.empty()) continue;
       g.replies.resize(g.request.commands());
       for (size_t j = 0; g.status == KVT_OK && j < g.replies.size(); ++j)
-        g.status = conns[s]->receive(&g.replies[j]);
+        g.status = g.targets.empty() ? conns[s]->receive(&g.replies[j])
+                                     : conns[s]->receive(&g.replies[j], g.targets[j].data(), 2);
       if (conns[s]) shards_[s]->release(std::move(conns[s]), g.status == KVT_OK);
       if (g.status != KVT_OK)
         log(KVT_LOG_WARN, "G4: %zu command(s) failed: %s", g.request.commands(), last_error());
@@ -196,26 +204,31 @@ class RedisStore final : public Store {
   }
 
   // An error reply (OOM, NOAUTH, READONLY...): the shard refuses, which is an I/O failure.
-  static kvt_status refused(const char *cmd, const redisReply *r) {
-    return fail(KVT_ERR_IO, "G4: Redis refused %s: %.*s", cmd, int(r->len), r->str);
+  static kvt_status refused(const char *cmd, const Reply &r) {
+    return fail(KVT_ERR_IO, "G4: Redis refused %s: %s", cmd, r.text.c_str());
   }
 
-  kvt_status decode(Get &it, const redisReply *r) {
-    if (r->type == REDIS_REPLY_NIL) return KVT_ERR_NOT_FOUND;
-    if (r->type == REDIS_REPLY_ERROR) return refused("GET", r);
-    if (r->type != REDIS_REPLY_STRING)
+  // A GET's reply: a value of the block's size was read in place (header, then it.data) and
+  // is checked there; one of another size is corrupt, described by its header when short
+  // enough to have been kept.
+  kvt_status decode(Get &it, const Reply &r, const uint8_t *header) {
+    if (r.kind == Reply::Kind::kNil) return KVT_ERR_NOT_FOUND;
+    if (r.kind == Reply::Kind::kError) return refused("GET", r);
+    if (r.kind != Reply::Kind::kBulk)
       return fail(KVT_ERR_CORRUPT, "G4 value of hash 0x%llx: not a string",
                   static_cast<unsigned long long>(it.hash));
+    const ValueId want{it.hash, it.parent, config_.ns, config_.layout};
     const uint8_t *payload = nullptr;
-    kvt_status s = decode_value(r->str, r->len, {it.hash, it.parent, config_.ns, config_.layout},
-                                it.len, &payload);
-    if (s != KVT_OK) {
+    kvt_status s =
+        r.placed ? check_value(header, it.data, it.len, want)
+        : r.text.size() == r.length
+            ? decode_value(r.text.data(), r.text.size(), want, it.len, &payload)
+            : fail(KVT_ERR_CORRUPT, "G4 value: %llu bytes, where a block's value has %zu",
+                   static_cast<unsigned long long>(r.length), kHeaderBytes + it.len);
+    if (s != KVT_OK)
       log(KVT_LOG_WARN, "G4: hash 0x%llx: %s; deleting it",
           static_cast<unsigned long long>(it.hash), last_error());
-      return s;
-    }
-    std::memcpy(it.data, payload, it.len);
-    return KVT_OK;
+    return s;
   }
 
   const Config config_;

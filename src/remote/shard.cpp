@@ -39,8 +39,7 @@ void Shard::release(std::unique_ptr<Connection> c, bool ok) {
   } else if (c->epoch == epoch_ && idle_.size() < kMaxIdle) {
     idle_.push_back(std::move(c));
   }
-  // c (when not kept) and closing go as the function returns; freeing a hiredis context
-  // takes no lock of ours.
+  // c (when not kept) and closing go as the function returns, after the lock.
 }
 
 }  // namespace kvt::remote

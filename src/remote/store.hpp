@@ -38,8 +38,8 @@ struct Put {
   size_t len;
 };
 
-// One block to read into data (len bytes, written only when status is KVT_OK); status is
-// set: KVT_OK, KVT_ERR_NOT_FOUND, KVT_ERR_CORRUPT (the header, the length or the checksum
+// One block to read into data (len bytes; they hold the block only when status is KVT_OK,
+// for the value is read in place before it is checked); status is set: KVT_OK, KVT_ERR_NOT_FOUND, KVT_ERR_CORRUPT (the header, the length or the checksum
 // is wrong, or the parent, namespace or layout is not the expected one; the key is deleted)
 // or KVT_ERR_IO (its shard is unreachable, timed out or answered with an error).
 struct Get {

@@ -33,6 +33,30 @@ kvt_status mismatch(const char *field, uint64_t got, uint64_t want) {
               ull(want));
 }
 
+// Every field of the header but the payload's checksum.
+kvt_status check_header(const uint8_t *p, const ValueId &want, size_t payload_len) {
+  if (std::memcmp(p, kMagic, 4) != 0)
+    return fail(KVT_ERR_CORRUPT, "G4 value: no KVG4 magic (not written by kvtier)");
+  if (get16(p + 4) != kValueVersion) return mismatch("version", get16(p + 4), kValueVersion);
+  if (get16(p + 6) != kHeaderBytes) return mismatch("header length", get16(p + 6), kHeaderBytes);
+  if (uint64_t sum = XXH3_64bits(p, kHeaderSumAt); get64(p + kHeaderSumAt) != sum)
+    return mismatch("the header's checksum", get64(p + kHeaderSumAt), sum);
+  if (get64(p + 8) != want.hash) return mismatch("the sequence hash", get64(p + 8), want.hash);
+  if (get64(p + 16) != want.parent)
+    return mismatch("the parent hash", get64(p + 16), want.parent);
+  if (get64(p + 24) != want.ns) return mismatch("the namespace", get64(p + 24), want.ns);
+  if (get64(p + 32) != want.layout) return mismatch("the layout", get64(p + 32), want.layout);
+  if (get64(p + 40) != payload_len)
+    return mismatch("the payload length", get64(p + 40), payload_len);
+  return KVT_OK;
+}
+
+kvt_status check_payload(const uint8_t *header, const void *payload, size_t len) {
+  if (uint64_t sum = xxh3().plain(payload, len); get64(header + 48) != sum)
+    return mismatch("the payload's checksum", get64(header + 48), sum);
+  return KVT_OK;
+}
+
 }  // namespace
 
 void encode_header(uint8_t out[kHeaderBytes], const ValueId &id, const void *payload,
@@ -55,26 +79,19 @@ kvt_status decode_value(const void *value, size_t n, const ValueId &want, size_t
   if (n < kHeaderBytes)
     return fail(KVT_ERR_CORRUPT, "G4 value: %zu bytes, shorter than its %zu-byte header", n,
                 kHeaderBytes);
-  if (std::memcmp(p, kMagic, 4) != 0)
-    return fail(KVT_ERR_CORRUPT, "G4 value: no KVG4 magic (not written by kvtier)");
-  if (get16(p + 4) != kValueVersion) return mismatch("version", get16(p + 4), kValueVersion);
-  if (get16(p + 6) != kHeaderBytes) return mismatch("header length", get16(p + 6), kHeaderBytes);
-  if (uint64_t sum = XXH3_64bits(p, kHeaderSumAt); get64(p + kHeaderSumAt) != sum)
-    return mismatch("the header's checksum", get64(p + kHeaderSumAt), sum);
-  if (get64(p + 8) != want.hash) return mismatch("the sequence hash", get64(p + 8), want.hash);
-  if (get64(p + 16) != want.parent)
-    return mismatch("the parent hash", get64(p + 16), want.parent);
-  if (get64(p + 24) != want.ns) return mismatch("the namespace", get64(p + 24), want.ns);
-  if (get64(p + 32) != want.layout) return mismatch("the layout", get64(p + 32), want.layout);
-  if (get64(p + 40) != payload_len)
-    return mismatch("the payload length", get64(p + 40), payload_len);
+  if (kvt_status s = check_header(p, want, payload_len); s != KVT_OK) return s;
   if (n - kHeaderBytes != payload_len)
     return fail(KVT_ERR_CORRUPT, "G4 value: %zu bytes after the header, which says %zu",
                 n - kHeaderBytes, payload_len);
-  if (uint64_t sum = xxh3().plain(p + kHeaderBytes, payload_len); get64(p + 48) != sum)
-    return mismatch("the payload's checksum", get64(p + 48), sum);
+  if (kvt_status s = check_payload(p, p + kHeaderBytes, payload_len); s != KVT_OK) return s;
   *payload = p + kHeaderBytes;
   return KVT_OK;
+}
+
+kvt_status check_value(const uint8_t header[kHeaderBytes], const void *payload,
+                       size_t payload_len, const ValueId &want) noexcept {
+  if (kvt_status s = check_header(header, want, payload_len); s != KVT_OK) return s;
+  return check_payload(header, payload, payload_len);
 }
 
 }  // namespace kvt::remote

@@ -40,4 +40,9 @@ void encode_header(uint8_t out[kHeaderBytes], const ValueId &id, const void *pay
 kvt_status decode_value(const void *value, size_t n, const ValueId &want, size_t payload_len,
                         const uint8_t **payload) noexcept;
 
+// The same checks for a value read in two parts, its header and then its payload of
+// payload_len bytes (as the reply reader places a value of the expected size).
+kvt_status check_value(const uint8_t header[kHeaderBytes], const void *payload,
+                       size_t payload_len, const ValueId &want) noexcept;
+
 }  // namespace kvt::remote

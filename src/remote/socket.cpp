@@ -1,0 +1,148 @@
+#include "remote/socket.hpp"
+
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <climits>
+#include <cstring>
+#include <string>
+
+#include "common/error.hpp"
+
+namespace kvt::remote {
+namespace {
+
+constexpr const char *kTimedOut = "timed out (g4_timeout_us)";
+
+// Waits until fd is ready for events or the deadline passes (false, errno ETIMEDOUT).
+bool wait_ready(int fd, short events, Deadline d) {
+  for (;;) {
+    auto left = d - std::chrono::steady_clock::now();
+    if (left <= left.zero()) {
+      errno = ETIMEDOUT;
+      return false;
+    }
+    auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(left).count();
+    timespec ts{time_t(ns / 1000000000), long(ns % 1000000000)};
+    pollfd p{fd, events, 0};
+    int r = ppoll(&p, 1, &ts, nullptr);
+    if (r > 0) return true;  // ready, or an error the next call reports
+    if (r < 0 && errno != EINTR) return false;
+  }
+}
+
+const char *reason(int err) { return err == ETIMEDOUT ? kTimedOut : strerror(err); }
+
+// Connects fd to a by the deadline; on failure *why says why.
+bool connect_by(int fd, const sockaddr *a, socklen_t len, Deadline d, std::string *why) {
+  if (connect(fd, a, len) == 0) return true;
+  if (errno != EINPROGRESS) {
+    *why = strerror(errno);
+    return false;
+  }
+  if (!wait_ready(fd, POLLOUT, d)) {
+    *why = reason(errno);
+    return false;
+  }
+  int err = 0;
+  socklen_t el = sizeof err;
+  if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &el) != 0) err = errno;
+  if (err == 0) return true;
+  *why = strerror(err);
+  return false;
+}
+
+}  // namespace
+
+kvt_status dial(int *out, const Endpoint &e, Deadline d) {
+  std::string why;
+  if (e.is_unix()) {
+    sockaddr_un a{};
+    a.sun_family = AF_UNIX;
+    if (e.path.size() >= sizeof a.sun_path)
+      return fail(KVT_ERR_IO, "cannot connect: the socket path is over %zu bytes",
+                  sizeof a.sun_path - 1);
+    std::memcpy(a.sun_path, e.path.c_str(), e.path.size() + 1);
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0) return fail(KVT_ERR_IO, "cannot connect: %s", strerror(errno));
+    if (connect_by(fd, reinterpret_cast<const sockaddr *>(&a), sizeof a, d, &why)) {
+      *out = fd;
+      return KVT_OK;
+    }
+    close(fd);
+    return fail(KVT_ERR_IO, "cannot connect: %s", why.c_str());
+  }
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo *res = nullptr;
+  if (int rc = getaddrinfo(e.host.c_str(), std::to_string(e.port).c_str(), &hints, &res))
+    return fail(KVT_ERR_IO, "cannot connect: cannot resolve %s: %s", e.host.c_str(),
+                rc == EAI_SYSTEM ? strerror(errno) : gai_strerror(rc));
+  for (const addrinfo *ai = res; ai != nullptr; ai = ai->ai_next) {
+    int fd = socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC,
+                    ai->ai_protocol);
+    if (fd < 0) {
+      why = strerror(errno);
+      continue;
+    }
+    if (connect_by(fd, ai->ai_addr, ai->ai_addrlen, d, &why)) {
+      int one = 1;  // pipelined batches are written whole: nothing to gather
+      setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+      freeaddrinfo(res);
+      *out = fd;
+      return KVT_OK;
+    }
+    close(fd);
+  }
+  freeaddrinfo(res);
+  return fail(KVT_ERR_IO, "cannot connect: %s", why.c_str());
+}
+
+kvt_status send_all(int fd, std::vector<iovec> &iov, Deadline d) {
+  size_t i = 0;
+  while (i < iov.size() && iov[i].iov_len == 0) ++i;
+  while (i < iov.size()) {
+    msghdr m{};
+    m.msg_iov = iov.data() + i;
+    m.msg_iovlen = std::min<size_t>(iov.size() - i, IOV_MAX);
+    ssize_t n = sendmsg(fd, &m, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      if ((errno == EAGAIN || errno == EWOULDBLOCK) && wait_ready(fd, POLLOUT, d)) continue;
+      return fail(KVT_ERR_IO, "sending failed: %s", reason(errno));
+    }
+    for (size_t left = size_t(n); left > 0;) {  // skip what was sent
+      size_t c = std::min(left, iov[i].iov_len);
+      iov[i].iov_base = static_cast<char *>(iov[i].iov_base) + c;
+      iov[i].iov_len -= c;
+      left -= c;
+      if (iov[i].iov_len == 0) ++i;
+    }
+    while (i < iov.size() && iov[i].iov_len == 0) ++i;
+  }
+  return KVT_OK;
+}
+
+ssize_t SocketSource::read(const iovec *iov, int n) {
+  for (;;) {
+    msghdr m{};
+    m.msg_iov = const_cast<iovec *>(iov);
+    m.msg_iovlen = size_t(n);
+    ssize_t r = recvmsg(fd_, &m, MSG_DONTWAIT);
+    if (r >= 0) return r;
+    if (errno == EINTR) continue;
+    if ((errno == EAGAIN || errno == EWOULDBLOCK) && wait_ready(fd_, POLLIN, deadline_)) continue;
+    fail(KVT_ERR_IO, "reading a reply failed: %s", reason(errno));
+    return -1;
+  }
+}
+
+}  // namespace kvt::remote

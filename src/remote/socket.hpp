@@ -1,0 +1,38 @@
+// G4's sockets: connect, send and receive on a non-blocking socket, each bounded by a
+// deadline, so that no server can hold a caller longer than g4_timeout_us per step.
+#pragma once
+
+#include <sys/uio.h>
+
+#include <chrono>
+#include <vector>
+
+#include "kvtier.h"
+#include "remote/endpoint.hpp"
+#include "remote/reply_reader.hpp"
+
+namespace kvt::remote {
+
+using Deadline = std::chrono::steady_clock::time_point;
+
+// Connects to e by the deadline: *fd is a non-blocking, close-on-exec stream socket
+// (TCP_NODELAY for TCP). KVT_ERR_IO with the reason ("cannot connect: ...") otherwise.
+kvt_status dial(int *fd, const Endpoint &e, Deadline d);
+
+// Sends every byte of iov (consumed as it goes) by the deadline, with MSG_NOSIGNAL: a server
+// that went away is KVT_ERR_IO, never a SIGPIPE.
+kvt_status send_all(int fd, std::vector<iovec> &iov, Deadline d);
+
+// Reply bytes from a socket, by a deadline its owner sets before each reply.
+class SocketSource final : public ByteSource {
+ public:
+  explicit SocketSource(int fd) : fd_(fd) {}
+  void set_deadline(Deadline d) { deadline_ = d; }
+  ssize_t read(const iovec *iov, int n) override;
+
+ private:
+  int fd_;
+  Deadline deadline_{};
+};
+
+}  // namespace kvt::remote
