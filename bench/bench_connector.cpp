@@ -13,6 +13,8 @@
 //           reads the observe stream, 1 one subscriber drains it on its own thread every
 //           millisecond, 2 the event log is on (a file in /tmp), 3 the management endpoint
 //           is open and no client connects (issue 25: it should cost nothing then).
+//   ConnectorPair_Miss/N, ConnectorPair_Hit/N (issue 25): the step and the bare calls in
+//           turns; counter over_ns_per_block = (step - bare) / N, from the two medians.
 //   ObservedPair_Miss/N/MODE, ObservedPair_Hit/N/MODE (issue 25): MODE's step and the step
 //           with nobody reading, on two connectors in turns; the counter ratio is their
 //           medians' ratio (MODE 0, nobody on both, is the control: 1.0 but for noise).
@@ -304,16 +306,23 @@ void BM_ObservedPair_Miss(benchmark::State &st) { observed_pair(st, false); }
 void BM_ObservedPair_Hit(benchmark::State &st) { observed_pair(st, true); }
 
 // The bare block calls, on a manager of the same shape without a connector.
-void BM_Baseline_BlockCalls_Miss(benchmark::State &st) {
-  const size_t n = size_t(st.range(0));
+struct Bare {
+  size_t n;
   kvt_manager *m = make_manager();
   uint64_t salt = 0;
-  kvt_hash_salt(&salt, nullptr, 0);
-  std::vector<uint64_t> hashes(n);
-  std::vector<kvt_block> found(n), dst(n);
+  std::vector<uint64_t> hashes;
+  std::vector<kvt_block> found, dst;
+  std::vector<uint32_t> hit_tokens;
   uint64_t k = 0;
-  Times times{st, {}};
-  for (auto _ : st) {
+
+  explicit Bare(size_t blocks)
+      : n(blocks), hashes(blocks), found(blocks), dst(blocks), hit_tokens(tokens_of(blocks, 0)) {
+    kvt_hash_salt(&salt, nullptr, 0);
+  }
+  ~Bare() { kvt_manager_destroy(m); }
+
+  // A miss: hash, match (nothing), allocate N destinations; seconds.
+  double miss() {
     auto tokens = tokens_of(n, ++k);
     size_t nh = 0, hit = 0;
     const auto t0 = Clock::now();
@@ -328,39 +337,85 @@ void BM_Baseline_BlockCalls_Miss(benchmark::State &st) {
           "register");
     const auto t2 = Clock::now();
     check(kvt_block_release(m, dst.data(), n), "release");
-    times.add(std::chrono::duration<double>((t1 - t0) + (Clock::now() - t2)).count());
+    return std::chrono::duration<double>((t1 - t0) + (Clock::now() - t2)).count();
   }
-  kvt_manager_destroy(m);
+  // Puts the hit request's N blocks into G2 for hit().
+  void store_hit() {
+    size_t nh = 0;
+    check(kvt_hash_sequence(hashes.data(), &nh, n, salt, hit_tokens.data(), hit_tokens.size(),
+                            kPage),
+          "hash");
+    check(kvt_block_alloc(found.data(), n, m, KVT_TIER_G2), "alloc");
+    check(kvt_block_register_hashes(found.data(), m, found.data(), hashes.data(), n, 0),
+          "register");
+    check(kvt_block_release(m, found.data(), n), "release");
+  }
+  // A hit: hash, match (N in G2), release; seconds.
+  double hit() {
+    size_t got = 0, nh = 0;
+    const auto t0 = Clock::now();
+    check(kvt_hash_sequence(hashes.data(), &nh, n, salt, hit_tokens.data(), hit_tokens.size(),
+                            kPage),
+          "hash");
+    check(kvt_match_prefix(&got, found.data(), m, KVT_TIER_G2, hashes.data(), nh), "match");
+    check(kvt_block_release(m, found.data(), got), "release");
+    const double s = std::chrono::duration<double>(Clock::now() - t0).count();
+    if (got != n) std::abort();
+    return s;
+  }
+};
+
+void BM_Baseline_BlockCalls_Miss(benchmark::State &st) {
+  Bare bare(size_t(st.range(0)));
+  Times times{st, {}};
+  for (auto _ : st) times.add(bare.miss());
 }
 
 void BM_Baseline_BlockCalls_Hit(benchmark::State &st) {
-  const size_t n = size_t(st.range(0));
-  kvt_manager *m = make_manager();
-  uint64_t salt = 0;
-  kvt_hash_salt(&salt, nullptr, 0);
-  std::vector<uint64_t> hashes(n);
-  std::vector<kvt_block> found(n);
-  auto tokens = tokens_of(n, 0);
-  size_t nh = 0;
-  check(kvt_hash_sequence(hashes.data(), &nh, n, salt, tokens.data(), tokens.size(), kPage),
-        "hash");
-  check(kvt_block_alloc(found.data(), n, m, KVT_TIER_G2), "alloc");
-  check(kvt_block_register_hashes(found.data(), m, found.data(), hashes.data(), n, 0),
-        "register");
-  check(kvt_block_release(m, found.data(), n), "release");
+  Bare bare(size_t(st.range(0)));
+  bare.store_hit();
   Times times{st, {}};
-  for (auto _ : st) {
-    size_t hit = 0;
-    const auto t0 = Clock::now();
-    check(kvt_hash_sequence(hashes.data(), &nh, n, salt, tokens.data(), tokens.size(), kPage),
-          "hash");
-    check(kvt_match_prefix(&hit, found.data(), m, KVT_TIER_G2, hashes.data(), nh), "match");
-    check(kvt_block_release(m, found.data(), hit), "release");
-    times.add(std::chrono::duration<double>(Clock::now() - t0).count());
-    if (hit != n) std::abort();
-  }
-  kvt_manager_destroy(m);
+  for (auto _ : st) times.add(bare.hit());
 }
+
+// The connector's step and the bare calls, in turns in one run (as observed_pair): their
+// medians, and the counter over_ns_per_block = (connector - bare) / N, the figure of issue
+// 12's goal (50 ns per block over the bare calls, plus 2 us per step).
+void connector_pair(benchmark::State &st, bool hit) {
+  const size_t n = size_t(st.range(0));
+  Rig rig;
+  Bare bare(n);
+  auto stored = tokens_of(n, 0);
+  if (hit) {
+    rig.step("store", stored, n, 0);
+    bare.store_hit();
+  }
+  std::vector<double> c, b;
+  for (auto _ : st) {
+    const uint64_t k = rig.next_req++;
+    auto tokens = hit ? stored : tokens_of(n, k + 1);
+    const std::string id = (hit ? "hit-" : "miss-") + std::to_string(k);
+    const uint64_t ext = hit ? n * kPage : 0;
+    if (k % 2 == 0) {
+      c.push_back(rig.step(id, tokens, n, ext));
+      b.push_back(hit ? bare.hit() : bare.miss());
+    } else {
+      b.push_back(hit ? bare.hit() : bare.miss());
+      c.push_back(rig.step(id, tokens, n, ext));
+    }
+    st.SetIterationTime(c.back());
+  }
+  auto median = [](std::vector<double> &v) {
+    std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
+    return v[v.size() / 2];
+  };
+  const double mc = median(c), mb = median(b);
+  st.counters["p50_ns"] = mc * 1e9;
+  st.counters["bare_ns"] = mb * 1e9;
+  st.counters["over_ns_per_block"] = (mc - mb) * 1e9 / double(n);
+}
+void BM_ConnectorPair_Miss(benchmark::State &st) { connector_pair(st, false); }
+void BM_ConnectorPair_Hit(benchmark::State &st) { connector_pair(st, true); }
 
 // Fixed iteration counts: the untimed worker part of each step dominates the wall time.
 #define KVT_CONNECTOR_BENCH(fn) \
@@ -369,6 +424,8 @@ KVT_CONNECTOR_BENCH(BM_ConnectorStep_Miss);
 KVT_CONNECTOR_BENCH(BM_Baseline_BlockCalls_Miss);
 KVT_CONNECTOR_BENCH(BM_ConnectorStep_Hit);
 KVT_CONNECTOR_BENCH(BM_Baseline_BlockCalls_Hit);
+KVT_CONNECTOR_BENCH(BM_ConnectorPair_Miss);
+KVT_CONNECTOR_BENCH(BM_ConnectorPair_Hit);
 #define KVT_OBSERVED_BENCH(fn)                                                          \
   BENCHMARK(fn)->ArgsProduct({{16, 256}, {0, 1, 2, 3}})->UseManualTime()->Iterations(4000)
 KVT_OBSERVED_BENCH(BM_ConnectorStepObserved_Miss);

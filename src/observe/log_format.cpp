@@ -3,6 +3,7 @@
 #include <xxhash.h>
 
 #include <algorithm>
+#include <bit>
 #include <cstring>
 
 #include "common/error.hpp"
@@ -14,6 +15,15 @@ void put32(std::string *out, uint32_t v) {
   char b[4];
   for (int i = 0; i < 4; ++i) b[i] = char(v >> (8 * i));
   out->append(b, 4);
+}
+// v's bytes at p, least significant first, as every field of the format is.
+template <class T>
+void store_le(char *p, T v) {
+  if constexpr (std::endian::native == std::endian::little) {
+    std::memcpy(p, &v, sizeof v);
+  } else {
+    for (size_t i = 0; i < sizeof v; ++i) p[i] = char(uint64_t(v) >> (8 * i));
+  }
 }
 uint32_t get32(const uint8_t *p) {
   uint32_t v = 0;
@@ -47,35 +57,28 @@ kvt_status check_header(const uint8_t *p, size_t n) {
 }
 
 void encode_record(const ObsEvent &e, std::string *out) {
-  // Built on the stack and appended, no allocation of its own: this runs for every event
-  // while a log is open.
-  uint8_t b[kRecordHeadBytes + kPayloadFixed + KVT_REQ_ID_MAX];
+  // Written in place at the end of *out, which keeps its capacity between runs: this runs
+  // for every event while a log is open, a tier's evictions hundreds at a time.
   const size_t id = std::min<size_t>(e.req_id.size(), KVT_REQ_ID_MAX);
   const size_t args = e.args.size() <= kMaxCallArgs ? e.args.size() : 0;
-  uint8_t *p = b + kRecordHeadBytes;
-  auto put = [&p](uint64_t v, int bytes) {
-    for (int i = 0; i < bytes; ++i) *p++ = uint8_t(v >> (8 * i));
-  };
-  put(e.seq, 8);
-  put(e.time_ns, 8);
+  static_assert(8 + 8 + 7 * 4 + 9 * 8 + 2 == kPayloadFixed, "the fields below");
+  const size_t len = kPayloadFixed + id + args;
+  const size_t at = out->size();
+  out->resize(at + kRecordHeadBytes + len);
+  char *const head = out->data() + at;
+  char *p = head + kRecordHeadBytes;
+  store_le(p, e.seq), p += 8;
+  store_le(p, e.time_ns), p += 8;
   for (uint32_t v : {e.kind, e.state, e.prev, e.trigger, e.src, e.dst, uint32_t(e.status)})
-    put(v, 4);
+    store_le(p, v), p += 4;
   for (uint64_t v : {e.batch, e.hash, e.parent_hash, e.tokens, e.computed, e.blocks, e.bytes,
                      e.duration_ns, e.count})
-    put(v, 8);
-  put(id, 2);
+    store_le(p, v), p += 8;
+  store_le(p, uint16_t(id)), p += 2;
   std::memcpy(p, e.req_id.data(), id);
-  const size_t len = kPayloadFixed + id + args;
-  p = b;
-  put(len, 4);
-  put(0, 4);
-  // The checksum runs over the payload where it lands in *out (a CALL's arguments follow
-  // the fixed part there), then goes into its place in the header.
-  const size_t at = out->size();
-  out->append(reinterpret_cast<const char *>(b), kRecordHeadBytes + kPayloadFixed + id);
-  out->append(e.args.data(), args);
-  const uint32_t sum = XXH32(out->data() + at + kRecordHeadBytes, len, 0);
-  for (int i = 0; i < 4; ++i) (*out)[at + 4 + size_t(i)] = char(sum >> (8 * i));
+  std::memcpy(p + id, e.args.data(), args);
+  store_le(head, uint32_t(len));
+  store_le(head + 4, XXH32(head + kRecordHeadBytes, len, 0));
 }
 
 uint32_t record_length(const uint8_t *p) { return get32(p); }
