@@ -11,6 +11,7 @@
 #include <unistd.h>
 #include <zmq.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -552,6 +553,57 @@ TEST_F(KvEvents, MediaOfEveryTier) {
   }
 }
 
+// A manager that starts announces itself before anything else: AllBlocksCleared (a router
+// drops what it held for this instance before a restart), then a BlockStored for each block
+// that its persistent G3 recovered, with its parent and no tokens (nobody noted them since).
+TEST_F(KvEvents, AStartAnnouncesItselfAndWhatAPersistentG3Recovered) {
+  kvt_manager_config c = config();
+  const std::string g3_dir = dir_ + "/g3";
+  ASSERT_EQ(system(("mkdir -p " + g3_dir).c_str()), 0);
+  c.g3_blocks = 16;
+  c.g3_path = g3_dir.c_str();
+  c.g3_persist = 1;
+  c.g3_io = kvt_test::test_g3_io(c.g3_io);
+  create(c);
+  // The first start: the announcement alone (nothing was recovered).
+  std::vector<Block> v;
+  for (int i = 0; i < 100 && v.empty(); ++i) v = flat(replay_from(0));
+  ASSERT_EQ(v.size(), 1u);
+  EXPECT_EQ(v[0].kind, "AllBlocksCleared");
+  // A chain of three blocks offloaded to G3, which keeps them across the restart.
+  const uint64_t h[3] = {0x111, 0x222, 0x333};
+  kvt_block b[3], reg[3];
+  ASSERT_EQ(kvt_block_alloc(b, 3, m_, KVT_TIER_G1), KVT_OK);
+  ASSERT_EQ(kvt_block_register_hashes(reg, m_, b, h, 3, 0), KVT_OK);
+  kvt_xfer *x = nullptr;
+  ASSERT_EQ(kvt_offload(&x, m_, reg, 3, KVT_TIER_G3, nullptr, 0), KVT_OK);
+  ASSERT_EQ(kvt_xfer_wait(x, -1), KVT_OK);
+  kvt_xfer_release(x);
+  ASSERT_EQ(kvt_block_release(m_, reg, 3), KVT_OK);
+  kvt_manager_destroy(m_);
+  m_ = nullptr;
+
+  create(c);  // the restart: G1's blocks are gone, G3's three came back
+  kvt_tier_stats g3{};
+  g3.struct_size = sizeof g3;
+  ASSERT_EQ(kvt_tier_stats_get(&g3, m_, KVT_TIER_G3), KVT_OK);
+  ASSERT_EQ(g3.recovered, 3u);
+  v.clear();
+  for (int i = 0; i < 100 && v.size() < 4; ++i) v = flat(replay_from(0));
+  ASSERT_EQ(v.size(), 4u);
+  EXPECT_EQ(v[0].kind, "AllBlocksCleared");
+  std::vector<std::pair<uint64_t, uint64_t>> got;  // (hash, parent), in any order
+  for (size_t i = 1; i < v.size(); ++i) {
+    EXPECT_EQ(v[i].kind, "BlockStored");
+    EXPECT_EQ(v[i].medium, "FS");
+    EXPECT_TRUE(v[i].tokens.empty());
+    got.push_back({v[i].hash, v[i].has_parent ? v[i].parent : 0});
+  }
+  std::sort(got.begin(), got.end());
+  EXPECT_EQ(got, (std::vector<std::pair<uint64_t, uint64_t>>{
+                     {0x111, 0}, {0x222, 0x111}, {0x333, 0x222}}));
+}
+
 // A block a tier holds keeps its tokens however many blocks are noted since (more than the
 // memo's bound, the tiers' 24 blocks), so that its offload is published with them.
 TEST_F(KvEvents, HeldBlocksKeepTheirTokens) {
@@ -607,17 +659,13 @@ TEST_F(KvEvents, MalformedReplayRequestsLeaveItServing) {
   Frames f;
   EXPECT_FALSE(recv_frames(d, &f, 300)) << "malformed requests get no answer";
   zmq_close(d);
-  // A well-formed request is still served, the block's batch first.
-  Batch first{};
-  for (int i = 0; i < 100; ++i) {
-    std::vector<Batch> got = replay_from(0);
-    if (!got.empty()) {
-      first = got[0];
-      break;
-    }
-  }
-  ASSERT_EQ(first.blocks.size(), 1u);
-  EXPECT_EQ(first.blocks[0].hash, 42u);
+  // A well-formed request is still served: the start's AllBlocksCleared, then the block.
+  std::vector<Block> blocks;
+  for (int i = 0; i < 100 && blocks.size() < 2; ++i) blocks = flat(replay_from(0));
+  ASSERT_EQ(blocks.size(), 2u);
+  EXPECT_EQ(blocks[0].kind, "AllBlocksCleared");
+  EXPECT_EQ(blocks[1].kind, "BlockStored");
+  EXPECT_EQ(blocks[1].hash, 42u);
 }
 
 TEST_F(KvEvents, ConnectsWithoutWildcardAndBindsWithOne) {

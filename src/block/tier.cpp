@@ -276,7 +276,7 @@ kvt_status Tier::commit_registration(kvt_block *out, uint32_t s, uint64_t seq,
   return KVT_OK;
 }
 
-uint64_t Tier::recover(const Recovered *blocks, size_t n) {
+uint64_t Tier::recover(const Recovered *blocks, size_t n, std::vector<Recovered> *registered) {
   Locked lock(*this);
   if (allocs_ != 0 || high_water_ != 0) return 0;
   uint32_t top = 0;  // one past the highest slot recovered
@@ -297,6 +297,7 @@ uint64_t Tier::recover(const Recovered *blocks, size_t n) {
     ++n_inactive_;
     ++recovered_;
     top = std::max(top, r.slot + 1);
+    if (registered) registered->push_back(r);
   }
   // The slots below the highest one recovered that hold nothing go on the free list, the
   // lowest first, as if used and freed.

@@ -76,12 +76,15 @@ class Tier {
   // G3 warm restart: registers the blocks that a persistent file holds, each at its slot,
   // as inactive registered blocks evicted in the order given. Only on a tier that has handed
   // out nothing yet. A slot out of range or given twice, and a hash given twice, are skipped.
-  // Emits no event: the host learns of them from kvt_tier_stats.recovered and match.
+  // Emits no event: the host learns of them from kvt_tier_stats.recovered and match, and
+  // the KV-event publisher from the manager's announcement at start; *registered (when
+  // given) gets the blocks registered, in the order given.
   struct Recovered {
     uint32_t slot;
     uint64_t seq_hash, parent;
   };
-  uint64_t recover(const Recovered *blocks, size_t n);
+  uint64_t recover(const Recovered *blocks, size_t n,
+                   std::vector<Recovered> *registered = nullptr);
   // A registered block whose stored copy proved corrupt leaves the registry (BLOCK_REMOVED);
   // its holders keep their references, and its last release frees it.
   void remove(kvt_block b);

@@ -63,12 +63,15 @@ kvt_status Manager::create(std::unique_ptr<Manager> *out, const kvt_manager_conf
   }
   if (kvt_status s = m->start_publisher(c); s != KVT_OK) return s;
   m->pool_ = std::make_unique<WorkerPool>(c.copy_threads - 1);
+  std::vector<Tier::Recovered> recovered;
   if (c.g3_blocks > 0) {
     kvt_status s = DiskEngine::create(&m->disk_, c, m->geo_.block_bytes());
     if (s != KVT_OK) return s;
     std::vector<Tier::Recovered> kept = m->disk_->take_recovered();  // persistent G3
-    m->tiers_[KVT_TIER_G3]->recover(kept.data(), kept.size());
+    recovered.reserve(kept.size());
+    m->tiers_[KVT_TIER_G3]->recover(kept.data(), kept.size(), &recovered);
   }
+  m->announce_start(recovered);
   if (m->tiers_[KVT_TIER_G1]->memory().kind() == KVT_MEMORY_CUDA) {
     int device = c.g1_layout ? c.g1_layout->cuda_device : c.cuda_device;
     if (kvt_status s = CudaEngine::create(&m->cuda_, device, kvt_cuda_copy(c.cuda_copy),
@@ -113,6 +116,31 @@ kvt_status Manager::start_publisher(const kvt_manager_config &c) {
   for (auto &t : tiers_)
     if (t) t->set_kv_sink(publisher_.get());
   return KVT_OK;
+}
+
+// A publisher that starts tells its subscribers so, before anything else: every tier
+// cleared (AllBlocksCleared: a router drops what it held for this instance, from before a
+// restart), then a BlockStored for each block a persistent G3 recovered (docs/KV_EVENTS.md).
+void Manager::announce_start(const std::vector<Tier::Recovered> &recovered) {
+  if (!publisher_) return;
+  std::vector<kvt_event> start;
+  start.reserve(KVT_TIER_G3 + recovered.size());
+  for (int t = KVT_TIER_G1; t <= KVT_TIER_G3; ++t) {
+    if (!tiers_[t]) continue;
+    kvt_event e{};
+    e.type = KVT_EVENT_TIER_CLEARED;
+    e.tier = uint32_t(t);
+    start.push_back(e);
+  }
+  for (const Tier::Recovered &r : recovered) {
+    kvt_event e{};
+    e.type = KVT_EVENT_BLOCK_STORED;
+    e.tier = KVT_TIER_G3;
+    e.hash = r.seq_hash;
+    e.parent_hash = r.parent;
+    start.push_back(e);
+  }
+  publisher_->publish(start.data(), start.size());
 }
 
 Tier *Manager::tier(int t) noexcept {

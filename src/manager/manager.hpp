@@ -60,6 +60,7 @@ class Manager {
  private:
   Manager() = default;
   kvt_status start_publisher(const kvt_manager_config &c);
+  void announce_start(const std::vector<Tier::Recovered> &recovered);
 
   Geometry geo_{};
   kvt_manager_config cfg_{};

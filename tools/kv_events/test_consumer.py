@@ -406,10 +406,17 @@ def test_the_library_in_the_old_format(tmp_path):
         dealer = zmq.Context.instance().socket(zmq.DEALER)
         dealer.connect(rep)
         dealer.send_multipart([b"", (0).to_bytes(8, "big")])
-        assert dealer.poll(10000)
-        first = dealer.recv_multipart()
-        assert len(first) == 3 and first[1] == (0).to_bytes(8, "big")  # [b"", seq, payload]
-        assert msgpack.unpackb(first[2])[1][0][0] == "BlockStored"  # an array event
+        events = []
+        while True:  # [b"", seq, payload] per batch, then [b"", -1, b""]
+            assert dealer.poll(10000)
+            reply = dealer.recv_multipart()
+            assert len(reply) == 3
+            if reply[1] == (2**64 - 1).to_bytes(8, "big"):
+                break
+            events += msgpack.unpackb(reply[2])[1]
+        # Array events: the start's announcement first, then the stored blocks.
+        assert events[0] == ["AllBlocksCleared"]
+        assert [e[0] for e in events[1:]] == ["BlockStored"], events
         dealer.close(linger=0)
         c.close()
     finally:
