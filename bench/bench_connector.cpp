@@ -38,6 +38,12 @@ namespace {
 using Clock = std::chrono::steady_clock;
 constexpr uint32_t kPage = 16;
 
+// The median of v (reordered).
+double median(std::vector<double> &v) {
+  std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
+  return v[v.size() / 2];
+}
+
 // Each iteration's time, and their median as the counter p50_ns: on a shared 2-core machine a
 // preempted iteration can take 100x the others, which moves the mean but not the median.
 struct Times {
@@ -49,8 +55,7 @@ struct Times {
   }
   ~Times() {
     if (v.empty()) return;
-    std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
-    st.counters["p50_ns"] = v[v.size() / 2] * 1e9;
+    st.counters["p50_ns"] = median(v) * 1e9;
     st.SetItemsProcessed(int64_t(st.iterations()));
   }
 };
@@ -266,6 +271,31 @@ void BM_ConnectorStepObserved_Hit(benchmark::State &st) {
   }
 }
 
+// One request of a pair benchmark's iteration k: Hit steps load the `stored` tokens again,
+// Miss steps are new ones.
+struct PairRequest {
+  std::vector<uint32_t> tokens;
+  std::string id;
+  uint64_t ext;  // the tokens the step must find
+  PairRequest(bool hit, const std::vector<uint32_t> &stored, size_t n, uint64_t k)
+      : tokens(hit ? stored : tokens_of(n, k + 1)),
+        id((hit ? "hit-" : "miss-") + std::to_string(k)),
+        ext(hit ? n * kPage : 0) {}
+};
+
+// Times a() and b() once each, into *ta and *tb; which goes first alternates with k, so that
+// neither always finds the caches the other left.
+template <class A, class B>
+void in_turns(uint64_t k, A &&a, B &&b, std::vector<double> *ta, std::vector<double> *tb) {
+  if (k % 2 == 0) {
+    ta->push_back(a());
+    tb->push_back(b());
+  } else {
+    tb->push_back(b());
+    ta->push_back(a());
+  }
+}
+
 // The same step on two connectors, one with nobody reading and one with MODE's reader, taken
 // in turns: each one's median, and the counter ratio = watched / plain. Drift of the machine
 // (this VM's runs move by 2x) falls on both alike, which separate benchmarks do not get.
@@ -280,23 +310,11 @@ void observed_pair(benchmark::State &st, bool hit) {
   std::vector<double> p, w;
   for (auto _ : st) {
     const uint64_t k = plain.next_req++;
-    auto tokens = hit ? stored : tokens_of(n, k + 1);
-    const std::string id = (hit ? "hit-" : "miss-") + std::to_string(k);
-    const uint64_t ext = hit ? n * kPage : 0;
-    // Which goes first alternates, so that neither always finds the caches the other left.
-    if (k % 2 == 0) {
-      p.push_back(plain.step(id, tokens, n, ext));
-      w.push_back(watched.step(id, tokens, n, ext));
-    } else {
-      w.push_back(watched.step(id, tokens, n, ext));
-      p.push_back(plain.step(id, tokens, n, ext));
-    }
+    const PairRequest r(hit, stored, n, k);
+    in_turns(k, [&] { return plain.step(r.id, r.tokens, n, r.ext); },
+             [&] { return watched.step(r.id, r.tokens, n, r.ext); }, &p, &w);
     st.SetIterationTime(w.back());
   }
-  auto median = [](std::vector<double> &v) {
-    std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
-    return v[v.size() / 2];
-  };
   const double mp = median(p), mw = median(w);
   st.counters["plain_ns"] = mp * 1e9;
   st.counters["p50_ns"] = mw * 1e9;
@@ -393,22 +411,11 @@ void connector_pair(benchmark::State &st, bool hit) {
   std::vector<double> c, b;
   for (auto _ : st) {
     const uint64_t k = rig.next_req++;
-    auto tokens = hit ? stored : tokens_of(n, k + 1);
-    const std::string id = (hit ? "hit-" : "miss-") + std::to_string(k);
-    const uint64_t ext = hit ? n * kPage : 0;
-    if (k % 2 == 0) {
-      c.push_back(rig.step(id, tokens, n, ext));
-      b.push_back(hit ? bare.hit() : bare.miss());
-    } else {
-      b.push_back(hit ? bare.hit() : bare.miss());
-      c.push_back(rig.step(id, tokens, n, ext));
-    }
+    const PairRequest r(hit, stored, n, k);
+    in_turns(k, [&] { return rig.step(r.id, r.tokens, n, r.ext); },
+             [&] { return hit ? bare.hit() : bare.miss(); }, &c, &b);
     st.SetIterationTime(c.back());
   }
-  auto median = [](std::vector<double> &v) {
-    std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
-    return v[v.size() / 2];
-  };
   const double mc = median(c), mb = median(b);
   st.counters["p50_ns"] = mc * 1e9;
   st.counters["bare_ns"] = mb * 1e9;

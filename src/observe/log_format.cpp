@@ -11,11 +11,6 @@
 namespace kvt::obs {
 namespace {
 
-void put32(std::string *out, uint32_t v) {
-  char b[4];
-  for (int i = 0; i < 4; ++i) b[i] = char(v >> (8 * i));
-  out->append(b, 4);
-}
 // v's bytes at p, least significant first, as every field of the format is.
 template <class T>
 void store_le(char *p, T v) {
@@ -24,6 +19,11 @@ void store_le(char *p, T v) {
   } else {
     for (size_t i = 0; i < sizeof v; ++i) p[i] = char(uint64_t(v) >> (8 * i));
   }
+}
+void put32(std::string *out, uint32_t v) {
+  char b[4];
+  store_le(b, v);
+  out->append(b, 4);
 }
 uint32_t get32(const uint8_t *p) {
   uint32_t v = 0;
