@@ -1,10 +1,11 @@
 // fuzz_replay_request: arbitrary messages on the KV-event publisher's replay socket. The pure
-// parser (src/publish/replay_request.cpp) accepts exactly vLLM's request; then the same
-// frames go from a DEALER to a real publisher (src/publish, compiled into this binary) over
-// ipc://, and its answers keep the protocol and the budgets (docs/KV_EVENTS.md, Replay): each
-// answered request gets kept batches from its start, in order, the bytes published, then
-// END_SEQ; an ignored or dropped one nothing; never more in flight than the budgets; and
-// once the client is gone, nothing counted in flight.
+// parser (src/publish/replay_request.cpp) accepts exactly vLLM's request and kvtier's
+// snapshot request; then the same frames go from a DEALER to a real publisher (src/publish,
+// compiled into this binary) over ipc://, and its answers keep the protocol and the budgets
+// (docs/KV_EVENTS.md, Replay and Snapshots): each answered request gets kept batches from
+// its start, in order, the bytes published, or its snapshot, then END_SEQ; an ignored or
+// dropped one nothing; never more in flight than the budgets; and once the client is gone,
+// nothing counted in flight.
 #include <stdlib.h>
 #include <unistd.h>
 #include <zmq.h>
@@ -160,23 +161,28 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   const bool read_each = in.flag();  // or let the replies pile up first
   const int queue = in.flag() ? 1 : 1000;
 
-  // The parser: exactly [identity of 1..255 bytes, anything, 8 bytes].
-  std::vector<bool> valid;
+  // The parser: exactly [identity of 1..255 bytes, anything, 8 bytes or KVTIER_SNAPSHOT].
+  enum Kind { kInvalid, kReplay, kSnapshot };
+  std::vector<Kind> kind;
   for (const Frames &m : msgs) {
     std::vector<std::string_view> v = {"id"};
     v.insert(v.end(), m.begin(), m.end());
     const ReplayRequest q = parse_replay_request(v.data(), v.size());
-    const bool want = v.size() == 3 && v[2].size() == 8;
-    check(q.ok == want, "the parser's verdict");
-    check(q.ok ? q.start == get_be64(reinterpret_cast<const unsigned char *>(v[2].data()))
-               : q.why != nullptr,
-          "a start misread, or a refusal without a reason");
+    const Kind want = v.size() != 3              ? kInvalid
+                      : v[2] == kSnapshotRequest ? kSnapshot
+                      : v[2].size() == 8         ? kReplay
+                                                 : kInvalid;
+    check(q.ok == (want != kInvalid) && q.snapshot == (want == kSnapshot), "the parser's verdict");
+    if (want == kReplay)
+      check(q.start == get_be64(reinterpret_cast<const unsigned char *>(v[2].data())),
+            "a start misread");
+    if (want == kInvalid) check(q.why != nullptr, "a refusal without a reason");
     static const std::string too_long(256, 'i');
     for (std::string_view id : {std::string_view(), std::string_view(too_long)}) {
       v[0] = id;
       check(!parse_replay_request(v.data(), v.size()).ok, "an identity out of 1..255 bytes");
     }
-    valid.push_back(want);
+    kind.push_back(want);
   }
 
   // The same messages to a real publisher.
@@ -187,7 +193,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   uint64_t sent = 0;
   auto answered = [&] {
     const ReplayStats s = replay_stats(*w.pub);
-    return s.full + s.cut - s0.full - s0.cut;
+    return s.full + s.cut + s.snapshots + s.snapshots_refused - s0.full - s0.cut - s0.snapshots -
+           s0.snapshots_refused;
   };
   auto settle = [&] {
     within_seconds([&] { return replay_stats(*w.pub).requests == s0.requests + sent; },
@@ -201,24 +208,32 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   }
   settle();
   const ReplayStats s = replay_stats(*w.pub);
-  check(s.malformed - s0.malformed == size_t(std::count(valid.begin(), valid.end(), false)),
+  check(s.malformed - s0.malformed == size_t(std::count(kind.begin(), kind.end(), kInvalid)),
         "malformed requests miscounted");
-  check(s.full + s.cut + s.dropped + s.malformed ==
-            s0.full + s0.cut + s0.dropped + s0.malformed + sent,
+  check(s.full + s.cut + s.snapshots + s.snapshots_refused + s.dropped + s.malformed ==
+            s0.full + s0.cut + s0.snapshots + s0.snapshots_refused + s0.dropped + s0.malformed +
+                sent,
         "a request neither answered, ignored nor dropped");
   check(s.peak_client_bytes <= s.client_budget, "a client over its budget");
   check(s.peak_bytes <= s.total_budget, "all clients over the total budget");
-  // Replies in request order, each the kept batches from its start (a prefix, when cut).
+  // Replies in request order, each the kept batches from its start (a prefix, when cut),
+  // or a snapshot: one message (the publisher has no snapshot source: AllBlocksCleared
+  // alone) numbered with the next seq, or nothing when refused.
   size_t next = 0;
   for (const Reply &r : replies) {
-    bool matched = false;
+    bool matched = false, snapshot = false;
     for (; next < msgs.size() && !matched; ++next) {
-      if (!valid[next]) continue;
+      if (kind[next] == kInvalid) continue;
+      if ((snapshot = kind[next] == kSnapshot)) {
+        matched = r.empty() || (r.size() == 1 && r[0].first == kKept);
+        continue;
+      }
       const size_t i = first_index(w.kept, get_be64(reinterpret_cast<const unsigned char *>(
                                                msgs[next][1].data())));
       matched = r.empty() || (r.size() <= w.kept.size() - i && r[0].first == w.kept[i].first);
     }
     check(matched, "a reply that answers no request");
+    if (snapshot) continue;
     for (size_t k = 0; k < r.size(); ++k) {
       const size_t i = first_index(w.kept, r[0].first) + k;
       check(r[k] == w.kept[i], "a batch out of order, or not the bytes kept");

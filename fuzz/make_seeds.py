@@ -165,6 +165,9 @@ replay_seeds = {
     "unread-flood": replay_program([[b"", start(0)]] * 4, False, True),
     "malformed-mix": replay_program([[start(0)], [b"", start(0), b"x"], [b"", b"abc"],
                                      [b"delim", start(3)]], False, False),
+    "snapshot": replay_program([[b"", b"KVTIER_SNAPSHOT"], [b"", start(5)],
+                                [b"", b"KVTIER_SNAPSHOT"]], True, False),
+    "snapshot-unread": replay_program([[b"", b"KVTIER_SNAPSHOT"]] * 3, False, True),
 }
 d = os.path.join(HERE, "corpus", "replay_request")
 os.makedirs(d, exist_ok=True)

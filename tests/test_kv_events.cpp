@@ -16,7 +16,9 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -312,10 +314,12 @@ class KvEvents : public ::testing::Test {
     return out;
   }
   // Asks the replay socket from a DEALER (as vLLM's REQ clients: an empty delimiter first).
-  std::vector<Batch> replay_from(uint64_t start) {
+  std::vector<Batch> replay_from(uint64_t start) { return ask(be64(int64_t(start))); }
+  // The same with any request frame (KVTIER_SNAPSHOT).
+  std::vector<Batch> ask(const std::string &request) {
     void *d = zmq_socket(ctx_, ZMQ_DEALER);
     EXPECT_EQ(zmq_connect(d, replay_.c_str()), 0);
-    send_frames(d, {"", be64(int64_t(start))});
+    send_frames(d, {"", request});
     std::vector<Batch> out;
     Frames f;
     while (recv_frames(d, &f, 10000)) {
@@ -642,6 +646,67 @@ TEST_F(KvEvents, HeldBlocksKeepTheirTokens) {
   v = flat(receive(&seq, 1));
   ASSERT_EQ(v.size(), 1u);
   EXPECT_TRUE(v[0].tokens.empty());
+}
+
+// kvtier's snapshot (docs/KV_EVENTS.md, Snapshots): every block of every tier, each chain in
+// as few BlockStored as its shape allows, all numbered with the seq the next live batch
+// has; then END_SEQ.
+TEST_F(KvEvents, ASnapshotHoldsEveryBlockNumberedWithTheNextSeq) {
+  create(config());
+  subscribe(endpoint_);
+  uint64_t seq = sync();
+  // A chain of three in G1 and a branch of two off its first block; the chain offloaded to G2.
+  const uint64_t a[3] = {0xA1, 0xA2, 0xA3}, b[2] = {0xB1, 0xB2};
+  kvt_block ba[3], bb[2];
+  ASSERT_EQ(kvt_block_alloc(ba, 3, m_, KVT_TIER_G1), KVT_OK);
+  ASSERT_EQ(kvt_block_register_hashes(ba, m_, ba, a, 3, 0), KVT_OK);
+  ASSERT_EQ(kvt_block_alloc(bb, 2, m_, KVT_TIER_G1), KVT_OK);
+  ASSERT_EQ(kvt_block_register_hashes(bb, m_, bb, b, 2, 0xA1), KVT_OK);
+  kvt_xfer *x = nullptr;
+  ASSERT_EQ(kvt_offload(&x, m_, ba, 3, KVT_TIER_G2, nullptr, 0), KVT_OK);
+  ASSERT_EQ(kvt_xfer_wait(x, -1), KVT_OK);
+  kvt_xfer_release(x);
+  receive(&seq, 8);
+
+  const std::vector<Batch> snap = ask("KVTIER_SNAPSHOT");
+  ASSERT_FALSE(snap.empty());
+  std::map<std::string, std::set<std::pair<uint64_t, uint64_t>>> got;  // medium: (hash, parent)
+  size_t events = 0;
+  for (const Batch &bt : snap) {
+    EXPECT_EQ(bt.seq, seq) << "a snapshot's messages carry the next live batch's seq";
+    events += bt.events;
+  }
+  const std::vector<Block> v = flat(snap);
+  ASSERT_EQ(v.at(0).kind, "AllBlocksCleared");
+  for (size_t i = 1; i < v.size(); ++i) {
+    EXPECT_EQ(v[i].kind, "BlockStored");
+    EXPECT_TRUE(v[i].tokens.empty());
+    got[v[i].medium].insert({v[i].hash, v[i].has_parent ? v[i].parent : 0});
+  }
+  using Set = std::set<std::pair<uint64_t, uint64_t>>;
+  EXPECT_EQ(got["GPU"], (Set{{0xA1, 0}, {0xA2, 0xA1}, {0xA3, 0xA2}, {0xB1, 0xA1}, {0xB2, 0xB1}}));
+  EXPECT_EQ(got["CPU"], (Set{{0xA1, 0}, {0xA2, 0xA1}, {0xA3, 0xA2}}));
+  EXPECT_EQ(got.size(), 2u);
+  EXPECT_EQ(events, 4u) << "AllBlocksCleared, then each chain in a row: two BlockStored in G1 "
+                           "(the chain, its branch), one in G2";
+  for (kvt_tier t : {KVT_TIER_G1, KVT_TIER_G2}) {  // what the tiers say they hold
+    size_t n = 0;
+    uint64_t h[8];
+    ASSERT_EQ(kvt_tier_hashes(h, 8, &n, m_, t), KVT_OK);
+    Set want;
+    for (const auto &e : got[t == KVT_TIER_G1 ? "GPU" : "CPU"]) want.insert({e.first, 0});
+    Set held;
+    for (size_t i = 0; i < n; ++i) held.insert({h[i], 0});
+    EXPECT_EQ(held, want);
+  }
+  // The stream goes on from that seq.
+  kvt_block c;
+  ASSERT_EQ(kvt_block_alloc(&c, 1, m_, KVT_TIER_G1), KVT_OK);
+  ASSERT_EQ(kvt_block_register_hash(&c, m_, c, 0xC1, 0xB2), KVT_OK);
+  const uint64_t before = seq;
+  std::vector<Batch> live = receive(&seq, 1);
+  ASSERT_EQ(live.size(), 1u);
+  EXPECT_EQ(live[0].seq, before);
 }
 
 TEST_F(KvEvents, MalformedReplayRequestsLeaveItServing) {

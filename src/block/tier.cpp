@@ -543,12 +543,16 @@ void Tier::remove(kvt_block b) {
   sl.state = uint32_t(State::Removed);
 }
 
-std::vector<uint64_t> Tier::hashes() {
+std::vector<uint64_t> Tier::hashes(std::vector<uint64_t> *parents) {
   std::vector<uint64_t> out;
   std::lock_guard lock(mu_);
   out.reserve(registry_.size());
-  for (uint32_t s = 0; s < high_water_; ++s)
-    if (is_registered(State(slots_[s].state))) out.push_back(slots_[s].seq_hash);
+  if (parents) parents->reserve(registry_.size());
+  for (uint32_t s = 0; s < high_water_; ++s) {
+    if (!is_registered(State(slots_[s].state))) continue;
+    out.push_back(slots_[s].seq_hash);
+    if (parents) parents->push_back(slots_[s].parent_hash);
+  }
   return out;
 }
 

@@ -92,8 +92,9 @@ class Tier {
   // (BLOCK_REMOVED each): inactive ones are freed, held ones freed at their last release.
   // Then TIER_CLEARED. Mutable blocks stay as they are. Returns how many left.
   uint64_t clear();
-  // The hashes registered now (kvt_tier_hashes), in slot order.
-  std::vector<uint64_t> hashes();
+  // The hashes registered now (kvt_tier_hashes), in slot order; *parents (when given) gets
+  // each one's parent hash, 0 for a first block.
+  std::vector<uint64_t> hashes(std::vector<uint64_t> *parents = nullptr);
   // Host-visible address checks for kvt_block_data / kvt_block_chunk.
   kvt_status data(void **out_ptr, kvt_block b);
   kvt_status chunk(void **out_ptr, kvt_block b, uint32_t layer, uint32_t outer);

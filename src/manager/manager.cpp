@@ -115,7 +115,24 @@ kvt_status Manager::start_publisher(const kvt_manager_config &c) {
   // Every tier notes its tokens, published or not: a block may be published in another.
   for (auto &t : tiers_)
     if (t) t->set_kv_sink(publisher_.get());
+  const unsigned published = p.tiers;
+  publisher_->set_snapshot_source([this, published](std::vector<pub::QueuedEvent> *out) {
+    std::vector<uint64_t> parents;
+    for (int t = KVT_TIER_G1; t <= KVT_TIER_G3; ++t) {
+      if (!(published & (1u << t))) continue;
+      const std::vector<uint64_t> hashes = tiers_[t]->hashes(&parents);
+      for (size_t i = 0; i < hashes.size(); ++i)
+        out->push_back(pub::QueuedEvent{hashes[i], parents[i], uint8_t(KVT_EVENT_BLOCK_STORED),
+                                        uint8_t(t), false});
+      parents.clear();
+    }
+  });
   return KVT_OK;
+}
+
+// The publisher outlives the tiers (they send to it): its snapshots stop reading them first.
+Manager::~Manager() {
+  if (publisher_) publisher_->set_snapshot_source(nullptr);
 }
 
 // A publisher that starts tells its subscribers so, before anything else: every tier

@@ -24,6 +24,7 @@ class Manager {
  public:
   // Validates cfg; on failure returns the status with the message set and *out untouched.
   static kvt_status create(std::unique_ptr<Manager> *out, const kvt_manager_config &cfg);
+  ~Manager();
 
   // The tier a handle names, or nullptr with KVT_ERR_INVALID_HANDLE set.
   Tier *tier_of(kvt_block b) noexcept;

@@ -61,7 +61,7 @@ BatchEncoder::BatchEncoder(uint32_t page_size, int32_t dp_rank, unsigned tiers,
                            kvt_kv_events_format format)
     : page_size_(page_size), dp_rank_(dp_rank), tiers_(tiers), format_(format) {}
 
-void BatchEncoder::group(const std::vector<QueuedEvent> &events, TokenMemo &memo) {
+void BatchEncoder::group(const std::vector<QueuedEvent> &events, TokenMemo *memo) {
   size_t next = 0;  // the first event whose hold take() has not dropped
   try {
     token_at_.assign(events.size(), kNone);
@@ -80,9 +80,11 @@ void BatchEncoder::group(const std::vector<QueuedEvent> &events, TokenMemo &memo
       bool known = false;
       if (e.type == KVT_EVENT_BLOCK_STORED) {
         cleared_ &= ~bit;
-        size_t at = tokens_.size();
-        if ((known = memo.take(e.hash, e.held, &tokens_))) token_at_[i] = at;
-        else ++unknown_;
+        if (memo) {
+          size_t at = tokens_.size();
+          if ((known = memo->take(e.hash, e.held, &tokens_))) token_at_[i] = at;
+          else ++unknown_;
+        }
       }
       if (!groups_.empty()) {
         Group &g = groups_.back();
@@ -99,14 +101,14 @@ void BatchEncoder::group(const std::vector<QueuedEvent> &events, TokenMemo &memo
     }
   } catch (...) {
     // Out of memory: the blocks not reached keep no hold in the memo.
-    for (size_t k = next; k < events.size(); ++k)
+    for (size_t k = next; memo && k < events.size(); ++k)
       if (const QueuedEvent &e = events[k]; e.type == KVT_EVENT_BLOCK_STORED)
-        memo.take(e.hash, e.held, nullptr);
+        memo->take(e.hash, e.held, nullptr);
     throw;
   }
 }
 
-size_t BatchEncoder::encode(const std::vector<QueuedEvent> &events, double ts, TokenMemo &memo,
+size_t BatchEncoder::encode(const std::vector<QueuedEvent> &events, double ts, TokenMemo *memo,
                             std::string *out) {
   groups_.clear();
   tokens_.clear();

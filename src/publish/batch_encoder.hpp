@@ -39,13 +39,14 @@ class BatchEncoder {
 
   // Encodes events into *out (replaced) and returns how many vLLM events it holds, 0 for
   // none (then nothing is to be sent). Takes every stored block's tokens from the memo,
-  // dropping its hold, even when it throws. Consecutive stored blocks of one tier that
-  // chain (each the parent of the next) and whose tokens are all known, or all unknown,
-  // become one BlockStored; consecutive removals of one tier one BlockRemoved. A
-  // TIER_CLEARED becomes AllBlocksCleared when it completes the clearing of every published
-  // tier with no block stored in between (kvt_manager_reset of every tier); a single tier's
-  // clearing is already told by its BlockRemoved events.
-  size_t encode(const std::vector<QueuedEvent> &events, double ts, TokenMemo &memo,
+  // dropping its hold, even when it throws; without a memo (a snapshot's blocks, which no
+  // queued event holds) every token_ids is [], and none counts as unknown. Consecutive
+  // stored blocks of one tier that chain (each the parent of the next) and whose tokens are
+  // all known, or all unknown, become one BlockStored; consecutive removals of one tier one
+  // BlockRemoved. A TIER_CLEARED becomes AllBlocksCleared when it completes the clearing of
+  // every published tier with no block stored in between (kvt_manager_reset of every
+  // tier); a single tier's clearing is already told by its BlockRemoved events.
+  size_t encode(const std::vector<QueuedEvent> &events, double ts, TokenMemo *memo,
                 std::string *out);
   // Stored blocks of the last encode whose tokens were unknown (published as []).
   uint64_t unknown_tokens() const noexcept { return unknown_; }
@@ -57,7 +58,7 @@ class BatchEncoder {
     bool tokens;     // BlockStored: token_ids are known
     size_t begin, end;  // events[begin, end)
   };
-  void group(const std::vector<QueuedEvent> &events, TokenMemo &memo);
+  void group(const std::vector<QueuedEvent> &events, TokenMemo *memo);
 
   const uint32_t page_size_;
   const int32_t dp_rank_;

@@ -12,6 +12,7 @@
 
 #include "common/error.hpp"
 #include "common/log.hpp"
+#include "publish/chain_order.hpp"
 #include "publish/replay_request.hpp"
 
 namespace kvt::pub {
@@ -203,7 +204,7 @@ void Publisher::run() noexcept {
 }
 
 void Publisher::send_batch(const std::vector<QueuedEvent> &events) {
-  const size_t n = encoder_.encode(events, now_seconds(), memo_, &payload_);
+  const size_t n = encoder_.encode(events, now_seconds(), &memo_, &payload_);
   if (uint64_t unknown = encoder_.unknown_tokens()) {
     // Logged at the 1st, 2nd, 4th, 8th... such block: visible, never a flood.
     const uint64_t before = unknown_tokens_;
@@ -343,7 +344,9 @@ bool Publisher::serve_replay() {
     }
     const std::string_view views[kReplayRequestFrames] = {frames[0], frames[1], frames[2]};
     const ReplayRequest q = parse_replay_request(views, count);
-    if (q.ok) {
+    if (q.ok && q.snapshot) {
+      answer_snapshot(views[0]);
+    } else if (q.ok) {
       answer(views[0], q.start);
     } else if (bump_and_tell(&l.malformed)) {
       log(KVT_LOG_WARN,
@@ -355,10 +358,8 @@ bool Publisher::serve_replay() {
   return true;  // more requests may wait
 }
 
-// Sends the kept batches from `start` on, as many as the client's and the total budget
-// leave room for (a client that does not read keeps its replies in flight), then END_SEQ;
-// without room for END_SEQ, or with kMaxRepliesPerClient replies in flight, nothing.
-void Publisher::answer(std::string_view id, uint64_t start) {
+std::shared_ptr<ReplayClient> Publisher::admit(std::string_view id, uint64_t client_budget,
+                                               uint64_t *room) {
   ReplayLedger &l = *ledger_;
   if (clients_.size() >= sweep_at_) {
     std::erase_if(clients_, [](const auto &kv) { return kv.second.expired(); });
@@ -370,11 +371,11 @@ void Publisher::answer(std::string_view id, uint64_t start) {
   // Others only ever lower these two while we read them: the room is never overstated.
   const uint64_t client_bytes = client->bytes.load(std::memory_order_relaxed);
   const uint64_t total_bytes = l.bytes.load(std::memory_order_relaxed);
-  const uint64_t client_budget = l.client_budget(), total_budget = l.total_budget();
-  uint64_t room = std::min(client_budget - std::min(client_budget, client_bytes),
-                           total_budget - std::min(total_budget, total_bytes));
+  const uint64_t total_budget = l.total_budget();
+  *room = std::min(client_budget - std::min(client_budget, client_bytes),
+                   total_budget - std::min(total_budget, total_bytes));
   const bool busy = client->replies.load(std::memory_order_acquire) >= kMaxRepliesPerClient;
-  if (busy || room < kReplayMessageOverhead) {
+  if (busy || *room < kReplayMessageOverhead) {
     if (bump_and_tell(&l.dropped))
       log(KVT_LOG_WARN,
           "kv events: %llu replay request(s) dropped so far, unanswered: this client has %s "
@@ -383,9 +384,21 @@ void Publisher::answer(std::string_view id, uint64_t start) {
           busy ? "replies in flight it has not read" : "its budget in flight",
           kMaxRepliesPerClient, (unsigned long long)client_budget,
           (unsigned long long)total_budget);
-    return;
+    return nullptr;
   }
-  room -= kReplayMessageOverhead;  // END_SEQ's, kept for it
+  *room -= kReplayMessageOverhead;  // END_SEQ's, kept for it
+  return client;
+}
+
+// Sends the kept batches from `start` on, as many as the client's and the total budget
+// leave room for (a client that does not read keeps its replies in flight), then END_SEQ;
+// without room for END_SEQ, or with kMaxRepliesPerClient replies in flight, nothing.
+void Publisher::answer(std::string_view id, uint64_t start) {
+  ReplayLedger &l = *ledger_;
+  const uint64_t client_budget = l.client_budget(), total_budget = l.total_budget();
+  uint64_t room = 0;
+  std::shared_ptr<ReplayClient> client = admit(id, client_budget, &room);
+  if (!client) return;
   auto reply = std::make_shared<ReplayReply>(client);
   auto it = std::lower_bound(replay_.begin(), replay_.end(), start,
                              [](const auto &kept, uint64_t s) { return kept.first < s; });
@@ -410,6 +423,69 @@ void Publisher::answer(std::string_view id, uint64_t start) {
         (unsigned long long)it->first, (unsigned long long)client_budget,
         (unsigned long long)total_budget);
   }
+}
+
+void Publisher::set_snapshot_source(SnapshotSource source) {
+  std::lock_guard lock(snapshot_mu_);
+  snapshot_ = std::move(source);
+}
+
+// Every block of the published tiers now, as messages of kSnapshotBlocksPerBatch blocks,
+// the first beginning with AllBlocksCleared (alone when the tiers hold none), each numbered
+// with the seq of the next batch to be published; then END_SEQ. The blocks are read after
+// that number is fixed, so that applying the batches from it on over the snapshot gives
+// the instance's registry, even as it changes meanwhile (docs/KV_EVENTS.md, Snapshots).
+// All or nothing: a snapshot that does not fit in its room is answered with END_SEQ alone.
+void Publisher::answer_snapshot(std::string_view id) {
+  ReplayLedger &l = *ledger_;
+  const uint64_t client_budget = std::max(kSnapshotClientBytesMin, l.client_budget());
+  uint64_t room = 0;
+  std::shared_ptr<ReplayClient> client = admit(id, client_budget, &room);
+  if (!client) return;
+  auto reply = std::make_shared<ReplayReply>(client);
+  const uint64_t next = seq_;
+  std::vector<QueuedEvent> events;
+  for (unsigned t = KVT_TIER_G1; t <= KVT_TIER_G3; ++t)
+    if (cfg_.tiers & (1u << t))
+      events.push_back(QueuedEvent{0, 0, uint8_t(KVT_EVENT_TIER_CLEARED), uint8_t(t), false});
+  const size_t clears = events.size();
+  {
+    std::lock_guard lock(snapshot_mu_);
+    if (snapshot_) snapshot_(&events);
+  }
+  for (size_t i = clears, j; i < events.size(); i = j) {  // each tier's blocks
+    for (j = i + 1; j < events.size() && events[j].tier == events[i].tier;) ++j;
+    order_chains(events.data() + i, j - i);
+  }
+  BatchEncoder encoder(cfg_.page_size, cfg_.dp_rank, cfg_.tiers, cfg_.format);
+  std::vector<std::pair<std::shared_ptr<const std::string>, uint64_t>> messages;  // and cost
+  std::vector<QueuedEvent> part;
+  uint64_t cost = 0;
+  const double ts = now_seconds();
+  for (size_t i = 0; i < events.size() && cost <= room;) {
+    const size_t end = std::min(events.size(), (i == 0 ? clears : i) + kSnapshotBlocksPerBatch);
+    part.assign(events.begin() + i, events.begin() + end);
+    i = end;
+    std::string payload;
+    if (encoder.encode(part, ts, nullptr, &payload) == 0) continue;
+    auto m = std::make_shared<const std::string>(std::move(payload));
+    const uint64_t c = message_cost(*m);
+    cost += c;
+    messages.emplace_back(std::move(m), c);
+  }
+  if (cost > room) {
+    messages.clear();
+    if (bump_and_tell(&l.snapshots_refused))
+      log(KVT_LOG_WARN,
+          "kv events: %llu snapshot request(s) answered with END_SEQ alone so far: this one's "
+          "%zu blocks need more than the %llu bytes its client may have in flight",
+          (unsigned long long)l.snapshots_refused.load(std::memory_order_relaxed),
+          events.size() - clears, (unsigned long long)room);
+  } else {
+    l.snapshots.fetch_add(1, std::memory_order_relaxed);
+  }
+  for (auto &[m, c] : messages) send_reply(id, next, std::move(m), reply, c);
+  send_reply(id, kEndSeq, nullptr, reply, kReplayMessageOverhead);
 }
 
 // One message of a reply: the batch goes zero-copy, and its cost counts as in flight from

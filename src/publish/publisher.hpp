@@ -12,6 +12,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -59,6 +60,13 @@ class Publisher final : public KvSink {
   // tokens until the thread encodes it.
   void publish(const kvt_event *events, size_t n) noexcept override;
 
+  // Fills the blocks a snapshot reports (docs/KV_EVENTS.md, Snapshots): BLOCK_STORED
+  // events of the published tiers, their tokens not held.
+  using SnapshotSource = std::function<void(std::vector<QueuedEvent> *)>;
+  // Called on the publisher's thread; set to null (which waits for a snapshot under way)
+  // before what the source reads goes away.
+  void set_snapshot_source(SnapshotSource source);
+
   friend ReplayStats replay_stats(const KvSink &publisher) noexcept;
   friend SendStats send_stats(const KvSink &publisher) noexcept;
   friend bool publisher_idle(const KvSink &publisher) noexcept;
@@ -71,6 +79,8 @@ class Publisher final : public KvSink {
   // engine step, and a wake-up per tier operation cost the engine's cores more than the
   // encoding (docs/BENCHMARKS.md, issue 25).
   static constexpr auto kGatherWindow = std::chrono::microseconds(1000);
+  // Blocks per message of a snapshot's answer.
+  static constexpr size_t kSnapshotBlocksPerBatch = 8192;
 
  private:
   explicit Publisher(const PublisherConfig &c);
@@ -79,7 +89,14 @@ class Publisher final : public KvSink {
   void send_pub(const std::shared_ptr<const std::string> &batch);
   // Answers waiting replay requests, a few at a time: true when more may wait.
   bool serve_replay();
+  // The client of id, and in *room the bytes a reply may hold besides its END_SEQ (the
+  // least of what client_budget and the total budget leave); null when the request is
+  // dropped, counted and logged: the client has kMaxRepliesPerClient replies in flight, or
+  // no room for END_SEQ.
+  std::shared_ptr<ReplayClient> admit(std::string_view id, uint64_t client_budget,
+                                      uint64_t *room);
   void answer(std::string_view id, uint64_t start);
+  void answer_snapshot(std::string_view id);
   void send_reply(std::string_view id, uint64_t seq, std::shared_ptr<const std::string> batch,
                   const std::shared_ptr<ReplayReply> &reply, uint64_t cost);
   uint64_t message_cost(const std::string &payload) const noexcept;
@@ -100,6 +117,9 @@ class Publisher final : public KvSink {
   bool armed_ = false;                // the thread waits for wake_fd_
   bool stop_ = false;
   std::condition_variable gather_;  // cuts kGatherWindow short at stop
+
+  std::mutex snapshot_mu_;  // held over each call of snapshot_
+  SnapshotSource snapshot_;
 
   // The thread's own.
   uint64_t seq_ = 0;

@@ -18,6 +18,9 @@ constexpr uint64_t kReplayMessageOverhead = 512;
 // Replies a client may have in flight (some message not yet freed); past it, a request is
 // dropped. vLLM's REQ clients have one at most.
 constexpr uint32_t kMaxRepliesPerClient = 2;
+// A snapshot may hold this much in flight for its client even where the replay buffer is
+// smaller (a few million blocks: its token_ids are empty); the total budget still holds.
+constexpr uint64_t kSnapshotClientBytesMin = uint64_t{64} << 20;
 // All clients together: at least this much, or kReplayTotalFullReplies full replays.
 constexpr uint64_t kReplayTotalBytesMin = uint64_t{64} << 20;
 constexpr uint64_t kReplayTotalFullReplies = 2;
@@ -29,6 +32,8 @@ struct ReplayStats {
   uint64_t full;               // answered with every kept batch from their start, then END_SEQ
   uint64_t cut;                // answered with fewer (a budget ran out), then END_SEQ
   uint64_t dropped;            // not answered: replies or budget exhausted
+  uint64_t snapshots;          // snapshot requests answered with the blocks, then END_SEQ
+  uint64_t snapshots_refused;  // answered with END_SEQ alone: bigger than the room left
   uint64_t bytes;              // the cost of the reply messages ZMQ holds now
   uint64_t peak_bytes;         // the most `bytes` was
   uint64_t peak_client_bytes;  // the most one client had in flight
@@ -41,6 +46,7 @@ struct ReplayLedger {
   std::atomic<uint64_t> bytes{0};
   // Written by the publisher's thread only; atomic for replay_stats.
   std::atomic<uint64_t> requests{0}, malformed{0}, full{0}, cut{0}, dropped{0};
+  std::atomic<uint64_t> snapshots{0}, snapshots_refused{0};
   std::atomic<uint64_t> peak_bytes{0}, peak_client_bytes{0};
   std::atomic<uint64_t> kept_batches{0}, kept_cost{0};
 
@@ -58,9 +64,10 @@ struct ReplayLedger {
     const uint64_t handled = requests.load(std::memory_order_acquire);
     auto get = [](const std::atomic<uint64_t> &a) { return a.load(std::memory_order_relaxed); };
     return ReplayStats{handled,         get(malformed),          get(full),
-                       get(cut),        get(dropped),            get(bytes),
-                       get(peak_bytes), get(peak_client_bytes),  get(kept_batches),
-                       client_budget(), total_budget()};
+                       get(cut),        get(dropped),            get(snapshots),
+                       get(snapshots_refused), get(bytes),       get(peak_bytes),
+                       get(peak_client_bytes), get(kept_batches), client_budget(),
+                       total_budget()};
   }
 };
 

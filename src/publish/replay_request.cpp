@@ -8,8 +8,10 @@ ReplayRequest parse_replay_request(const std::string_view *frames, size_t count)
     r.why = "not 3 frames (identity, empty, the start sequence number)";
   else if (frames[0].empty() || frames[0].size() > 255)
     r.why = "an identity that is not 1..255 bytes";
+  else if (frames[2] == kSnapshotRequest)
+    r.ok = r.snapshot = true;
   else if (frames[2].size() != 8)
-    r.why = "a start sequence number that is not 8 bytes big-endian";
+    r.why = "a start sequence number that is not 8 bytes big-endian, nor KVTIER_SNAPSHOT";
   else {
     r.ok = true;
     r.start = get_be64(reinterpret_cast<const unsigned char *>(frames[2].data()));

@@ -6,6 +6,7 @@ and each instance's overlap exactly as their registries say. Run by ctest
 import itertools
 import json
 import subprocess
+import threading
 import time
 from pathlib import Path
 
@@ -174,3 +175,116 @@ def test_router_on_a_trace_split_across_two_replays(tmp_path):
                 only[name] += 1
                 assert got["best"] == name
     assert only["even"] > 20 and only["odd"] > 20, only
+
+
+class DroppingProxy:
+    """Between a publisher and the router: forwards its messages, dropping every `every`th,
+    as a network or a full queue loses them."""
+
+    def __init__(self, upstream, every):
+        self.ctx = zmq.Context()
+        self.sub = self.ctx.socket(zmq.SUB)
+        self.sub.setsockopt(zmq.SUBSCRIBE, b"")
+        self.sub.connect(upstream)
+        self.pub = self.ctx.socket(zmq.PUB)
+        self.port = self.pub.bind_to_random_port("tcp://127.0.0.1")
+        self.endpoint = f"tcp://127.0.0.1:{self.port}"
+        self.every, self.forwarded, self.dropped = every, 0, 0
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self.run)
+        self.thread.start()
+
+    def run(self):
+        n = 0
+        while not self.stop.is_set():
+            if not self.sub.poll(50):
+                continue
+            msg = self.sub.recv_multipart()
+            n += 1
+            if n % self.every == 0:
+                self.dropped += 1
+            else:
+                self.pub.send_multipart(msg)
+                self.forwarded += 1
+
+    def close(self):
+        self.stop.set()
+        self.thread.join()
+        self.sub.close(0)
+        self.pub.close(0)
+        self.ctx.term()
+
+
+def wait_for(path, proc, timeout=120):
+    deadline = time.monotonic() + timeout
+    while not Path(path).exists():
+        assert proc.poll() is None, proc.communicate()[1]
+        assert time.monotonic() < deadline, f"{path} never written"
+        time.sleep(0.05)
+
+
+@pytest.mark.skipif(not Path(REPLAY).exists(), reason="kvtier-replay not built")
+def test_router_index_equals_the_registries_after_a_restart_and_lost_messages(tmp_path):
+    """Two kvtier-replay instances. 'b' reaches the router through a proxy that drops every
+    5th message, and keeps 2 batches for replay: the gaps replay cannot fill are filled by
+    snapshots. 'a' keeps G3 on disk; it is killed (SIGKILL) once its run is done, and starts
+    again on the same ports and G3 file with other requests: the router must forget what the
+    first 'a' held and take what the second recovered and then did. At the end the router's
+    index equals each instance's registry, tier by tier."""
+    page = 256
+    with open(TRACE) as f:
+        lines = [line for _, line in zip(range(450), f)]
+    first, second = tmp_path / "first.jsonl", tmp_path / "second.jsonl"
+    first.write_text("".join(lines[:300]))
+    second.write_text("".join(lines[300:]))
+    tiers = ["--page-size", page, "--g1-blocks", 600, "--g2-blocks", 600, "--g3-blocks", 3000]
+    a, b = ReplayRun(tmp_path, "a"), ReplayRun(tmp_path, "b")
+    g3 = tmp_path / "a-g3"
+    g3.mkdir()
+    a_args = ["--shard", "0/2", *tiers, "--g3-path", g3, "--g3-keep"]
+    proxy = DroppingProxy(b.sub, every=5)
+    proc = subprocess.Popen([ROUTER, "--page-size", str(page), "--salt", SALT.decode(),
+                             "--resync-ms", "300",
+                             "--instance", f"a={a.sub},{a.replay}",
+                             "--instance", f"b={proxy.endpoint},{b.replay}"],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    runs = []
+    try:
+        runs.append(b.start("--shard", "1/2", *tiers, "--kv-events-buffer", 2,
+                            trace=first, hold=600))
+        runs.append(a.start(*a_args, trace=first, hold=600))
+        wait_for(a.dump, a.proc)
+        first_a = a.registry()
+        a.proc.kill()  # SIGKILL: no goodbye, G3's file as a crash leaves it
+        a.proc.wait()
+        Path(a.dump).unlink()
+        runs.append(a.start(*a_args, trace=second, hold=600))
+        wait_for(a.dump, a.proc)
+        wait_for(b.dump, b.proc)
+        registry = {"a": a.registry(), "b": b.registry()}
+        assert registry["a"]["G3"] & first_a["G3"], "the second 'a' recovered nothing"
+        media = {"G1": "GPU", "G2": "CPU", "G3": "FS"}
+        deadline = time.monotonic() + 60
+        while True:
+            index, stats = ask(proc, {"index": True}, {"stats": True})
+            diff = {(name, tier): (len(set(index["index"][name].get(m, [])) - want),
+                                   len(want - set(index["index"][name].get(m, []))))
+                    for name in ("a", "b") for tier, m in media.items()
+                    for want in [registry[name][tier]]}
+            if all(d == (0, 0) for d in diff.values()):
+                break
+            assert time.monotonic() < deadline, (diff, stats)
+            time.sleep(0.2)
+        sa, sb = stats["stats"]["a"], stats["stats"]["b"]
+        assert proxy.dropped > 0 and sb["lost"] > 0, (proxy.dropped, sb)
+        assert sb["snapshots"] >= 1 and sa["snapshots"] >= 2, (sa, sb)  # a: one per start
+        assert sa["bad"] == 0 and sb["bad"] == 0, (sa, sb)
+    finally:
+        for r in runs:
+            if r.proc.poll() is None:
+                r.proc.kill()
+                r.proc.wait()
+        proc.stdin.close()
+        proc.wait(timeout=30)
+        proxy.close()

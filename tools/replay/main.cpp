@@ -123,6 +123,7 @@ int main(int argc, char **argv) {
                  "ROUTER socket bound here (needs --kv-events)");
   app.add_option("--kv-events-topic", o.kv_events_topic, "the topic frame of every KV-event "
                  "message (\"\")");
+  app.add_option("--kv-events-buffer", o.kv_events_buffer, "batches kept for replay (10000)");
   app.add_option("--kv-events-hold", o.kv_events_hold_s, "seconds the manager, and so its KV "
                  "event sockets, stay up after the replay, for late subscribers (0)");
   app.add_option("--timeline", o.timeline_csv, "write per-interval hit rates and bandwidths "

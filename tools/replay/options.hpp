@@ -35,6 +35,7 @@ struct Options {
   std::string dump_registry;   // --dump-registry: each tier's hashes at the end, as JSON
   double kv_events_hold_s = 0; // the manager (and its KV-event sockets) stay up this long
   std::string kv_events, kv_events_replay, kv_events_topic;  // empty: no KV events
+  uint64_t kv_events_buffer = 0;  // batches kept for replay; 0: the library's default
   uint32_t shard_index = 0, shard_count = 1;  // --shard I/N: conversations I mod N
   std::string timeline_csv, plot_svg;
   double interval_s = 60;      // timeline bucket width in trace time
@@ -56,6 +57,7 @@ inline void set_kv_events(kvt_manager_config *c, const Options &o) {
   c->kv_events_endpoint = o.kv_events.c_str();
   if (!o.kv_events_replay.empty()) c->kv_events_replay_endpoint = o.kv_events_replay.c_str();
   c->kv_events_topic = o.kv_events_topic.c_str();
+  if (o.kv_events_buffer) c->kv_events_buffer = o.kv_events_buffer;
 }
 
 }  // namespace kvt::replay

@@ -9,43 +9,21 @@
 
 namespace kvt::replay {
 
-bool dump_registry(kvt_manager *m, const Options &o, const Trace &t, uint64_t salt_hash,
-                   const std::string &path, std::string *error) {
-  // Every hash the run computed: its requests' tokens hashed as the replayer hashes them.
-  std::vector<uint64_t> all;
-  std::vector<uint32_t> tokens;
-  for (const Request &r : t.requests) {
-    tokens.resize(r.n_ids * 512);
-    for (size_t k = 0; k < r.n_ids; ++k)
-      for (uint32_t j = 0; j < 512; ++j) tokens[k * 512 + j] = t.ids[r.first_id + k] * 512 + j;
-    size_t n = tokens.size() / o.page_size, at = all.size();
-    all.resize(at + n);
-    if (kvt_hash_sequence(all.data() + at, &n, n, salt_hash, tokens.data(), tokens.size(),
-                          o.page_size) != KVT_OK) {
-      *error = std::string("--dump-registry: kvt_hash_sequence: ") + kvt_last_error();
-      return false;
-    }
-  }
-  std::sort(all.begin(), all.end());
-  all.erase(std::unique(all.begin(), all.end()), all.end());
-
+bool dump_registry(kvt_manager *m, const Options &o, const std::string &path,
+                   std::string *error) {
   nlohmann::json out = nlohmann::json::object();
   const std::pair<kvt_tier, uint64_t> tiers[] = {
       {KVT_TIER_G1, o.g1_blocks}, {KVT_TIER_G2, o.g2_blocks}, {KVT_TIER_G3, o.g3_blocks}};
   for (auto [tier, blocks] : tiers) {
     if (blocks == 0) continue;
-    std::vector<uint64_t> held;
-    for (uint64_t h : all) {
-      size_t k = 0;
-      kvt_block b = 0;
-      if (kvt_status st = kvt_match_prefix(&k, &b, m, tier, &h, 1); st != KVT_OK) {
-        *error = std::string("--dump-registry: kvt_match_prefix: ") + kvt_last_error();
-        return false;
-      }
-      if (k == 0) continue;
-      held.push_back(h);
-      kvt_block_release(m, &b, 1);
+    std::vector<uint64_t> held(blocks);
+    size_t n = 0;
+    if (kvt_tier_hashes(held.data(), held.size(), &n, m, tier) != KVT_OK) {
+      *error = std::string("--dump-registry: kvt_tier_hashes: ") + kvt_last_error();
+      return false;
     }
+    held.resize(n);
+    std::sort(held.begin(), held.end());
     out["G" + std::to_string(int(tier))] = held;
   }
   const std::string aside = path + ".partial";

@@ -12,11 +12,11 @@
 
 namespace kvt::replay {
 
-// Writes {"G1": [...], "G2": [...], "G3": [...]} to path: the sequence hashes of the trace's
-// blocks that each present tier holds, sorted, found by matching each hash alone. The file
-// appears whole (written aside, then renamed). False with *error on failure.
-bool dump_registry(kvt_manager *m, const Options &o, const Trace &t, uint64_t salt_hash,
-                   const std::string &path, std::string *error);
+// Writes {"G1": [...], "G2": [...], "G3": [...]} to path: the sequence hashes each present
+// tier holds (kvt_tier_hashes), sorted: with --g3-keep, G3's include those an earlier run
+// left. The file appears whole (written aside, then renamed). False with *error on failure.
+bool dump_registry(kvt_manager *m, const Options &o, const std::string &path,
+                   std::string *error);
 
 // Keeps the requests of conversation shard `index` of `count`: a request's conversation is
 // its second block id (the first after a prompt that every request shares), or its first

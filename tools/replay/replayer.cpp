@@ -534,7 +534,7 @@ bool Replayer::run(Result *out, std::string *error) {
     return false;
   }
   if (!o_.dump_registry.empty() &&
-      !dump_registry(m_, o_, t_, salt_, o_.dump_registry, error))
+      !dump_registry(m_, o_, o_.dump_registry, error))
     return false;
   std::this_thread::sleep_for(std::chrono::duration<double>(o_.kv_events_hold_s));
   *out = std::move(r_);

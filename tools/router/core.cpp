@@ -38,7 +38,8 @@ size_t Core::add_instance(std::string name) {
   std::lock_guard lock(mu_);
   names_.push_back(std::move(name));
   stats_.emplace_back();
-  skip_gap_.push_back(false);
+  stale_.push_back(false);
+  snapshot_broken_.push_back(false);
   gap_end_.push_back(0);
   caught_up_.emplace_back();
   return index_.add_instance();
@@ -87,13 +88,9 @@ std::optional<uint64_t> Core::deliver(size_t inst, const std::vector<std::string
   }
   const uint64_t expected = s.last_seq ? *s.last_seq + 1 : 0;
   if (*seq > expected) {
-    if (!skip_gap_[inst]) {
-      gap_end_[inst] = *seq;
-      return expected;
-    }
-    s.lost += *seq - expected;
+    gap_end_[inst] = *seq;
+    return expected;
   }
-  skip_gap_[inst] = false;
   ++s.messages;
   apply(inst, *seq, frames[2]);
   return std::nullopt;
@@ -111,7 +108,10 @@ void Core::deliver_replayed(size_t inst, uint64_t seq, std::string_view payload)
   // The replay buffer runs on to the newest message, past the gap: those after it arrive
   // live too, and are applied then.
   if (seq >= gap_end_[inst]) return;
-  s.lost += seq - expected;  // the replay buffer no longer held them
+  if (seq > expected) {  // the replay buffer no longer held them
+    s.lost += seq - expected;
+    stale_[inst] = true;
+  }
   ++s.replayed;
   apply(inst, seq, payload);
 }
@@ -140,9 +140,52 @@ void Core::bad_reply(size_t inst, std::string why) {
   stats_[inst].last_error = "replay: " + std::move(why);
 }
 
-void Core::give_up_gap(size_t inst) {
+void Core::replay_missed(size_t inst) {
   std::lock_guard lock(mu_);
-  skip_gap_[inst] = true;
+  StreamStats &s = stats_[inst];
+  const uint64_t expected = s.last_seq ? *s.last_seq + 1 : 0;
+  if (gap_end_[inst] == UINT64_MAX || gap_end_[inst] <= expected) return;
+  s.lost += gap_end_[inst] - expected;
+  s.last_seq = gap_end_[inst] - 1;
+  stale_[inst] = true;
+}
+
+bool Core::stale(size_t inst) const {
+  std::lock_guard lock(mu_);
+  return stale_[inst];
+}
+
+void Core::deliver_snapshot(size_t inst, std::string_view payload) {
+  std::lock_guard lock(mu_);
+  last_arrival_ = std::chrono::steady_clock::now();
+  StreamStats &s = stats_[inst];
+  Batch b;
+  std::string error;
+  if (!decode_batch(reinterpret_cast<const uint8_t *>(payload.data()), payload.size(), &b,
+                    &error)) {
+    ++s.bad;
+    s.last_error = "snapshot: " + error;
+    snapshot_broken_[inst] = true;
+    return;
+  }
+  index_.apply(inst, b);
+  s.events += b.events.size();
+}
+
+void Core::end_snapshot(size_t inst, uint64_t next) {
+  std::lock_guard lock(mu_);
+  StreamStats &s = stats_[inst];
+  s.last_seq = next == 0 ? std::nullopt : std::optional<uint64_t>(next - 1);
+  caught_up_[inst] = s.last_seq;
+  stale_[inst] = snapshot_broken_[inst];  // a message of it was bad: still stale
+  snapshot_broken_[inst] = false;
+  ++s.snapshots;
+}
+
+void Core::snapshot_failed(size_t inst) {
+  std::lock_guard lock(mu_);
+  stale_[inst] = true;
+  snapshot_broken_[inst] = false;
 }
 
 Answer Core::route(const std::vector<uint32_t> &tokens) const {

@@ -21,8 +21,10 @@ struct StreamStats {
   uint64_t replayed = 0;    // delivered through the replay socket
   uint64_t duplicates = 0;  // replayed messages already seen
   uint64_t bad = 0;         // wrong frames or undecodable payloads, skipped
-  uint64_t lost = 0;        // sequence numbers never received, not even by replay
+  uint64_t lost = 0;        // sequence numbers never received, not even by replay (a
+                            // snapshot may stand in for them)
   uint64_t restarts = 0;    // the publisher started over (its sequence went back)
+  uint64_t snapshots = 0;   // the index rebuilt from the publisher's snapshot
   uint64_t events = 0;      // events applied
   std::optional<uint64_t> last_seq;
   std::string last_error;   // why the last bad message was refused
@@ -65,9 +67,22 @@ class Core {
   uint64_t resync(size_t inst);
   // A bad reply from the replay socket: counted, with why.
   void bad_reply(size_t inst, std::string why);
-  // Called by the caller when it gives up on a gap (no replay socket, or none answered):
-  // the next live message is applied whatever its number, and the skipped ones are lost.
-  void give_up_gap(size_t inst);
+  // After the replay of the gap the last deliver reported (or none: no replay socket, or
+  // no answer): the messages it did not bring are lost, and the live message at its end
+  // is applied next (the index is stale).
+  void replay_missed(size_t inst);
+  // Whether the instance's index may lack what lost messages said: a gap that replay did
+  // not fill, or a snapshot cut short. A snapshot makes it whole again.
+  bool stale(size_t inst) const;
+
+  // A snapshot (docs/KV_EVENTS.md, Snapshots): each message of its answer, in order (the
+  // first begins with AllBlocksCleared, so the index starts over), all numbered `next`;
+  // then end_snapshot with that number: the index holds what the instance held when the
+  // live messages from `next` on began, and earlier ones count as duplicates. A snapshot
+  // cut short leaves the index stale (snapshot_failed).
+  void deliver_snapshot(size_t inst, std::string_view payload);
+  void end_snapshot(size_t inst, uint64_t next);
+  void snapshot_failed(size_t inst);
 
   // The instance with the longest cached prefix of these tokens, and every overlap.
   Answer route(const std::vector<uint32_t> &tokens) const;
@@ -91,12 +106,16 @@ class Core {
   mutable std::mutex mu_;
   std::vector<std::string> names_;
   std::vector<StreamStats> stats_;
-  std::vector<bool> skip_gap_;      // give_up_gap was called
+  std::vector<bool> stale_;
+  std::vector<bool> snapshot_broken_;  // a message of the snapshot under way was bad
   std::vector<uint64_t> gap_end_;   // the live message after the last gap reported
   std::vector<std::optional<uint64_t>> caught_up_;  // the last seq the catch-up applied
   Index index_;
   std::chrono::steady_clock::time_point last_arrival_ = std::chrono::steady_clock::now();
 };
+
+// The request frame that asks a kvtier publisher's replay socket for a snapshot.
+inline constexpr std::string_view kSnapshotRequest = "KVTIER_SNAPSHOT";
 
 // The 8-byte big-endian sequence number frame; nothing if it is not 8 bytes.
 std::optional<uint64_t> seq_of(std::string_view frame);

@@ -46,6 +46,7 @@ json stats_json(const Core &core) {
                          {"messages", s.messages},   {"replayed", s.replayed},
                          {"duplicates", s.duplicates}, {"bad", s.bad},
                          {"lost", s.lost},           {"restarts", s.restarts},
+                         {"snapshots", s.snapshots},
                          {"events", s.events},       {"last_error", s.last_error},
                          {"blocks", core.hashes(i, std::nullopt).size()},
                          {"blocks_by_medium", blocks}};

@@ -1,6 +1,8 @@
 // The sockets of kvtier-router: a SUB per instance, and a DEALER per replay endpoint, read by
 // one thread that hands every message to the Core and recovers gaps through replay, as
-// vLLM's ZmqEventPublisher expects its subscribers to.
+// vLLM's ZmqEventPublisher expects its subscribers to, and through a kvtier publisher's
+// snapshot where replay cannot (docs/ROUTER.md): after a gap the replay buffer no longer
+// holds, and at every (re)connection of the SUB, which is how a restart shows.
 #pragma once
 
 #include <atomic>
@@ -48,6 +50,7 @@ class Subscriber {
     size_t inst;
     std::string replay_endpoint;
     zmq::socket_t sub;
+    zmq::socket_t monitor;  // the SUB's connections made (PAIR, from zmq_socket_monitor)
     std::unique_ptr<zmq::socket_t> dealer;
     std::chrono::steady_clock::time_point active;  // last message or resync
   };
@@ -56,6 +59,16 @@ class Subscriber {
   // Asks c's replay socket for every message from `from`, hands them to the Core; false if
   // it has none or it did not finish answering in time.
   bool replay(Conn &c, uint64_t from);
+  // Asks c's replay socket for a snapshot and hands it to the Core; false if it has none,
+  // the publisher answered none (vLLM's: END_SEQ alone), or it did not finish in time.
+  bool snapshot(Conn &c);
+  // The SUB connected (first, or again after its publisher went away): a snapshot, or
+  // without one, the catch-up replay of a first connection.
+  void connected(Conn &c);
+  // Sends a request's last frame to c's replay socket and hands each reply to `batch`;
+  // true at END_SEQ, false on a timeout (the DEALER is then replaced).
+  template <class Batch>
+  bool ask(Conn &c, zmq::const_buffer request, Batch &&batch);
 
   Core &core_;
   const SubscriberOptions o_;

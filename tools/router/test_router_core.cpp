@@ -318,9 +318,11 @@ TEST(RouterCore, GapsAreReportedReplayedAndRestartsClear) {
   EXPECT_EQ(st.last_seq, 2u);
   EXPECT_EQ(core.route_hashes({1, 2, 3}).overlap[0], 3u);
 
-  // A gap that replay cannot fill: given up, counted lost.
+  // A gap that replay cannot fill: counted lost, and the index is stale.
   EXPECT_EQ(deliver(msg(6, s1)), 3u);
-  core.give_up_gap(a);
+  EXPECT_FALSE(core.stale(a));
+  core.replay_missed(a);
+  EXPECT_TRUE(core.stale(a));
   EXPECT_EQ(deliver(msg(6, s1)), std::nullopt);
   EXPECT_EQ(core.stats(a).lost, 3u);
 
@@ -418,4 +420,49 @@ TEST(RouterCore, ResyncOfAQuietInstanceAppliesWhatFollows) {
   EXPECT_EQ(st.replayed, 1u);
   EXPECT_EQ(st.duplicates, 1u);
   EXPECT_EQ(core.route_hashes({1}).overlap[0], 0u) << "the removal was applied";
+}
+
+// A snapshot after a gap replay could not fill: the index becomes the snapshot's, whatever
+// it held; live messages numbered before the snapshot's are duplicates, not a restart.
+TEST(RouterCore, ASnapshotReplacesAStaleIndexAndTheStreamGoesOnFromItsNumber) {
+  Core core(0, 4);
+  size_t a = core.add_instance("a");
+  auto deliver = [&](uint64_t seq, const std::string &payload) {
+    std::vector<std::string> m{"", seq_frame(seq), payload};
+    return core.deliver(a, {m.begin(), m.end()});
+  };
+  const std::string s1 = batch(1, [](Packer &p) { stored(p, {1}, "GPU"); });
+  const std::string s9 = batch(1, [](Packer &p) { stored(p, {9}, "GPU"); });
+  EXPECT_EQ(deliver(0, s1), std::nullopt);
+  EXPECT_EQ(deliver(4, s9), 1u);  // 1..3 missed, and the replay buffer no longer has them
+  core.replay_missed(a);
+  EXPECT_TRUE(core.stale(a));
+  EXPECT_EQ(core.stats(a).lost, 3u);
+  // The snapshot, numbered 6: the instance then held 2 (GPU) and 3 (CPU), no longer 1.
+  core.deliver_snapshot(a, batch(2, [](Packer &p) {
+                          p.pack_array(1);
+                          p.pack(std::string("AllBlocksCleared"));
+                          stored(p, {2}, "GPU");
+                        }));
+  core.deliver_snapshot(a, batch(1, [](Packer &p) { stored(p, {3}, "CPU"); }));
+  core.end_snapshot(a, 6);
+  EXPECT_FALSE(core.stale(a));
+  EXPECT_EQ(core.hashes(a, std::nullopt), (std::vector<uint64_t>{2, 3}));
+  StreamStats st = core.stats(a);
+  EXPECT_EQ(st.snapshots, 1u);
+  EXPECT_EQ(st.last_seq, 5u);
+  // 4 and 5 were queued live before the snapshot: already in it.
+  EXPECT_EQ(deliver(4, s9), std::nullopt);
+  EXPECT_EQ(deliver(5, s9), std::nullopt);
+  EXPECT_EQ(deliver(6, s1), std::nullopt);
+  st = core.stats(a);
+  EXPECT_EQ(st.duplicates, 2u);
+  EXPECT_EQ(st.restarts, 0u);
+  EXPECT_EQ(st.last_seq, 6u);
+  EXPECT_EQ(core.hashes(a, std::nullopt), (std::vector<uint64_t>{1, 2, 3}));
+  // A snapshot with a bad message leaves the index stale.
+  core.deliver_snapshot(a, "\xc1");
+  core.end_snapshot(a, 7);
+  EXPECT_TRUE(core.stale(a));
+  EXPECT_EQ(core.stats(a).bad, 1u);
 }
