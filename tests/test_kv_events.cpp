@@ -648,6 +648,11 @@ TEST_F(KvEvents, HeldBlocksKeepTheirTokens) {
   EXPECT_TRUE(v[0].tokens.empty());
 }
 
+using kvt::pub::replay_stats;
+using kvt::pub::ReplayStats;
+
+const kvt::KvSink &publisher_of(kvt_manager *m) { return *m->impl->kv_sink(); }
+
 // kvtier's snapshot (docs/KV_EVENTS.md, Snapshots): every block of every tier, each chain in
 // as few BlockStored as its shape allows, all numbered with the seq the next live batch
 // has; then END_SEQ.
@@ -707,6 +712,21 @@ TEST_F(KvEvents, ASnapshotHoldsEveryBlockNumberedWithTheNextSeq) {
   std::vector<Batch> live = receive(&seq, 1);
   ASSERT_EQ(live.size(), 1u);
   EXPECT_EQ(live[0].seq, before);
+  // Asked again: within a second, while the buffer holds the batches from its number, the
+  // same snapshot (its number says to go on from there, and the batch above follows);
+  // later a new one, which holds that batch's block. Either is right.
+  const std::vector<Batch> again = ask("KVTIER_SNAPSHOT");
+  ASSERT_FALSE(again.empty());
+  if (again[0].seq == before) {
+    ASSERT_EQ(again.size(), snap.size());
+    for (size_t i = 0; i < again.size(); ++i) EXPECT_EQ(again[i].payload, snap[i].payload);
+  } else {
+    EXPECT_EQ(again[0].seq, seq);
+    const std::vector<Block> w = flat(again);
+    EXPECT_EQ(w.size(), v.size() + 1);
+    EXPECT_TRUE(std::any_of(w.begin(), w.end(), [](const Block &k) { return k.hash == 0xC1; }));
+  }
+  EXPECT_EQ(replay_stats(publisher_of(m_)).snapshots, 2u);
 }
 
 TEST_F(KvEvents, MalformedReplayRequestsLeaveItServing) {
@@ -849,11 +869,6 @@ TEST_F(KvEvents, DestroySendsWhatIsPending) {
 }
 
 // ---- Replay within its budgets (publish/replay_ledger.hpp)
-
-using kvt::pub::replay_stats;
-using kvt::pub::ReplayStats;
-
-const kvt::KvSink &publisher_of(kvt_manager *m) { return *m->impl->kv_sink(); }
 
 // This process's resident memory (VmRSS), in bytes.
 int64_t rss_bytes() {

@@ -188,7 +188,12 @@ void Publisher::run() noexcept {
     }
     if (!idle) continue;  // more may have come meanwhile
     if (stopping) return;
-    if (zmq_poll(items, router_ ? 3 : 2, -1) <= 0) continue;
+    // A kept snapshot is let go once its period is over, even with nothing else to do.
+    if (!snapshot_messages_.empty() &&
+        std::chrono::steady_clock::now() - snapshot_at_ >= kSnapshotReuse)
+      snapshot_messages_.clear();
+    const long wait_ms = snapshot_messages_.empty() ? -1 : 100;
+    if (zmq_poll(items, router_ ? 3 : 2, wait_ms) <= 0) continue;
     if (items[0].revents) {
       uint64_t v;
       [[maybe_unused]] ssize_t n = read(wake_fd_, &v, sizeof v);
@@ -430,12 +435,8 @@ void Publisher::set_snapshot_source(SnapshotSource source) {
   snapshot_ = std::move(source);
 }
 
-// Every block of the published tiers now, as messages of kSnapshotBlocksPerBatch blocks,
-// the first beginning with AllBlocksCleared (alone when the tiers hold none), each numbered
-// with the seq of the next batch to be published; then END_SEQ. The blocks are read after
-// that number is fixed, so that applying the batches from it on over the snapshot gives
-// the instance's registry, even as it changes meanwhile (docs/KV_EVENTS.md, Snapshots).
-// All or nothing: a snapshot that does not fit in its room is answered with END_SEQ alone.
+// The snapshot of the last kSnapshotReuse, or a new one, then END_SEQ. All or nothing: a
+// snapshot that does not fit in the client's room is answered with END_SEQ alone.
 void Publisher::answer_snapshot(std::string_view id) {
   ReplayLedger &l = *ledger_;
   const uint64_t client_budget = std::max(kSnapshotClientBytesMin, l.client_budget());
@@ -443,7 +444,37 @@ void Publisher::answer_snapshot(std::string_view id) {
   std::shared_ptr<ReplayClient> client = admit(id, client_budget, &room);
   if (!client) return;
   auto reply = std::make_shared<ReplayReply>(client);
-  const uint64_t next = seq_;
+  const auto now = std::chrono::steady_clock::now();
+  // Reused while a consumer can replay what followed it.
+  const bool held = seq_ == snapshot_next_ ||
+                    (!replay_.empty() && replay_.front().first <= snapshot_next_);
+  if (now - snapshot_at_ >= kSnapshotReuse || !held) {
+    snapshot_messages_.clear();  // before the next is built: one in memory at a time
+    snapshot_cost_ = take_snapshot(&snapshot_messages_, &snapshot_next_, l.total_budget());
+    snapshot_at_ = now;
+  }
+  if (snapshot_cost_ > room) {
+    if (bump_and_tell(&l.snapshots_refused))
+      log(KVT_LOG_WARN,
+          "kv events: %llu snapshot request(s) answered with END_SEQ alone so far: this "
+          "one needs more than the %llu bytes its client may have in flight",
+          (unsigned long long)l.snapshots_refused.load(std::memory_order_relaxed),
+          (unsigned long long)room);
+  } else {
+    for (const auto &[m, c] : snapshot_messages_) send_reply(id, snapshot_next_, m, reply, c);
+    l.snapshots.fetch_add(1, std::memory_order_relaxed);
+  }
+  send_reply(id, kEndSeq, nullptr, reply, kReplayMessageOverhead);
+}
+
+// Every block of the published tiers now, as messages of kSnapshotBlocksPerBatch blocks,
+// the first beginning with AllBlocksCleared (alone when the tiers hold none), to be
+// numbered with the seq of the next batch to be published (*next). The blocks are read
+// after that number is fixed, so that applying the batches from it on over the snapshot
+// gives the instance's registry, even as it changes meanwhile (docs/KV_EVENTS.md,
+// Snapshots). Returns their cost; past limit, none are kept and the cost is over it.
+uint64_t Publisher::take_snapshot(Messages *out, uint64_t *next, uint64_t limit) {
+  *next = seq_;
   std::vector<QueuedEvent> events;
   for (unsigned t = KVT_TIER_G1; t <= KVT_TIER_G3; ++t)
     if (cfg_.tiers & (1u << t))
@@ -458,34 +489,22 @@ void Publisher::answer_snapshot(std::string_view id) {
     order_chains(events.data() + i, j - i);
   }
   BatchEncoder encoder(cfg_.page_size, cfg_.dp_rank, cfg_.tiers, cfg_.format);
-  std::vector<std::pair<std::shared_ptr<const std::string>, uint64_t>> messages;  // and cost
   std::vector<QueuedEvent> part;
-  uint64_t cost = 0;
   const double ts = now_seconds();
-  for (size_t i = 0; i < events.size() && cost <= room;) {
+  uint64_t total = 0;
+  for (size_t i = 0; i < events.size() && total <= limit;) {
     const size_t end = std::min(events.size(), (i == 0 ? clears : i) + kSnapshotBlocksPerBatch);
     part.assign(events.begin() + i, events.begin() + end);
     i = end;
     std::string payload;
     if (encoder.encode(part, ts, nullptr, &payload) == 0) continue;
     auto m = std::make_shared<const std::string>(std::move(payload));
-    const uint64_t c = message_cost(*m);
-    cost += c;
-    messages.emplace_back(std::move(m), c);
+    const uint64_t cost = message_cost(*m);
+    total += cost;
+    out->emplace_back(std::move(m), cost);
   }
-  if (cost > room) {
-    messages.clear();
-    if (bump_and_tell(&l.snapshots_refused))
-      log(KVT_LOG_WARN,
-          "kv events: %llu snapshot request(s) answered with END_SEQ alone so far: this one's "
-          "%zu blocks need more than the %llu bytes its client may have in flight",
-          (unsigned long long)l.snapshots_refused.load(std::memory_order_relaxed),
-          events.size() - clears, (unsigned long long)room);
-  } else {
-    l.snapshots.fetch_add(1, std::memory_order_relaxed);
-  }
-  for (auto &[m, c] : messages) send_reply(id, next, std::move(m), reply, c);
-  send_reply(id, kEndSeq, nullptr, reply, kReplayMessageOverhead);
+  if (total > limit) out->clear();
+  return total;
 }
 
 // One message of a reply: the batch goes zero-copy, and its cost counts as in flight from

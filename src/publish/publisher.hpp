@@ -81,6 +81,12 @@ class Publisher final : public KvSink {
   static constexpr auto kGatherWindow = std::chrono::microseconds(1000);
   // Blocks per message of a snapshot's answer.
   static constexpr size_t kSnapshotBlocksPerBatch = 8192;
+  // A snapshot answers the requests of this long after it was taken, as long as the replay
+  // buffer holds the batches from its number on (an older snapshot is as right as a new
+  // one: its number says where to go on from). So however many clients ask, the tiers are
+  // read (each under its lock, one pass over its slots) at most once a period, or once per
+  // buffer of batches the engine publishes.
+  static constexpr auto kSnapshotReuse = std::chrono::seconds(1);
 
  private:
   explicit Publisher(const PublisherConfig &c);
@@ -97,6 +103,8 @@ class Publisher final : public KvSink {
                                       uint64_t *room);
   void answer(std::string_view id, uint64_t start);
   void answer_snapshot(std::string_view id);
+  using Messages = std::vector<std::pair<std::shared_ptr<const std::string>, uint64_t>>;
+  uint64_t take_snapshot(Messages *out, uint64_t *next, uint64_t limit);  // (and their cost)
   void send_reply(std::string_view id, uint64_t seq, std::shared_ptr<const std::string> batch,
                   const std::shared_ptr<ReplayReply> &reply, uint64_t cost);
   uint64_t message_cost(const std::string &payload) const noexcept;
@@ -123,6 +131,11 @@ class Publisher final : public KvSink {
 
   // The thread's own.
   uint64_t seq_ = 0;
+  // The last snapshot, while kSnapshotReuse lasts: its messages (none when too big), its
+  // number and its cost.
+  Messages snapshot_messages_;
+  uint64_t snapshot_next_ = 0, snapshot_cost_ = 0;
+  std::chrono::steady_clock::time_point snapshot_at_{};
   uint64_t unknown_tokens_ = 0;  // stored blocks published with token_ids []
   std::string payload_;
   // The last cfg_.buffer batches: immutable, shared with the replies ZMQ still holds.

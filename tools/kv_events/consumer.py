@@ -8,7 +8,7 @@ It keeps, per instance (one publisher), the index of stored blocks per medium th
 KV-aware router keeps: BlockStored adds, BlockRemoved removes, AllBlocksCleared clears. It
 checks that sequence numbers have no gaps and recovers a gap (or the messages before it
 joined, and at start whatever the publisher still buffers) through the publisher's replay
-socket. Bad messages are counted, never fatal. With --salt it recomputes every stored
+socket, and what replay no longer holds through a kvtier publisher's snapshot. Bad messages are counted, never fatal. With --salt it recomputes every stored
 block's hash from its token_ids (kvtier's hashing) and counts mismatches and blocks without
 tokens.
 
@@ -30,6 +30,9 @@ The wire format (docs/KV_EVENTS.md, docs/ROUTER.md):
   replay   to the ROUTER socket: the first wanted seq (8 bytes big-endian); answers
            [topic, seq, payload] per buffered batch from there, then [b"", -1 as 8 signed
            bytes, b""] (vLLM 0.10/0.11: [seq, payload], then [-1, b""]).
+  snapshot kvtier's: b"KVTIER_SNAPSHOT" instead of the seq; answers batches of every block
+           held (AllBlocksCleared first), all numbered with the seq of the next live batch,
+           then END_SEQ.
 """
 import argparse
 import array
@@ -44,6 +47,7 @@ import zmq
 from vllm_schema import Schema, SchemaError
 
 END_SEQ = (-1).to_bytes(8, "big", signed=True)
+SNAPSHOT_REQUEST = b"KVTIER_SNAPSHOT"  # kvtier's addition (docs/KV_EVENTS.md, Snapshots)
 SCHEMA = Schema.load()
 
 
@@ -113,7 +117,8 @@ class Instance:
         self.caught_up = None  # the last seq the catch-up at start applied
         self.active = time.monotonic()  # its last message or resync
         self.stats = dict(messages=0, replayed=0, duplicates=0, bad=0, lost=0, restarts=0,
-                          gaps=0, events=0)
+                          gaps=0, events=0, snapshots=0)
+        self.stale = False  # the index may lack what lost messages said
         if hasher:  # stored blocks whose hash matched their tokens, did not, had no tokens
             self.stats.update(hashes_checked=0, hash_mismatches=0, no_tokens=0)
         self.errors = []  # the first few reasons for bad messages and mismatches
@@ -124,15 +129,18 @@ class Instance:
         if len(self.errors) < 10:
             self.errors.append(why)
 
-    def apply(self, seq, payload):
-        self.last_seq = seq
+    def apply(self, seq, payload, snapshot=False):
+        """Applies one batch; False when it does not decode. A snapshot's batch leaves the
+        sequence alone, and its blocks carry no tokens to check."""
+        if not snapshot:
+            self.last_seq = seq
         try:
             _, events, _ = decode_batch(payload)
         except DecodeError as e:
             self.bad(f"seq {seq}: {e}")
-            return
+            return False
         for e in events:
-            if self.hasher and e["type"] == "BlockStored":
+            if self.hasher and e["type"] == "BlockStored" and not snapshot:
                 self.check_hashes(seq, e)
             if e["type"] == "AllBlocksCleared":
                 self.index.clear()
@@ -143,6 +151,7 @@ class Instance:
             else:
                 blocks.difference_update(e["block_hashes"])
         self.stats["events"] += len(events)
+        return True
 
     def check_hashes(self, seq, e):
         hashes, tokens, size = e["block_hashes"], e["token_ids"], e["block_size"]
@@ -226,6 +235,8 @@ class Consumer:
             if inst.last_seq is None:
                 self._replay(inst, 0, float("inf"))
                 inst.caught_up = inst.last_seq
+                if inst.stale:  # the buffer no longer began at 0
+                    self._snapshot(inst)
 
     def poll(self, timeout_ms=100):
         """Handles the messages that arrive within timeout_ms; returns how many."""
@@ -240,8 +251,9 @@ class Consumer:
                 # end of a burst are otherwise never noticed, as no later one shows them
                 # missing (a SUB that connected after the burst, say).
                 inst.active = now
-                self._replay(inst, 0 if inst.last_seq is None else inst.last_seq + 1,
-                             float("inf"))
+                if not (inst.stale and self._snapshot(inst)):
+                    self._replay(inst, 0 if inst.last_seq is None else inst.last_seq + 1,
+                                 float("inf"))
         for sock in ready:
             inst = next(i for i in self.instances if i.sub is sock)
             inst.active = now
@@ -289,7 +301,12 @@ class Consumer:
             inst.stats["gaps"] += 1
             self._replay(inst, expected, seq)
             expected = 0 if inst.last_seq is None else inst.last_seq + 1
-            inst.stats["lost"] += seq - expected  # what replay could not bring back
+            if seq > expected:  # what replay could not bring back
+                inst.stats["lost"] += seq - expected
+                inst.stale = True
+            # A snapshot also covers this message, published before it was asked for.
+            if inst.stale and self._snapshot(inst):
+                return
         inst.stats["messages"] += 1
         inst.apply(seq, payload)
 
@@ -314,11 +331,49 @@ class Consumer:
                 inst.stats["duplicates"] += 1
             elif seq < end:  # later ones come live too
                 self.last_arrival = time.monotonic()
-                inst.stats["lost"] += seq - expected  # the buffer no longer held those
+                if seq > expected:  # the buffer no longer held those
+                    inst.stats["lost"] += seq - expected
+                    inst.stale = True
                 inst.stats["replayed"] += 1
                 inst.apply(seq, payload)
         # No end marker in time: late replies would answer the next request, so start over.
         self._open_dealer(inst)
+
+    def _snapshot(self, inst):
+        """Asks a kvtier publisher for every block it holds, numbered with the seq of its
+        next live batch, and replaces the instance's index with it; live messages before
+        that number are then duplicates. False when none came: a vLLM publisher answers
+        END_SEQ alone; an older kvtier one, nothing."""
+        if inst.dealer is None:
+            return False
+        inst.dealer.send_multipart([b"", SNAPSHOT_REQUEST])
+        nxt, whole = None, True
+        while inst.dealer.poll(int(self.replay_timeout * 1000)):
+            frames = inst.dealer.recv_multipart()
+            if len(frames) not in (3, 4) or frames[0] != b"" or len(frames[-2]) != 8:
+                inst.bad(f"snapshot: a bad reply of {len(frames)} frames")
+                whole = False
+                continue
+            seq_bytes, payload = frames[-2:]
+            if seq_bytes == END_SEQ and payload == b"":
+                if nxt is None:
+                    return False
+                inst.last_seq = inst.caught_up = nxt - 1 if nxt else None
+                inst.stale = not whole
+                inst.stats["snapshots"] += whole
+                return whole
+            seq = int.from_bytes(seq_bytes, "big")
+            if nxt is not None and seq != nxt:
+                inst.bad("snapshot: messages with two sequence numbers")
+                whole = False
+                continue
+            nxt = seq
+            self.last_arrival = time.monotonic()
+            whole = inst.apply(seq, payload, snapshot=True) and whole
+        self._open_dealer(inst)
+        if nxt is not None:
+            inst.stale = True  # cut short: the index holds part of one
+        return False
 
     def as_json(self):
         return {"instances": {i.name: i.as_json() for i in self.instances}}

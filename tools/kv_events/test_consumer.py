@@ -421,3 +421,32 @@ def test_the_library_in_the_old_format(tmp_path):
         c.close()
     finally:
         m.close()
+
+
+@needs_replay
+def test_a_consumer_the_replay_buffer_cannot_cover_takes_a_snapshot(tmp_path):
+    """kvtier-replay keeps 2 batches for replay; a consumer joins once the run is over (its
+    catch-up replay no longer begins at 0) and another follows from the start with a
+    receive queue of one message, so that gaps appear that replay cannot fill. Both ask for
+    a snapshot, and end with the index equal to the manager's registry."""
+    run = ReplayRun(tmp_path)
+    follower = consumer.Consumer([("kvtier", run.sub, run.replay)], rcvhwm=1, resync=0.3,
+                                 salt=SALT)
+    run.start(*TIERS, "--kv-events-buffer", 2, hold=5)
+    deadline = time.monotonic() + 120
+    while not run.dump.exists() and time.monotonic() < deadline:
+        follower.poll(0)
+        time.sleep(0.02)  # a slow reader: its one-message queue overflows
+    late = consumer.Consumer([("kvtier", run.sub, run.replay)], resync=0.3, salt=SALT)
+    follow(run, follower, late)
+    run.finish()
+    want = run.registry()
+    for inst in (follower.instances[0], late.instances[0]):
+        s = inst.stats
+        assert s["snapshots"] >= 1 and s["bad"] == 0, (s, inst.errors)
+        assert not inst.stale
+        assert s["hash_mismatches"] == 0, inst.errors  # the blocks that came with tokens
+        assert index_by_tier(inst) == want, s
+    assert follower.instances[0].stats["lost"] > 0
+    follower.close()
+    late.close()
