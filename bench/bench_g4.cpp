@@ -20,6 +20,7 @@
 
 #include "../tests/redis_server.hpp"
 #include "remote/store.hpp"
+#include "remote/value_codec.hpp"
 
 namespace {
 
@@ -137,6 +138,25 @@ void BM_RedisBenchmark(benchmark::State &st) {
 void args(benchmark::internal::Benchmark *b) {
   b->Args({32 << 10, 64})->Args({2 << 20, 4});
 }
+
+// What a value's check costs, without the network: the header written and the value
+// checked, with the XXH3 checksums (KEYED 0) and with a namespace's keyed BLAKE2b MAC
+// (KEYED 1, g4_key_env), in the same run.
+void BM_ValueCodec(benchmark::State &st) {
+  const size_t size = size_t(st.range(0));
+  const uint8_t key[kvt::remote::kValueKeyBytes] = {7};
+  const uint8_t *k = st.range(1) ? key : nullptr;
+  std::vector<uint8_t> payload(size, 0x5a);
+  uint8_t header[kvt::remote::kHeaderBytes];
+  const kvt::remote::ValueId id{1, 2, 3, 4};
+  for (auto _ : st) {
+    kvt::remote::encode_header(header, id, payload.data(), size, k);
+    if (kvt::remote::check_value(header, payload.data(), size, id, k) != KVT_OK)
+      die("a value just written fails its check");
+  }
+  st.SetBytesProcessed(int64_t(st.iterations()) * int64_t(size) * 2);  // written and read
+}
+BENCHMARK(BM_ValueCodec)->ArgsProduct({{32 << 10, 2 << 20}, {0, 1}});
 
 // Wall-clock rates: the client mostly waits on the socket.
 BENCHMARK(BM_G4Put)->Apply(args)->UseRealTime()->Unit(benchmark::kMicrosecond);

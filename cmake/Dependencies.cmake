@@ -3,6 +3,8 @@ find_package(PkgConfig REQUIRED)
 pkg_check_modules(XXHASH REQUIRED IMPORTED_TARGET libxxhash)
 pkg_check_modules(URING REQUIRED IMPORTED_TARGET liburing)
 pkg_check_modules(ZMQ REQUIRED IMPORTED_TARGET libzmq)
+# libsodium (libsodium-dev): G4's keyed values (src/remote/value_codec).
+pkg_check_modules(SODIUM REQUIRED IMPORTED_TARGET libsodium)
 # hiredis (libhiredis-dev): only the tests' and benchmarks' Redis fixture (tests/redis_server.hpp);
 # the library speaks RESP itself (src/remote/reply_reader).
 if(KVT_BUILD_TESTS OR KVT_BUILD_BENCH)

@@ -286,6 +286,15 @@ typedef struct kvt_manager_config {
   /* 0.5.0: which vLLM's wire format the KV events follow (see KV events). */
   uint32_t    kv_events_format; /* kvt_kv_events_format (default CURRENT) */
   uint32_t    reserved;         /* must be 0 */
+
+  /* 0.5.0: G4 values no other tenant can forge (see G4). */
+  const char *g4_key_env;       /* NULL (default): G4's values carry checksums, which catch
+                                   corruption but not a writer. Else the name of an
+                                   environment variable holding this namespace's key, 64 hex
+                                   digits (32 bytes), read at create: every value is then
+                                   authenticated with a keyed BLAKE2b MAC over its block,
+                                   chain, namespace, layout and bytes, and a value without a
+                                   valid one is a miss (corrupt_blocks), never served */
 } kvt_manager_config;
 
 /* The wire format of the KV events (docs/KV_EVENTS.md). */

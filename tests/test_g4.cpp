@@ -435,6 +435,53 @@ TEST(G4, GarbageValueIsCorruptDeletedAndThePrefixBeforeItRegistered) {
   EXPECT_KVT(kvt_manager_check(b.get()), KVT_OK);
 }
 
+// g4_key_env through the C ABI: managers with the namespace's key share G4 byte for byte;
+// one with another key finds nothing it can take: its onboard is refused (counted, the
+// values deleted), never served.
+TEST(G4, OnlyManagersWithTheNamespacesKeyShareItsValues) {
+  RedisServer redis;
+  ASSERT_TRUE(redis.start());
+  const std::string url = redis.url();
+  setenv("KVT_TEST_G4_KEY_A",
+         "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff", 1);
+  setenv("KVT_TEST_G4_KEY_B",
+         "ffeeddccbbaa99887766554433221100ffeeddccbbaa99887766554433221100", 1);
+  TempDir dir_w, dir_r, dir_x;
+  auto keyed = [&](const TempDir &dir, const char *env) {
+    kvt_manager_config c = g4_config(url, dir, 16, 16);
+    c.g4_key_env = env;
+    return make(c);
+  };
+  ManagerPtr writer = keyed(dir_w, "KVT_TEST_G4_KEY_A");
+  ManagerPtr reader = keyed(dir_r, "KVT_TEST_G4_KEY_A");
+  ManagerPtr stranger = keyed(dir_x, "KVT_TEST_G4_KEY_B");
+  unsetenv("KVT_TEST_G4_KEY_A");
+  unsetenv("KVT_TEST_G4_KEY_B");  // read at create only
+  ASSERT_TRUE(writer && reader && stranger);
+  const auto h = chain(31, 6);
+  std::vector<kvt_block> g1 = filled_in(writer.get(), h);
+  ASSERT_EQ(offload(writer.get(), g1, KVT_TIER_G4).count, 6u) << kvt_last_error();
+  release(writer.get(), g1);
+
+  std::vector<kvt_block> dst;
+  Ended e = g4_onboard(reader.get(), h, KVT_TIER_G2, &dst);
+  ASSERT_EQ(e.status, KVT_OK) << kvt_last_error();
+  EXPECT_EQ(mismatches(reader.get(), dst, h), 0u);
+  release(reader.get(), dst);
+
+  e = g4_onboard(stranger.get(), h, KVT_TIER_G2, &dst);
+  EXPECT_EQ(e.status, KVT_ERR_CORRUPT) << kvt_last_error();
+  EXPECT_EQ(e.count, 0u);
+  EXPECT_EQ(matched(stranger.get(), KVT_TIER_G2, h), 0u);
+  release(stranger.get(), dst);
+  EXPECT_EQ(g4_stats(stranger.get()).corrupt_blocks, 6u);
+  EXPECT_EQ(g4_stats(reader.get()).corrupt_blocks, 0u);
+  EXPECT_KVT(kvt_manager_check(stranger.get()), KVT_OK);
+  // What fails its check is deleted, as any corrupt value (a forgery must not keep the
+  // block from being stored again): a namespace's managers share its key.
+  EXPECT_EQ(g4_matched(reader.get(), h), 0u);
+}
+
 TEST(G4, CancelBeforeCommitWritesAndRegistersNothing) {
   RedisServer redis;
   ASSERT_TRUE(redis.start());

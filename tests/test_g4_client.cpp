@@ -120,6 +120,22 @@ std::string key_of(uint64_t hash, uint64_t ns = 7, uint64_t layout = kLayout) {
   return kvt::remote::KeySpace{"kvtier", ns, layout}.key(hash);
 }
 
+// A keyed config (g4_key_env) of namespace ns, its key's 64 hex digits set in the
+// variable env.
+kvt::remote::Config keyed(const std::string &url, const char *env, const char *hex,
+                          uint64_t ns = 7) {
+  setenv(env, hex, 1);
+  kvt_manager_config c;
+  kvt_manager_config_init(&c);
+  c.g4_url = url.c_str();
+  c.g4_namespace = ns;
+  c.g4_key_env = env;
+  kvt::remote::Config rc;
+  EXPECT_EQ(kvt::remote::parse_config(&rc, c, kLayout), KVT_OK) << err();
+  unsetenv(env);
+  return rc;
+}
+
 kvt_g4_stats stats_of(const Store &s) {
   kvt_g4_stats st{};
   s.stats(&st);
@@ -217,7 +233,9 @@ TEST(G4Client, GarbageIsCorruptAndDeleted) {
     EXPECT_EQ(st[i], KVT_ERR_CORRUPT) << i;
     // A value of the block's size is read in place and then refused (its bytes are not the
     // block's: the status says so); one of another size is never read into the block.
-    if (i < 2) EXPECT_EQ(got[i], std::vector<uint8_t>(b.len, 0xee)) << i;
+    if (i < 2) {
+      EXPECT_EQ(got[i], std::vector<uint8_t>(b.len, 0xee)) << i;
+    }
     EXPECT_EQ(redis.integer({"EXISTS", key_of(b.hashes[i])}), 0) << i;
   }
   EXPECT_EQ(st[3], KVT_OK);
@@ -542,14 +560,15 @@ TEST(G4Client, ValueCodecCatchesEveryHeaderByte) {
   std::vector<uint8_t> v(kvt::remote::kHeaderBytes + 100);
   for (size_t i = 0; i < 100; ++i) v[kvt::remote::kHeaderBytes + i] = uint8_t(i * 7);
   kvt::remote::ValueId id{1, 2, 3, 4};
-  kvt::remote::encode_header(v.data(), id, v.data() + kvt::remote::kHeaderBytes, 100);
+  kvt::remote::encode_header(v.data(), id, v.data() + kvt::remote::kHeaderBytes, 100, nullptr);
   const uint8_t *p = nullptr;
-  ASSERT_EQ(kvt::remote::decode_value(v.data(), v.size(), id, 100, &p), KVT_OK);
+  ASSERT_EQ(kvt::remote::decode_value(v.data(), v.size(), id, 100, &p, nullptr), KVT_OK);
   EXPECT_EQ(p, v.data() + kvt::remote::kHeaderBytes);
   for (size_t i = 0; i < kvt::remote::kHeaderBytes; ++i) {
     auto w = v;
     w[i] ^= 0x10;
-    EXPECT_EQ(kvt::remote::decode_value(w.data(), w.size(), id, 100, &p), KVT_ERR_CORRUPT) << i;
+    EXPECT_EQ(kvt::remote::decode_value(w.data(), w.size(), id, 100, &p, nullptr), KVT_ERR_CORRUPT)
+        << i;
   }
 }
 
@@ -586,3 +605,93 @@ TEST(Threads, G4ClientConcurrentPutGet) {
 }
 
 }  // namespace
+
+// Issue 27, values no other tenant can forge: with g4_key_env, a value is served only with
+// the MAC of this namespace's key. Refused (a miss, counted, the key deleted): a value from
+// a client without the key, from a tenant with another key, one copied from another
+// block's key, and one replayed from a write under the key before a rotation.
+TEST(G4Client, KeyedValuesNoOtherTenantCanForge) {
+  RedisServer redis;
+  ASSERT_TRUE(redis.start());
+  const char *kA = "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff";
+  const char *kB = "ffeeddccbbaa99887766554433221100ffeeddccbbaa99887766554433221100";
+  const char *kOld = "0f0e0d0c0b0a09080706050403020100f0e0d0c0b0a090807060504030201000";
+  auto a = make_store(keyed(redis.url(), "KVT_TEST_G4_KEY", kA));
+  auto a2 = make_store(keyed(redis.url(), "KVT_TEST_G4_KEY", kA));
+  // The same key: byte for byte, in both directions.
+  Blocks own(4, 4096, 21);
+  own.put(*a);
+  std::vector<std::vector<uint8_t>> got;
+  EXPECT_EQ(own.get(*a2, &got), std::vector<kvt_status>(4, KVT_OK));
+  for (size_t i = 0; i < 4; ++i) EXPECT_EQ(got[i], own.data[i]) << i;
+  auto v = redis.command({"GET", key_of(own.hashes[0])});
+  ASSERT_TRUE(v && v->type == REDIS_REPLY_STRING);
+  EXPECT_EQ(v->str[4], 2) << "keyed values are version 2";
+
+  // A client without the key, writing values with correct checksums.
+  Blocks plain(3, 4096, 22);
+  auto unkeyed = make_store(config(redis.url()));
+  plain.put(*unkeyed);
+  EXPECT_EQ(plain.get(*a), std::vector<kvt_status>(3, KVT_ERR_CORRUPT));
+  EXPECT_NE(err().find("written without a key"), std::string::npos) << err();
+  // A tenant of the same namespace with another key.
+  Blocks other(3, 4096, 23);
+  auto b = make_store(keyed(redis.url(), "KVT_TEST_G4_KEY", kB));
+  other.put(*b);
+  EXPECT_EQ(other.get(*a), std::vector<kvt_status>(3, KVT_ERR_CORRUPT));
+  EXPECT_NE(err().find("MAC"), std::string::npos) << err();
+  // A valid value of this key under another block's key, and one with a byte flipped.
+  Blocks moved(3, 4096, 24);
+  moved.put(*a);
+  auto m0 = redis.command({"GET", key_of(moved.hashes[0])});
+  ASSERT_TRUE(redis.command({"SET", key_of(moved.hashes[1]), std::string(m0->str, m0->len)}));
+  std::string flipped(m0->str, m0->len);
+  flipped[200] ^= 1;
+  ASSERT_TRUE(redis.command({"SET", key_of(moved.hashes[2]), flipped}));
+  EXPECT_EQ(moved.get(*a),
+            (std::vector<kvt_status>{KVT_OK, KVT_ERR_CORRUPT, KVT_ERR_CORRUPT}));
+  // A value written under the key before a rotation, put back after it.
+  Blocks rotated(2, 4096, 25);
+  auto old_key = make_store(keyed(redis.url(), "KVT_TEST_G4_KEY", kOld));
+  rotated.put(*old_key);
+  std::vector<std::string> before;
+  for (uint64_t h : rotated.hashes) {
+    auto r = redis.command({"GET", key_of(h)});
+    before.emplace_back(r->str, r->len);
+  }
+  rotated.put(*a);
+  EXPECT_EQ(rotated.get(*a), std::vector<kvt_status>(2, KVT_OK));
+  for (size_t i = 0; i < 2; ++i)
+    ASSERT_TRUE(redis.command({"SET", key_of(rotated.hashes[i]), before[i]}));
+  EXPECT_EQ(rotated.get(*a), std::vector<kvt_status>(2, KVT_ERR_CORRUPT));
+  // Every refusal counted, its key deleted; what this key wrote still served.
+  for (uint64_t h : rotated.hashes) EXPECT_EQ(redis.integer({"EXISTS", key_of(h)}), 0);
+  EXPECT_EQ(stats_of(*a).corrupt_blocks, 3u + 3u + 2u + 2u);
+  EXPECT_EQ(own.get(*a), std::vector<kvt_status>(4, KVT_OK));
+  // An unkeyed reader refuses keyed values too: it cannot check them.
+  EXPECT_EQ(own.get(*unkeyed), std::vector<kvt_status>(4, KVT_ERR_CORRUPT));
+  EXPECT_NE(err().find("written with a key"), std::string::npos) << err();
+}
+
+TEST(G4Client, AKeyVariableThatIsUnsetOrNotAKeyIsRefusedWithoutShowingIt) {
+  kvt_manager_config c;
+  kvt_manager_config_init(&c);
+  c.g4_url = "redis://127.0.0.1:1";
+  c.g4_key_env = "KVT_TEST_G4_KEY";
+  kvt::remote::Config rc;
+  unsetenv("KVT_TEST_G4_KEY");
+  EXPECT_EQ(kvt::remote::parse_config(&rc, c, kLayout), KVT_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(err().find("KVT_TEST_G4_KEY"), std::string::npos) << err();
+  const std::string hex = "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff";
+  for (const std::string &bad : {std::string(), hex.substr(0, 8), "zz" + hex.substr(2),
+                                 hex + "00"}) {
+    setenv("KVT_TEST_G4_KEY", bad.c_str(), 1);
+    EXPECT_EQ(kvt::remote::parse_config(&rc, c, kLayout), KVT_ERR_INVALID_ARGUMENT) << bad;
+    EXPECT_NE(err().find("64 hex digits"), std::string::npos) << err();
+    if (!bad.empty()) {
+      EXPECT_EQ(err().find(bad), std::string::npos) << "the key is never shown";
+    }
+  }
+  unsetenv("KVT_TEST_G4_KEY");
+  EXPECT_FALSE(rc.value_key.has_value());
+}

@@ -6,7 +6,7 @@ pkgs=(build-essential cmake pkg-config
       libxxhash-dev libabsl-dev liburing-dev
       libgtest-dev libbenchmark-dev
       libcli11-dev nlohmann-json3-dev libmsgpack-cxx-dev
-      libzmq3-dev cppzmq-dev libhiredis-dev redis-server redis-tools
+      libzmq3-dev cppzmq-dev libsodium-dev libhiredis-dev redis-server redis-tools
       python3-cffi python3-pytest python3-zmq python3-msgpack python3-prometheus-client
       python3-xxhash
       clang libclang-rt-14-dev valgrind libncurses-dev tmux

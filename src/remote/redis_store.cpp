@@ -85,7 +85,7 @@ class RedisStore final : public Store {
     for (size_t i = 0; i < n; ++i) {
       const Put &p = items[i];
       uint8_t *h = headers.data() + i * kHeaderBytes;
-      encode_header(h, {p.hash, p.parent, config_.ns, config_.layout}, p.data, p.len);
+      encode_header(h, {p.hash, p.parent, config_.ns, config_.layout}, p.data, p.len, key());
       std::string k = keys_.key(p.hash);
       Group &g = groups[ring_->shard_of(k)];
       g.items.push_back(i);
@@ -220,15 +220,19 @@ class RedisStore final : public Store {
     const ValueId want{it.hash, it.parent, config_.ns, config_.layout};
     const uint8_t *payload = nullptr;
     kvt_status s =
-        r.placed ? check_value(header, it.data, it.len, want)
+        r.placed ? check_value(header, it.data, it.len, want, key())
         : r.text.size() == r.length
-            ? decode_value(r.text.data(), r.text.size(), want, it.len, &payload)
+            ? decode_value(r.text.data(), r.text.size(), want, it.len, &payload, key())
             : fail(KVT_ERR_CORRUPT, "G4 value: %llu bytes, where a block's value has %zu",
                    static_cast<unsigned long long>(r.length), kHeaderBytes + it.len);
     if (s != KVT_OK)
       log(KVT_LOG_WARN, "G4: hash 0x%llx: %s; deleting it",
           static_cast<unsigned long long>(it.hash), last_error());
     return s;
+  }
+
+  const uint8_t *key() const noexcept {
+    return config_.value_key ? config_.value_key->data() : nullptr;
   }
 
   const Config config_;

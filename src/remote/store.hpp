@@ -6,9 +6,11 @@
 // reply (OOM under noeviction, NOAUTH, MOVED...) counts as KVT_ERR_IO with Redis's words.
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -23,12 +25,14 @@ struct Config {
   uint64_t ns = 0;                // kvt_manager_config.g4_namespace
   uint64_t layout = 0;            // the block geometry's id: other layouts never match
   uint64_t timeout_us = 1000000;
+  // g4_key_env's key: every value is written and checked with its MAC (remote/value_codec).
+  std::optional<std::array<uint8_t, 32>> value_key;
 };
 
 // Reads the g4_* fields of c (g4_url set) into *out; layout is the caller's. A bad URL or
-// a shard listed twice, an unset or empty password variable, a key prefix that is empty,
-// longer than 128 bytes or not printable ASCII without spaces, a timeout of 0 or over an
-// hour: KVT_ERR_INVALID_ARGUMENT naming the field.
+// a shard listed twice, an unset or empty password variable, a key variable unset or not
+// 64 hex digits, a key prefix that is empty, longer than 128 bytes or not printable ASCII
+// without spaces, a timeout of 0 or over an hour: KVT_ERR_INVALID_ARGUMENT naming the field.
 kvt_status parse_config(Config *out, const kvt_manager_config &c, uint64_t layout);
 
 // One block to write: its bytes (block_bytes of them, contiguous) and its chain.
