@@ -40,7 +40,8 @@ kvt_status Manager::create(std::unique_ptr<Manager> *out, const kvt_manager_conf
   m->cfg_.g1_layout = nullptr;
   m->cfg_.kv_events_endpoint = m->cfg_.kv_events_replay_endpoint = nullptr;
   m->cfg_.kv_events_topic = nullptr;
-  m->cfg_.g4_url = m->cfg_.g4_password_env = m->cfg_.g4_key_prefix = m->cfg_.g4_key_env = nullptr;
+  m->cfg_.g4_url = m->cfg_.g4_password_env = m->cfg_.g4_key_prefix = nullptr;
+  m->cfg_.g4_key_env = nullptr;
   if (kvt_status s = m->tag_.acquire(); s != KVT_OK) return s;
   m->events_ = std::make_unique<EventQueue>(c.event_capacity);
   const uint64_t caps[4] = {0, c.g1_blocks, c.g2_blocks, c.g3_blocks};

@@ -37,9 +37,7 @@ kvt_status read_key(Config *r, const char *env) {
       n != key.size())
     return fail(KVT_ERR_INVALID_ARGUMENT,
                 "g4_key_env: the environment variable \"%s\" must hold 64 hex digits (a "
-                "32-byte key), and holds %zu characters that are not", env, std::strlen(hex));
-  if (sodium_init() < 0)
-    return fail(KVT_ERR_IO, "g4_key_env: libsodium failed to initialise");
+                "32-byte key); its %zu characters are not that", env, std::strlen(hex));
   r->value_key = key;
   sodium_memzero(key.data(), key.size());
   return KVT_OK;
