@@ -101,6 +101,8 @@ int main(int argc, char **argv) {
   app.add_option("--g4", o.g4_url, "G4 on Redis (redis://host:port[/db] or unix:///path): "
                                    "blocks offloaded to G2/G3 also go there, and misses in "
                                    "G1-G3 are looked up there (blocks mode)");
+  app.add_option("--g4-key-env", o.g4_key_env, "the environment variable holding G4's key, 64 "
+                 "hex digits: values are authenticated with it (docs/G4.md, Keyed values)");
   app.add_flag("--json", o.json, "print one JSON object on stdout instead of the summary");
   std::string shard;
   app.add_option("--shard", shard, "I/N: replay only conversation shard I of N (a request's "
@@ -171,6 +173,8 @@ int main(int argc, char **argv) {
   else if (mode != "blocks") return usage_error("--mode must be blocks or engine, not \"" + mode + "\"");
   if (o.g3_keep && (o.g3_path.empty() || g3 == 0 || o.mode == Mode::Engine))
     return usage_error("--g3-keep needs --g3-path, G3 (--g3-blocks > 0) and --mode blocks");
+  if (!o.g4_key_env.empty() && o.g4_url.empty())
+    return usage_error("--g4-key-env needs --g4");
   o.token_budget = uint32_t(budget);
   o.max_running = uint32_t(running);
   o.layer_forward_us = uint32_t(layer_us);

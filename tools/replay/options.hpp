@@ -27,6 +27,7 @@ struct Options {
   std::string g3_path;         // empty: a temporary directory
   bool g3_keep = false;        // G3's file persists in g3_path and is reused (g3_persist)
   std::string g4_url;          // --g4: G4 on Redis (blocks mode); empty: no G4
+  std::string g4_key_env;      // --g4-key-env: the variable holding G4's key; empty: none
   bool json = false;
   std::string record;          // --record: the run's event log (docs/EVENTS.md)
   bool verify_record = false;  // --verify-record: replay it into a fresh manager and compare

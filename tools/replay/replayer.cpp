@@ -128,6 +128,7 @@ bool Replayer::create(std::string *error) {
   c.g3_persist = o_.g3_keep;
   set_kv_events(&c, o_);
   c.g4_url = o_.g4_url.empty() ? nullptr : o_.g4_url.c_str();
+  c.g4_key_env = o_.g4_key_env.empty() ? nullptr : o_.g4_key_env.c_str();
   // Host memory is the embedded stand-in for GPU memory.
   c.g1_memory = o_.g1_cuda ? KVT_MEMORY_CUDA : KVT_MEMORY_HOST;
   if (o_.cuda_copy >= 0) c.cuda_copy = uint32_t(o_.cuda_copy);
