@@ -109,12 +109,14 @@ for name, msg in kv_seeds.items():
 
 # g4_value: G4 values (docs/G4.md) behind fuzz_g4_value's prefix (mode, expected ids,
 # expected payload length). Their checksums are left 0: mode 2 has the fuzzer write both,
-# mode 1 the header's; mode 0 sees them wrong.
+# mode 1 the header's; mode 0 sees them wrong. Bit 2 of the mode reads with a key (and in
+# mode 3 writes with it): version 2 values, whose MAC the fuzzer cannot forge.
 
 
-def g4_value(ids, payload, length=None):
+def g4_value(ids, payload, length=None, version=1):
     length = len(payload) if length is None else length
-    return b"KVG4" + struct.pack("<HH", 1, 64) + struct.pack("<7Q", *ids, length, 0, 0) + payload
+    return (b"KVG4" + struct.pack("<HH", version, 64) + struct.pack("<7Q", *ids, length, 0, 0)
+            + payload)
 
 
 def g4_input(mode, ids, length, value):
@@ -133,6 +135,9 @@ g4_seeds = {
     "unchecked": g4_input(0, ids, 300, g4_value(ids, payload)),
     "garbage": g4_input(0, ids, 7, b"garbage"),
     "round-trip": g4_input(3, ids, 1000, payload),
+    "keyed-round-trip": g4_input(4 | 3, ids, 1000, payload),
+    "keyed-reader-unkeyed-value": g4_input(4 | 2, ids, 300, g4_value(ids, payload)),
+    "keyed-made-up-mac": g4_input(4, ids, 300, g4_value(ids, payload, version=2)),
 }
 d = os.path.join(HERE, "corpus", "g4_value")
 os.makedirs(d, exist_ok=True)
