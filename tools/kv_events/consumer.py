@@ -8,9 +8,9 @@ It keeps, per instance (one publisher), the index of stored blocks per medium th
 KV-aware router keeps: BlockStored adds, BlockRemoved removes, AllBlocksCleared clears. It
 checks that sequence numbers have no gaps and recovers a gap (or the messages before it
 joined, and at start whatever the publisher still buffers) through the publisher's replay
-socket, and what replay no longer holds through a kvtier publisher's snapshot. Bad messages are counted, never fatal. With --salt it recomputes every stored
-block's hash from its token_ids (kvtier's hashing) and counts mismatches and blocks without
-tokens.
+socket, and what replay no longer holds through a kvtier publisher's snapshot. Bad
+messages are counted, never fatal. With --salt it recomputes every stored block's hash from
+its token_ids (kvtier's hashing) and counts mismatches and blocks without tokens.
 
     consumer.py --sub tcp://127.0.0.1:5557 --replay tcp://127.0.0.1:5558 --until-idle 2 --json
     consumer.py --instance a=tcp://h1:5557,tcp://h1:5558 --instance b=tcp://h2:5557 ...
