@@ -302,6 +302,13 @@ class KvEvents : public ::testing::Test {
               KVT_OK);
     return h;
   }
+  // Offloads n blocks to tier dst and waits for the copy.
+  void offload(const kvt_block *b, size_t n, kvt_tier dst) {
+    kvt_xfer *x = nullptr;
+    ASSERT_EQ(kvt_offload(&x, m_, b, n, dst, nullptr, 0), KVT_OK) << kvt_last_error();
+    ASSERT_EQ(kvt_xfer_wait(x, -1), KVT_OK) << kvt_last_error();
+    kvt_xfer_release(x);
+  }
   // A block registered through the token path; returns its handle.
   kvt_block register_tokens(const uint32_t *tokens, uint64_t parent) {
     kvt_block b = 0, out = 0;
@@ -417,10 +424,7 @@ void KvEvents::check_every_field() {
 
   // Offload to G2: stored there as "CPU", the tokens from the memo.
   kvt_block src[2] = {a0, a1};
-  kvt_xfer *x = nullptr;
-  ASSERT_EQ(kvt_offload(&x, m_, src, 2, KVT_TIER_G2, nullptr, 0), KVT_OK);
-  ASSERT_EQ(kvt_xfer_wait(x, -1), KVT_OK);
-  kvt_xfer_release(x);
+  ASSERT_NO_FATAL_FAILURE(offload(src, 2, KVT_TIER_G2));
   v = flat(receive(&seq, 2));
   ASSERT_EQ(v.size(), 2u);
   EXPECT_EQ(v[0].kind, "BlockStored");
@@ -538,12 +542,8 @@ TEST_F(KvEvents, MediaOfEveryTier) {
     kvt_block b;
     ASSERT_EQ(kvt_block_alloc(&b, 1, m_, KVT_TIER_G1), KVT_OK);
     ASSERT_EQ(kvt_block_register_hash(&b, m_, b, h, 0), KVT_OK);
-    for (kvt_tier dst : {KVT_TIER_G2, KVT_TIER_G3}) {
-      kvt_xfer *x = nullptr;
-      ASSERT_EQ(kvt_offload(&x, m_, &b, 1, dst, nullptr, 0), KVT_OK);
-      ASSERT_EQ(kvt_xfer_wait(x, -1), KVT_OK);
-      kvt_xfer_release(x);
-    }
+    for (kvt_tier dst : {KVT_TIER_G2, KVT_TIER_G3})
+      ASSERT_NO_FATAL_FAILURE(offload(&b, 1, dst));
     std::vector<Block> v = flat(receive(&seq, 3));
     ASSERT_EQ(v.size(), 3u);
     const char *g3 = format == KVT_KV_EVENTS_FORMAT_CURRENT ? "FS" : "DISK";
@@ -579,10 +579,7 @@ TEST_F(KvEvents, AStartAnnouncesItselfAndWhatAPersistentG3Recovered) {
   kvt_block b[3], reg[3];
   ASSERT_EQ(kvt_block_alloc(b, 3, m_, KVT_TIER_G1), KVT_OK);
   ASSERT_EQ(kvt_block_register_hashes(reg, m_, b, h, 3, 0), KVT_OK);
-  kvt_xfer *x = nullptr;
-  ASSERT_EQ(kvt_offload(&x, m_, reg, 3, KVT_TIER_G3, nullptr, 0), KVT_OK);
-  ASSERT_EQ(kvt_xfer_wait(x, -1), KVT_OK);
-  kvt_xfer_release(x);
+  ASSERT_NO_FATAL_FAILURE(offload(reg, 3, KVT_TIER_G3));
   ASSERT_EQ(kvt_block_release(m_, reg, 3), KVT_OK);
   kvt_manager_destroy(m_);
   m_ = nullptr;
@@ -628,10 +625,7 @@ TEST_F(KvEvents, HeldBlocksKeepTheirTokens) {
   for (size_t i = 0; i < other.size(); ++i) other[i] = uint32_t(1000 + i);
   const std::vector<uint64_t> ho = hashes(other);
   ASSERT_EQ(kvt_manager_note_tokens(m_, ho.data(), ho.size(), other.data()), KVT_OK);
-  kvt_xfer *x = nullptr;
-  ASSERT_EQ(kvt_offload(&x, m_, &b, 1, KVT_TIER_G2, nullptr, 0), KVT_OK);
-  ASSERT_EQ(kvt_xfer_wait(x, -1), KVT_OK);
-  kvt_xfer_release(x);
+  ASSERT_NO_FATAL_FAILURE(offload(&b, 1, KVT_TIER_G2));
   v = flat(receive(&seq, 1));
   ASSERT_EQ(v.size(), 1u);
   EXPECT_EQ(v[0].medium, "CPU");
@@ -667,10 +661,7 @@ TEST_F(KvEvents, ASnapshotHoldsEveryBlockNumberedWithTheNextSeq) {
   ASSERT_EQ(kvt_block_register_hashes(ba, m_, ba, a, 3, 0), KVT_OK);
   ASSERT_EQ(kvt_block_alloc(bb, 2, m_, KVT_TIER_G1), KVT_OK);
   ASSERT_EQ(kvt_block_register_hashes(bb, m_, bb, b, 2, 0xA1), KVT_OK);
-  kvt_xfer *x = nullptr;
-  ASSERT_EQ(kvt_offload(&x, m_, ba, 3, KVT_TIER_G2, nullptr, 0), KVT_OK);
-  ASSERT_EQ(kvt_xfer_wait(x, -1), KVT_OK);
-  kvt_xfer_release(x);
+  ASSERT_NO_FATAL_FAILURE(offload(ba, 3, KVT_TIER_G2));
   receive(&seq, 8);
 
   const std::vector<Batch> snap = ask("KVTIER_SNAPSHOT");

@@ -130,15 +130,15 @@ class Instance:
             self.errors.append(why)
 
     def apply(self, seq, payload, snapshot=False):
-        """Applies one batch; False when it does not decode. A snapshot's batch leaves the
-        sequence alone, and its blocks carry no tokens to check."""
+        """Applies one batch (one that does not decode is counted bad). A snapshot's batch
+        leaves the sequence alone, and its blocks carry no tokens to check."""
         if not snapshot:
             self.last_seq = seq
         try:
             _, events, _ = decode_batch(payload)
         except DecodeError as e:
             self.bad(f"seq {seq}: {e}")
-            return False
+            return
         for e in events:
             if self.hasher and e["type"] == "BlockStored" and not snapshot:
                 self.check_hashes(seq, e)
@@ -151,7 +151,6 @@ class Instance:
             else:
                 blocks.difference_update(e["block_hashes"])
         self.stats["events"] += len(events)
-        return True
 
     def check_hashes(self, seq, e):
         hashes, tokens, size = e["block_hashes"], e["token_ids"], e["block_size"]
@@ -310,22 +309,31 @@ class Consumer:
         inst.stats["messages"] += 1
         inst.apply(seq, payload)
 
-    def _replay(self, inst, start, end):
-        """Asks for [start, end) from the replay socket and applies it."""
+    def _ask(self, inst, request, what, on_batch):
+        """Sends a request's last frame to the replay socket and hands each reply's seq and
+        payload to on_batch; True at END_SEQ, False without a replay socket or when the end
+        marker did not come in time."""
         if inst.dealer is None:
-            return
+            return False
         # A DEALER talks to vLLM's ROUTER as its REQ clients do: an empty delimiter first.
-        inst.dealer.send_multipart([b"", start.to_bytes(8, "big")])
+        inst.dealer.send_multipart([b"", request])
         while inst.dealer.poll(int(self.replay_timeout * 1000)):
             frames = inst.dealer.recv_multipart()
             # [b"", topic, seq, payload] (vLLM #45177), or [b"", seq, payload] before it.
             if len(frames) not in (3, 4) or frames[0] != b"" or len(frames[-2]) != 8:
-                inst.bad(f"replay: a bad reply of {len(frames)} frames")
+                inst.bad(f"{what}: a bad reply of {len(frames)} frames")
                 continue
             seq_bytes, payload = frames[-2:]
             if seq_bytes == END_SEQ and payload == b"":
-                return
-            seq = int.from_bytes(seq_bytes, "big")
+                return True
+            on_batch(int.from_bytes(seq_bytes, "big"), payload)
+        # No end marker in time: late replies would answer the next request, so start over.
+        self._open_dealer(inst)
+        return False
+
+    def _replay(self, inst, start, end):
+        """Asks for [start, end) from the replay socket and applies it."""
+        def batch(seq, payload):
             expected = 0 if inst.last_seq is None else inst.last_seq + 1
             if seq < expected:
                 inst.stats["duplicates"] += 1
@@ -336,44 +344,33 @@ class Consumer:
                     inst.stale = True
                 inst.stats["replayed"] += 1
                 inst.apply(seq, payload)
-        # No end marker in time: late replies would answer the next request, so start over.
-        self._open_dealer(inst)
+        self._ask(inst, start.to_bytes(8, "big"), "replay", batch)
 
     def _snapshot(self, inst):
         """Asks a kvtier publisher for every block it holds, numbered with the seq of its
         next live batch, and replaces the instance's index with it; live messages before
-        that number are then duplicates. False when none came: a vLLM publisher answers
-        END_SEQ alone; an older kvtier one, nothing."""
-        if inst.dealer is None:
-            return False
-        inst.dealer.send_multipart([b"", SNAPSHOT_REQUEST])
-        nxt, whole = None, True
-        while inst.dealer.poll(int(self.replay_timeout * 1000)):
-            frames = inst.dealer.recv_multipart()
-            if len(frames) not in (3, 4) or frames[0] != b"" or len(frames[-2]) != 8:
-                inst.bad(f"snapshot: a bad reply of {len(frames)} frames")
-                whole = False
-                continue
-            seq_bytes, payload = frames[-2:]
-            if seq_bytes == END_SEQ and payload == b"":
-                if nxt is None:
-                    return False
-                inst.last_seq = inst.caught_up = nxt - 1 if nxt else None
-                inst.stale = not whole
-                inst.stats["snapshots"] += whole
-                return whole
-            seq = int.from_bytes(seq_bytes, "big")
+        that number are then duplicates. False when none came (a vLLM publisher answers
+        END_SEQ alone; an older kvtier one, nothing), or when it was cut short or held a
+        bad message: the index is then stale."""
+        nxt, bad = None, inst.stats["bad"]
+
+        def batch(seq, payload):
+            nonlocal nxt
             if nxt is not None and seq != nxt:
                 inst.bad("snapshot: messages with two sequence numbers")
-                whole = False
-                continue
+                return
             nxt = seq
             self.last_arrival = time.monotonic()
-            whole = inst.apply(seq, payload, snapshot=True) and whole
-        self._open_dealer(inst)
-        if nxt is not None:
-            inst.stale = True  # cut short: the index holds part of one
-        return False
+            inst.apply(seq, payload, snapshot=True)
+        ended = self._ask(inst, SNAPSHOT_REQUEST, "snapshot", batch)
+        if nxt is None:
+            return False
+        whole = ended and inst.stats["bad"] == bad
+        if ended:
+            inst.last_seq = inst.caught_up = nxt - 1 if nxt else None
+        inst.stale = not whole
+        inst.stats["snapshots"] += whole
+        return whole
 
     def as_json(self):
         return {"instances": {i.name: i.as_json() for i in self.instances}}

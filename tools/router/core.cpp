@@ -46,18 +46,23 @@ size_t Core::add_instance(std::string name) {
 }
 
 void Core::apply(size_t inst, uint64_t seq, std::string_view payload) {
+  stats_[inst].last_seq = seq;
+  apply_payload(inst, payload, seq);
+}
+
+bool Core::apply_payload(size_t inst, std::string_view payload, std::optional<uint64_t> seq) {
   StreamStats &s = stats_[inst];
-  s.last_seq = seq;
   Batch b;
   std::string error;
   if (!decode_batch(reinterpret_cast<const uint8_t *>(payload.data()), payload.size(), &b,
                     &error)) {
     ++s.bad;
-    s.last_error = "seq " + std::to_string(seq) + ": " + error;
-    return;
+    s.last_error = (seq ? "seq " + std::to_string(*seq) : std::string("snapshot")) + ": " + error;
+    return false;
   }
   index_.apply(inst, b);
   s.events += b.events.size();
+  return true;
 }
 
 std::optional<uint64_t> Core::deliver(size_t inst, const std::vector<std::string_view> &frames) {
@@ -158,18 +163,7 @@ bool Core::stale(size_t inst) const {
 void Core::deliver_snapshot(size_t inst, std::string_view payload) {
   std::lock_guard lock(mu_);
   last_arrival_ = std::chrono::steady_clock::now();
-  StreamStats &s = stats_[inst];
-  Batch b;
-  std::string error;
-  if (!decode_batch(reinterpret_cast<const uint8_t *>(payload.data()), payload.size(), &b,
-                    &error)) {
-    ++s.bad;
-    s.last_error = "snapshot: " + error;
-    snapshot_broken_[inst] = true;
-    return;
-  }
-  index_.apply(inst, b);
-  s.events += b.events.size();
+  if (!apply_payload(inst, payload, std::nullopt)) snapshot_broken_[inst] = true;
 }
 
 void Core::end_snapshot(size_t inst, uint64_t next) {

@@ -100,6 +100,9 @@ class Core {
   // Applies the payload of message `seq`, which is the next one expected (or after a gap
   // counted lost). Holds mu_.
   void apply(size_t inst, uint64_t seq, std::string_view payload);
+  // Decodes a payload and applies it to the index; false, counted bad with why (naming the
+  // message's seq, or the snapshot), when it does not decode. Holds mu_.
+  bool apply_payload(size_t inst, std::string_view payload, std::optional<uint64_t> seq);
 
   const uint64_t salt_;
   const uint32_t page_;
