@@ -80,6 +80,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         else if (r.length <= ReplyReader::kMaxLine) check(r.text.size() == r.length, "a short bulk not kept");
         else check(r.text.empty(), "a long bulk kept");
         break;
+      case Reply::Kind::kArray:  // never from next()
+        check(false, "next() returned an array");
+        break;
       case Reply::Kind::kInteger:
       case Reply::Kind::kNil:
         check(!r.placed && r.text.empty(), "a number with bytes");

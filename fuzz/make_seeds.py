@@ -205,3 +205,42 @@ os.makedirs(d, exist_ok=True)
 for name, data in resp_seeds.items():
     with open(os.path.join(d, name), "wb") as f:
         f.write(data)
+
+# cluster_slots: fuzz_cluster_slots's input: the source's cut size (0: all at once), then a
+# CLUSTER SLOTS answer (or an error's words, read as a redirection too).
+
+
+def resp_int(v):
+    return b":%d\r\n" % v
+
+
+def resp_bulk(s):
+    return b"$%d\r\n%s\r\n" % (len(s), s)
+
+
+def resp_node(host, port, meta=b""):
+    return (b"*4\r\n" if meta else b"*3\r\n") + resp_bulk(host) + resp_int(port) + \
+        resp_bulk(b"0123456789abcdef0123456789abcdef01234567") + meta
+
+
+meta = b"*2\r\n" + resp_bulk(b"hostname") + resp_bulk(b"node-a")
+three = (b"*3\r\n" + b"*4\r\n" + resp_int(0) + resp_int(5460) +
+         resp_node(b"127.0.0.1", 7000, meta) + resp_node(b"127.0.0.1", 7003) +
+         b"*3\r\n" + resp_int(5461) + resp_int(10922) + resp_node(b"", 7001) +
+         b"*3\r\n" + resp_int(10923) + resp_int(16383) + resp_node(b"::1", 7002))
+cluster_seeds = {
+    "three-masters": bytes([0]) + three,
+    "three-masters-cut": bytes([3]) + three,
+    "disabled": bytes([0]) + b"-ERR This instance has cluster support disabled\r\n",
+    "moved": bytes([0]) + b"MOVED 3999 127.0.0.1:6381",
+    "ask-v6": bytes([0]) + b"ASK 16383 [::1]:7001",
+    "out-of-order": bytes([0]) + b"*1\r\n*3\r\n" + resp_int(9) + resp_int(1) +
+    resp_node(b"h", 1),
+    "deep": bytes([0]) + b"*1\r\n*4\r\n" + resp_int(0) + resp_int(5) + resp_node(b"h", 1) +
+    b"*1\r\n" * 6 + resp_int(1),
+}
+d = os.path.join(HERE, "corpus", "cluster_slots")
+os.makedirs(d, exist_ok=True)
+for name, data in cluster_seeds.items():
+    with open(os.path.join(d, name), "wb") as f:
+        f.write(data)

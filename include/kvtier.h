@@ -275,7 +275,9 @@ typedef struct kvt_manager_config {
   /* 0.4.0: G4, a tier on Redis shared by many managers (see G4). */
   const char *g4_url;           /* NULL (default): no G4. "redis://host:port[/db]" or
                                    "unix:///path[?db=N]"; several, separated by commas, are
-                                   shards that keys are spread over by consistent hashing */
+                                   shards that keys are spread over by consistent hashing.
+                                   "redis+cluster://host:port[,host:port...]": a Redis
+                                   Cluster, reached through these seed nodes (since 0.5.0) */
   const char *g4_password_env;  /* NULL, or the name of an environment variable holding the
                                    password (AUTH), read at create */
   const char *g4_key_prefix;    /* prefix of every key; NULL: "kvtier" */
@@ -806,7 +808,7 @@ KVT_API kvt_status kvt_g4_onboard(kvt_xfer **out, kvt_manager *m, const uint64_t
 
 typedef struct kvt_g4_stats {
   uint32_t struct_size;         /* the caller's sizeof: see Versioned structs */
-  uint32_t shards;              /* Redis endpoints */
+  uint32_t shards;              /* Redis endpoints; a cluster's masters in its slot map */
   uint64_t lookups;             /* hashes asked by kvt_g4_match */
   uint64_t hits;                /* of those, found */
   uint64_t stored_blocks;       /* values written */
@@ -818,6 +820,10 @@ typedef struct kvt_g4_stats {
   uint64_t bytes_read;
   uint64_t round_trips;         /* pipelined command batches sent */
   uint64_t reconnects;          /* connections made again after a failure */
+  /* 0.5.0: a Redis Cluster (zero on plain servers). */
+  uint64_t redirects;           /* commands sent again to the node a MOVED or ASK named */
+  uint64_t slot_map_reads;      /* slot maps read (CLUSTER SLOTS): at the first call, then
+                                   after a MOVED or a failed node */
 } kvt_g4_stats;
 
 /* Fills *out, up to out->struct_size (set by the caller). KVT_ERR_UNSUPPORTED without G4. */

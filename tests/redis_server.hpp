@@ -38,6 +38,7 @@ struct RedisOptions {
   std::string policy{};     // maxmemory-policy, e.g. "allkeys-lru"; empty: Redis's default
   std::string password{};   // requirepass; empty: none
   bool unix_socket = false;
+  bool cluster = false;     // cluster-enabled, a node timeout of 1 s (tests/redis_cluster.hpp)
 };
 
 struct ReplyDeleter {
@@ -200,6 +201,9 @@ class RedisServer {
     if (!opt_.maxmemory.empty()) a.insert(a.end(), {"--maxmemory", opt_.maxmemory});
     if (!opt_.policy.empty()) a.insert(a.end(), {"--maxmemory-policy", opt_.policy});
     if (!opt_.password.empty()) a.insert(a.end(), {"--requirepass", opt_.password});
+    if (opt_.cluster)
+      a.insert(a.end(), {"--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
+                         "--cluster-node-timeout", "1000"});
     std::vector<char *> argv;
     for (auto &s : a) argv.push_back(s.data());
     argv.push_back(nullptr);

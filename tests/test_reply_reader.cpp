@@ -1,6 +1,8 @@
 // G4's RESP reader (src/remote/reply_reader) on bytes cut at every boundary, on hostile
 // streams, and through a real socket to a server that answers with lies (a thread of this
-// test that speaks TCP); the store against a real redis-server is test_g4_client's.
+// test that speaks TCP); Redis Cluster's slots, slot maps and redirections
+// (src/remote/slot_map) on Redis's own examples and on lies. The store against a real
+// redis-server is test_g4_client's, against a real cluster test_g4_cluster's.
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -16,6 +18,7 @@
 
 #include "common/error.hpp"
 #include "remote/reply_reader.hpp"
+#include "remote/slot_map.hpp"
 #include "remote/store.hpp"
 
 namespace {
@@ -265,6 +268,121 @@ TEST(ReplyReader, AServerThatLiesIsRefused) {
         << kvt::last_error();
     EXPECT_EQ(data, std::vector<uint8_t>(4096, 0xee));
   }
+}
+
+// Redis Cluster's key slots, as its specification's examples give them: CRC16 of the key,
+// or of its hash tag (the first {...} that is not empty).
+TEST(ClusterSlots, KeysGoToTheSlotsRedisPutsThemIn) {
+  using kvt::remote::key_slot;
+  EXPECT_EQ(key_slot("123456789"), 0x31c3 & 16383);  // CRC16/XMODEM's check value
+  EXPECT_EQ(key_slot("foo"), 12182);
+  EXPECT_EQ(key_slot("bar"), 5061);
+  EXPECT_EQ(key_slot("{user1000}.following"), key_slot("user1000"));
+  EXPECT_EQ(key_slot("{user1000}.followers"), key_slot("user1000"));
+  EXPECT_NE(key_slot("foo{}{bar}"), key_slot("bar"));  // an empty tag: the whole key
+  EXPECT_EQ(key_slot("foo{{bar}}zap"), key_slot("{bar"));
+  EXPECT_EQ(key_slot("foo{bar}{zap}"), key_slot("bar"));
+  EXPECT_EQ(key_slot(""), 0);
+}
+
+TEST(ClusterSlots, RedirectionsAreReadAndLiesAreNot) {
+  using kvt::remote::parse_redirect;
+  kvt::remote::Redirect d;
+  kvt::remote::Endpoint from;
+  from.host = "10.0.0.9";
+  from.port = 7000;
+  ASSERT_TRUE(parse_redirect(&d, "MOVED 3999 127.0.0.1:6381", from));
+  EXPECT_FALSE(d.ask);
+  EXPECT_EQ(d.slot, 3999);
+  EXPECT_EQ(d.to.name(), "redis://127.0.0.1:6381/0");
+  ASSERT_TRUE(parse_redirect(&d, "ASK 16383 [::1]:7001", from));
+  EXPECT_TRUE(d.ask);
+  EXPECT_EQ(d.slot, 16383);
+  EXPECT_EQ(d.to.name(), "redis://[::1]:7001/0");
+  ASSERT_TRUE(parse_redirect(&d, "MOVED 1 :7002", from));  // a node without a known address
+  EXPECT_EQ(d.to.name(), "redis://10.0.0.9:7002/0");
+  for (const char *bad :
+       {"MOVED 16384 127.0.0.1:6381", "MOVED -1 h:1", "MOVED 1 h:0", "MOVED 1 h:65536",
+        "MOVED 1 h", "MOVED 1", "MOVED x h:1", "MOVED 1 h:1x", "MOVED 1 h/x:1", "ASK  1 h:1",
+        "ERR MOVED 1 h:1", "MOVEDD 1 h:1", "OOM command not allowed", "MOVED 1 h h:1"})
+    EXPECT_FALSE(parse_redirect(&d, bad, from)) << bad;
+}
+
+std::string resp_int(long long v) { return ":" + std::to_string(v) + "\r\n"; }
+std::string node(const std::string &host, int port, const std::string &extra = "") {
+  return "*" + std::to_string(extra.empty() ? 3 : 4) + "\r\n" + bulk(host) + resp_int(port) +
+         bulk("0123456789abcdef0123456789abcdef01234567") + extra;
+}
+
+// CLUSTER SLOTS as Redis 7 sends it (a hostname in each node's metadata, replicas), read
+// whatever the cuts; then maps that lie, each refused with a message.
+TEST(ClusterSlots, ASlotMapIsReadAndALyingOneIsRefused) {
+  const std::string meta = "*2\r\n" + bulk("hostname") + bulk("node-a");
+  const std::string map =
+      "*3\r\n"
+      "*4\r\n" + resp_int(0) + resp_int(5460) + node("127.0.0.1", 7000, meta) +
+      node("127.0.0.1", 7003) +
+      "*3\r\n" + resp_int(5461) + resp_int(10922) + node("", 7001) +
+      "*3\r\n" + resp_int(10923) + resp_int(16383) + node("127.0.0.1", 7000) + ":1\r\n";
+  kvt::remote::Endpoint asked;
+  asked.host = "127.0.0.2";
+  asked.port = 7001;
+  for (size_t chunk : {size_t(1), size_t(5), map.size()}) {
+    MemorySource src(map, chunk);
+    ReplyReader r(src);
+    kvt::remote::SlotMap m;
+    ASSERT_EQ(kvt::remote::read_slot_map(&m, r, asked), KVT_OK) << kvt::last_error();
+    ASSERT_EQ(m.nodes.size(), 2u);
+    EXPECT_EQ(m.nodes[0].name(), "redis://127.0.0.1:7000/0");
+    EXPECT_EQ(m.nodes[1].name(), "redis://127.0.0.2:7001/0");  // "": the node asked
+    EXPECT_EQ(m.owner[0], 0);
+    EXPECT_EQ(m.owner[5460], 0);
+    EXPECT_EQ(m.owner[5461], 1);
+    EXPECT_EQ(m.owner[10922], 1);
+    EXPECT_EQ(m.owner[10923], 0);
+    EXPECT_EQ(m.owner[16383], 0);
+    Reply after;  // the map was read to its end, and no further
+    ASSERT_EQ(r.next(&after), KVT_OK);
+    EXPECT_EQ(after.integer, 1);
+  }
+  const std::string deep = "*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n:1\r\n";
+  struct Case {
+    std::string bytes, says;
+  } cases[] = {
+      {"-ERR This instance has cluster support disabled\r\n", "cluster support disabled"},
+      {":5\r\n", "not an array of slot ranges"},
+      {"*1\r\n*2\r\n:0\r\n:1\r\n", "not [start, end, master"},
+      {"*1\r\n*3\r\n:9\r\n:1\r\n" + node("h", 1), "out of order"},
+      {"*1\r\n*3\r\n:0\r\n:16384\r\n" + node("h", 1), "outside 0..16383"},
+      {"*1\r\n*3\r\n:-1\r\n:5\r\n" + node("h", 1), "outside 0..16383"},
+      {"*1\r\n*3\r\n:0\r\n:5\r\n" + node("h", 0), "address or port"},
+      {"*1\r\n*3\r\n:0\r\n:5\r\n" + node("h/x", 1), "address or port"},
+      {"*1\r\n*3\r\n:0\r\n:5\r\n*2\r\n:1\r\n:1\r\n", "address or port"},
+      {"*1\r\n*3\r\n:0\r\n:5\r\n*1\r\n" + bulk("h"), "not [address, port"},
+      {"*1\r\n*4\r\n:0\r\n:5\r\n" + node("h", 1) + "*1\r\n" + deep, "deeper"},
+      {"*99999999\r\n", "array length out of range"},
+      {"*1\r\n*3\r\n:0\r\n", "closed the connection"},
+  };
+  for (const Case &c : cases) {
+    SCOPED_TRACE(c.says);
+    MemorySource src(c.bytes, 3);
+    ReplyReader r(src);
+    kvt::remote::SlotMap m;
+    EXPECT_EQ(kvt::remote::read_slot_map(&m, r, asked), KVT_ERR_IO);
+    EXPECT_NE(std::string(kvt::last_error()).find(c.says), std::string::npos)
+        << kvt::last_error();
+  }
+  // More masters than any cluster has: refused when the 1025th comes, not grown without end.
+  std::string many = "*1100\r\n";
+  for (int i = 0; i < 1100; ++i)
+    many += "*3\r\n" + resp_int(i) + resp_int(i) + node("10.0." + std::to_string(i / 250) +
+                                                       "." + std::to_string(i % 250), 7000);
+  MemorySource src(many, many.size());
+  ReplyReader r(src);
+  kvt::remote::SlotMap m;
+  EXPECT_EQ(kvt::remote::read_slot_map(&m, r, asked), KVT_ERR_IO);
+  EXPECT_NE(std::string(kvt::last_error()).find("more than 1024 masters"), std::string::npos)
+      << kvt::last_error();
 }
 
 }  // namespace

@@ -9,7 +9,7 @@ seconds=${1:-60}
 shift || true
 targets=("$@")
 ((${#targets[@]})) || targets=(api config hash connector_meta kv_events g4_value resp_reader event_log
-  endpoint_line replay_request)
+  endpoint_line replay_request cluster_slots)
 CC=clang CXX=clang++ tools/build.sh build-fuzz -DKVT_FUZZ=ON -DKVT_SANITIZE=address,undefined \
   -DKVT_CUDA=OFF -DKVT_BUILD_TESTS=OFF -DKVT_BUILD_BENCH=OFF -DKVT_BUILD_EXAMPLES=OFF \
   -DKVT_BUILD_REPLAY=OFF -DKVT_BUILD_ROUTER=OFF > build-fuzz.log 2>&1 || { tail -50 build-fuzz.log; exit 1; }

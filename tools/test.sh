@@ -73,7 +73,7 @@ for ((i = 0; i < shards; ++i)); do
 done
 ((failed == 0)) || exit 1
 for t in api config hash connector_meta g4_value resp_reader kv_events event_log \
-         endpoint_line replay_request; do
+         endpoint_line replay_request cluster_slots; do
   vg "build/fuzz/replay_$t" "fuzz/corpus/$t" > valgrind.log 2>&1 || { tail -60 valgrind.log; exit 1; }
   echo "valgrind clean: replay_$t"
 done

@@ -49,6 +49,9 @@ kvt_status parse_config(Config *out, const kvt_manager_config &c, uint64_t layou
   Config r;
   if (c.g4_url == nullptr) return fail(KVT_ERR_INVALID_ARGUMENT, "g4_url is NULL");
   std::string_view list = c.g4_url;
+  // redis+cluster://a:p,b:p (each seed may repeat the scheme): a cluster's seed nodes.
+  constexpr std::string_view kCluster = "redis+cluster://";
+  r.cluster = trim(list).substr(0, kCluster.size()) == kCluster;
   std::set<std::string> names;
   for (size_t start = 0;;) {
     size_t comma = list.find(',', start);
@@ -59,12 +62,21 @@ kvt_status parse_config(Config *out, const kvt_manager_config &c, uint64_t layou
       return fail(KVT_ERR_INVALID_ARGUMENT,
                   "g4_url: \"%s\" has an empty entry: URLs separated by single commas",
                   c.g4_url);
+    std::string as_url(url);
+    if (r.cluster) {
+      if (url.substr(0, kCluster.size()) == kCluster) url.remove_prefix(kCluster.size());
+      as_url = "redis://" + std::string(url);
+    }
     Endpoint e;
-    if (kvt_status s = parse_endpoint(&e, url); s != KVT_OK) return s;
+    if (kvt_status s = parse_endpoint(&e, as_url); s != KVT_OK) return s;
+    if (r.cluster && (url.find('/') != std::string_view::npos || url.find("://") != url.npos))
+      return fail(KVT_ERR_INVALID_ARGUMENT,
+                  "g4_url: cluster seed \"%.*s\": host:port only (a cluster has no databases, "
+                  "and every seed is redis+cluster://)", int(url.size()), url.data());
     if (!names.insert(e.name()).second)
-      return fail(KVT_ERR_INVALID_ARGUMENT, "g4_url: shard %s is listed twice",
-                  e.name().c_str());
-    r.urls.emplace_back(url);
+      return fail(KVT_ERR_INVALID_ARGUMENT, "g4_url: %s %s is listed twice",
+                  r.cluster ? "seed" : "shard", e.name().c_str());
+    r.urls.push_back(std::move(as_url));
     if (comma == std::string_view::npos) break;
     start = comma + 1;
   }

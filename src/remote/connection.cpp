@@ -18,6 +18,8 @@ kvt_status on_shard(const std::string &name, kvt_status s) {
 
 }  // namespace
 
+kvt_status Connection::failed() const { return on_shard(name_, KVT_ERR_IO); }
+
 Deadline Connection::deadline() const {
   return std::chrono::steady_clock::now() + std::chrono::microseconds(timeout_us_);
 }
@@ -52,13 +54,13 @@ Connection::~Connection() { close(fd_); }
 
 kvt_status Connection::send(const Request &r) {
   std::vector<iovec> iov = r.iovecs();
-  if (send_all(fd_, iov, deadline()) != KVT_OK) return on_shard(name_, KVT_ERR_IO);
+  if (send_all(fd_, iov, deadline()) != KVT_OK) return failed();
   return KVT_OK;
 }
 
 kvt_status Connection::receive(Reply *out, const iovec *target, int n) {
   source_.set_deadline(deadline());
-  if (reader_.next(out, target, n) != KVT_OK) return on_shard(name_, KVT_ERR_IO);
+  if (reader_.next(out, target, n) != KVT_OK) return failed();
   return KVT_OK;
 }
 

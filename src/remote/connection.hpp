@@ -34,6 +34,13 @@ class Connection {
   // ReplyReader::next). KVT_ERR_IO when reading fails, times out or finds bytes that are not
   // a reply: the connection must then be dropped. An error reply is a reply.
   kvt_status receive(Reply *out, const iovec *target = nullptr, int n = 0);
+  // Reads a reply of another shape (CLUSTER SLOTS's arrays) with f(ReplyReader &), by the
+  // same deadline; f's failure is receive's.
+  template <class F>
+  kvt_status read_with(F &&f) {
+    source_.set_deadline(deadline());
+    return f(reader_) == KVT_OK ? KVT_OK : failed();
+  }
 
   uint64_t epoch = 0;  // the Shard's epoch when it was opened
 
@@ -41,6 +48,7 @@ class Connection {
   Connection(int fd, std::string name, uint64_t timeout_us)
       : fd_(fd), name_(std::move(name)), timeout_us_(timeout_us), source_(fd), reader_(source_) {}
   Deadline deadline() const;
+  kvt_status failed() const;  // KVT_ERR_IO, the shard's name before the message
 
   const int fd_;
   const std::string name_;

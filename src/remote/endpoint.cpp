@@ -103,7 +103,8 @@ kvt_status parse_endpoint(Endpoint *out, std::string_view url) {
   if (url.substr(0, kUnix.size()) == kUnix) return parse_unix(out, url, url.substr(kUnix.size()));
   if (url.substr(0, 9) == "rediss://")
     return bad(url, "TLS (rediss://) is not supported: use redis:// or unix://");
-  return bad(url, "expected redis://host:port[/db] or unix:///path[?db=N]");
+  return bad(url, "expected redis://host:port[/db], unix:///path[?db=N], or a list that begins "
+                  "with redis+cluster://host:port");
 }
 
 }  // namespace kvt::remote

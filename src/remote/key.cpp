@@ -12,14 +12,15 @@ void hex16(std::string &out, uint64_t v) {
 
 std::string KeySpace::key(uint64_t hash) const {
   std::string k;
-  k.reserve(prefix.size() + 51);
+  k.reserve(prefix.size() + 53);
   k += prefix;
   k += ':';
   hex16(k, ns);
   k += ':';
   hex16(k, layout);
-  k += ':';
+  k += tagged ? ":{" : ":";
   hex16(k, hash);
+  if (tagged) k += '}';
   return k;
 }
 

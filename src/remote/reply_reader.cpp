@@ -98,6 +98,12 @@ kvt_status ReplyReader::line(std::string_view *out) {
 }
 
 kvt_status ReplyReader::next(Reply *out, const iovec *target, int n) {
+  return read(out, target, n, false);
+}
+
+kvt_status ReplyReader::next_element(Reply *out) { return read(out, nullptr, 0, true); }
+
+kvt_status ReplyReader::read(Reply *out, const iovec *target, int n, bool arrays) {
   out->kind = Reply::Kind::kNil;
   out->text.clear();
   out->integer = 0;
@@ -128,6 +134,13 @@ kvt_status ReplyReader::next(Reply *out, const iovec *target, int n) {
       out->length = uint64_t(len);
       return body(out, uint64_t(len), target, n);
     }
+    case '*':
+      if (!arrays) return malformed("a reply type kvtier never asks for", l);
+      out->kind = Reply::Kind::kArray;
+      if (!parse(rest, &out->integer)) return malformed("a malformed array length", l);
+      if (out->integer < -1 || out->integer > kMaxArray)
+        return malformed("an array length out of range", l);
+      return KVT_OK;
     default:
       return malformed("a reply type kvtier never asks for", l);
   }

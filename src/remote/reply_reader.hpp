@@ -26,10 +26,10 @@ class ByteSource {
 };
 
 struct Reply {
-  enum class Kind : uint8_t { kStatus, kError, kInteger, kNil, kBulk };
+  enum class Kind : uint8_t { kStatus, kError, kInteger, kNil, kBulk, kArray };
   Kind kind = Kind::kNil;
   std::string text;      // a status's or an error's words; a short bulk that was not placed
-  int64_t integer = 0;   // an integer's value
+  int64_t integer = 0;   // an integer's value; an array's element count (-1: nil)
   uint64_t length = 0;   // a bulk's length
   bool placed = false;   // the bulk's bytes went into the caller's target
 };
@@ -39,6 +39,7 @@ class ReplyReader {
   static constexpr size_t kMaxLine = 4096;             // a status, error, integer or length
   static constexpr uint64_t kMaxBulk = 512ull << 20;   // Redis's proto-max-bulk-len default
   static constexpr size_t kBufferBytes = 64 * 1024;    // read-ahead, allocated once
+  static constexpr int64_t kMaxArray = 1 << 20;        // elements in one array header
 
   explicit ReplyReader(ByteSource &src);
 
@@ -50,8 +51,13 @@ class ReplyReader {
   // RESP3 type, a line over kMaxLine, a malformed number, a bulk over kMaxBulk): the stream
   // is then out of step and the connection must be dropped.
   kvt_status next(Reply *out, const iovec *target = nullptr, int n = 0);
+  // As next, where an array may come (CLUSTER SLOTS): an array's header is a reply of kind
+  // kArray with its element count (at most kMaxArray) in integer, and its elements are the
+  // next replies. The caller bounds the depth and the total it reads.
+  kvt_status next_element(Reply *out);
 
  private:
+  kvt_status read(Reply *out, const iovec *target, int n, bool arrays);
   kvt_status line(std::string_view *out);
   kvt_status fill();  // reads more into the buffer's free end
   kvt_status body(Reply *out, uint64_t len, const iovec *target, int n);

@@ -1,9 +1,11 @@
-// G4's client: blocks as Redis values on one or more shards, by sequence hash. Values carry
-// a header that is checked on every read; commands are pipelined, one round trip per batch
-// per shard. The manager owns one Store; any thread may call it (each call borrows a pooled
-// connection per shard). Formats, shards, timeouts: docs/G4.md.
+// G4's client: blocks as Redis values on one or more shards, or on a Redis Cluster's
+// masters, by sequence hash. Values carry a header that is checked on every read; commands
+// are pipelined, one round trip per batch per node. The manager owns one Store; any thread
+// may call it (each call borrows a pooled connection per node). Formats, shards, clusters,
+// timeouts: docs/G4.md.
 // A failing call leaves its message in the calling thread's kvt_last_error(); a Redis error
-// reply (OOM under noeviction, NOAUTH, MOVED...) counts as KVT_ERR_IO with Redis's words.
+// reply (OOM under noeviction, NOAUTH, CLUSTERDOWN...) counts as KVT_ERR_IO with Redis's
+// words; a cluster's MOVED and ASK are followed.
 #pragma once
 
 #include <array>
@@ -19,7 +21,10 @@
 namespace kvt::remote {
 
 struct Config {
-  std::vector<std::string> urls;  // one per shard: redis://host:port[/db], unix:///path[?db=N]
+  // One per shard: redis://host:port[/db], unix:///path[?db=N]; for a cluster, its seeds
+  // as redis://host:port.
+  std::vector<std::string> urls;
+  bool cluster = false;           // g4_url is redis+cluster://: keys go by the cluster's slots
   std::string password;           // empty: no AUTH
   std::string key_prefix;         // "kvtier" by default
   uint64_t ns = 0;                // kvt_manager_config.g4_namespace
@@ -30,9 +35,10 @@ struct Config {
 };
 
 // Reads the g4_* fields of c (g4_url set) into *out; layout is the caller's. A bad URL or
-// a shard listed twice, an unset or empty password variable, a key variable unset or not
-// 64 hex digits, a key prefix that is empty, longer than 128 bytes or not printable ASCII
-// without spaces, a timeout of 0 or over an hour: KVT_ERR_INVALID_ARGUMENT naming the field.
+// a shard listed twice, a cluster seed with a database or a Unix socket, an unset or empty
+// password variable, a key variable unset or not 64 hex digits, a key prefix that is empty,
+// longer than 128 bytes or not printable ASCII without spaces, a timeout of 0 or over an
+// hour: KVT_ERR_INVALID_ARGUMENT naming the field.
 kvt_status parse_config(Config *out, const kvt_manager_config &c, uint64_t layout);
 
 // One block to write: its bytes (block_bytes of them, contiguous) and its chain.
@@ -43,9 +49,10 @@ struct Put {
 };
 
 // One block to read into data (len bytes; they hold the block only when status is KVT_OK,
-// for the value is read in place before it is checked); status is set: KVT_OK, KVT_ERR_NOT_FOUND, KVT_ERR_CORRUPT (the header, the length or the checksum
-// is wrong, or the parent, namespace or layout is not the expected one; the key is deleted)
-// or KVT_ERR_IO (its shard is unreachable, timed out or answered with an error).
+// for the value is read in place before it is checked); status is set: KVT_OK,
+// KVT_ERR_NOT_FOUND, KVT_ERR_CORRUPT (the header, the length or the checksum is wrong, or the
+// parent, namespace or layout is not the expected one; the key is deleted) or KVT_ERR_IO (its
+// node is unreachable, timed out or answered with an error).
 struct Get {
   uint64_t hash, parent;  // parent: the expected one
   void *data;

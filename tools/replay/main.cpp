@@ -98,7 +98,9 @@ int main(int argc, char **argv) {
   app.add_option("--g3-path", o.g3_path, "directory for G3's file (a temporary directory)");
   app.add_flag("--g3-keep", o.g3_keep, "keep G3's file in --g3-path after the run, and start "
                "from the blocks a kept file holds");
-  app.add_option("--g4", o.g4_url, "G4 on Redis (redis://host:port[/db] or unix:///path): "
+  app.add_option("--g4", o.g4_url, "G4 on Redis (redis://host:port[/db] or unix:///path; a "
+                                   "comma-separated list of them: shards; "
+                                   "redis+cluster://host:port,...: a Redis Cluster): "
                                    "blocks offloaded to G2/G3 also go there, and misses in "
                                    "G1-G3 are looked up there (blocks mode)");
   app.add_option("--g4-key-env", o.g4_key_env, "the environment variable holding G4's key, 64 "

@@ -224,6 +224,8 @@ typedef struct kvt_g4_stats {
   uint64_t bytes_read;
   uint64_t round_trips;
   uint64_t reconnects;
+  uint64_t redirects;
+  uint64_t slot_map_reads;
 } kvt_g4_stats;
 kvt_status kvt_g4_stats_get(kvt_g4_stats *out, kvt_manager *m);
 typedef struct kvt_connector kvt_connector;
