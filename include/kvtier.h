@@ -297,6 +297,14 @@ typedef struct kvt_manager_config {
                                    authenticated with a keyed BLAKE2b MAC over its block,
                                    chain, namespace, layout and bytes, and a value without a
                                    valid one is a miss (corrupt_blocks), never served */
+  /* 0.5.0: G3 slots no other writer can forge, for a g3_path on a filesystem that others
+   * can write (an NFS export shared by hosts), as G4's values (see G3_FORMAT). */
+  const char *g3_key_env;       /* NULL (default): G3's slots carry checksums. Else the name
+                                   of an environment variable holding a 32-byte key, 64 hex
+                                   digits, read at create (G3 needed): every slot is written
+                                   with a keyed BLAKE2b MAC over its block, chain, g3_namespace
+                                   and bytes, and a read of a slot without a valid one fails
+                                   with KVT_ERR_CORRUPT (the block leaves G3), never served */
 } kvt_manager_config;
 
 /* The wire format of the KV events (docs/KV_EVENTS.md). */

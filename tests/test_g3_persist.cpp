@@ -1,6 +1,7 @@
 // A persistent G3 (g3_persist): its blocks come back after a clean destroy and after kill -9
 // at any moment (never a torn one), a file of another layout is refused or reset, a second
-// owner is refused while the first lives, and the config is validated.
+// owner is refused while the first lives, keyed slots (g3_key_env) that no writer without the
+// key can forge, and the config is validated.
 #include <sys/mman.h>
 
 #include <atomic>
@@ -32,8 +33,9 @@ void fill(void *p, size_t len, uint64_t h) {
   }
 }
 
-// Registers G1 blocks of hashes h (bytes from fill) and offloads them to G3; "" or an error.
-std::string offload(kvt_manager *m, const std::vector<uint64_t> &h) {
+// Registers G1 blocks of hashes h (bytes from fill of h + salt) and offloads them to G3; ""
+// or an error.
+std::string offload(kvt_manager *m, const std::vector<uint64_t> &h, uint64_t salt = 0) {
   size_t n = h.size();
   std::vector<kvt_block> b(n), reg(n);
   if (kvt_status s = kvt_block_alloc(b.data(), n, m, KVT_TIER_G1); s != KVT_OK)
@@ -42,7 +44,7 @@ std::string offload(kvt_manager *m, const std::vector<uint64_t> &h) {
     void *p;
     size_t len;
     kvt_block_data(&p, &len, m, b[i]);
-    fill(p, len, h[i]);
+    fill(p, len, h[i] + salt);
   }
   if (kvt_status s = kvt_block_register_hashes(reg.data(), m, b.data(), h.data(), n, 0);
       s != KVT_OK)
@@ -354,4 +356,103 @@ TEST(G3Persist, ConfigValidated) {
   std::string msg = create_error(c, KVT_ERR_IO);
   EXPECT_NE(msg.find("absent"), std::string::npos) << msg;
   EXPECT_FALSE(std::filesystem::exists(g3_file(dir))) << "a refused config left a file";
+}
+
+// g3_key_env, for a G3 file others can write: slots written without the key, with another
+// key, or copied from another namespace's file are refused on read (KVT_ERR_CORRUPT, the block
+// leaves G3), never served; what the key wrote comes back byte for byte.
+TEST(G3Persist, KeyedSlotsNoOtherWriterCanForge) {
+  setenv("KVT_TEST_G3_KEY_A", "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff",
+         1);
+  setenv("KVT_TEST_G3_KEY_B", "ffeeddccbbaa99887766554433221100ffeeddccbbaa99887766554433221100",
+         1);
+  auto keyed = [](const TempDir &d, const char *env, uint64_t ns = 1) {
+    kvt_manager_config c = persist_config(d.path, 4);
+    c.g3_key_env = env;
+    c.g3_namespace = ns;
+    return c;
+  };
+  auto write = [](const kvt_manager_config &c, uint64_t salt = 0) {
+    auto m = make(c);
+    ASSERT_TRUE(m);
+    EXPECT_EQ(offload(m.get(), {7}, salt), "");
+  };
+  // Refused on its first read, with the reason; the block is gone from G3 afterwards.
+  auto refused = [](const kvt_manager_config &c) {
+    auto m = make(c);
+    ASSERT_TRUE(m);
+    ASSERT_EQ(stats(m.get(), KVT_TIER_G3).recovered, 1u);
+    const std::string err = onboard_and_compare(m.get(), {7});
+    EXPECT_NE(err.find("KVT_ERR_CORRUPT"), std::string::npos) << err;
+    EXPECT_NE(err.find("g3_key_env"), std::string::npos) << err;
+    EXPECT_EQ(matched(m.get(), KVT_TIER_G3, {7}), 0u);
+  };
+
+  TempDir own, plain, other, ns_x, ns_y;
+  write(keyed(own, "KVT_TEST_G3_KEY_A"));
+  {
+    auto m = make(keyed(own, "KVT_TEST_G3_KEY_A"));
+    ASSERT_TRUE(m);
+    EXPECT_EQ(onboard_and_compare(m.get(), {7}), "") << "the key's own slot";
+  }
+  // A writer without the key (its checksums are right), and one with another key.
+  kvt_manager_config unkeyed = persist_config(plain.path, 4);
+  unkeyed.g3_namespace = 1;
+  write(unkeyed);
+  refused(keyed(plain, "KVT_TEST_G3_KEY_A"));
+  write(keyed(other, "KVT_TEST_G3_KEY_B"));
+  refused(keyed(other, "KVT_TEST_G3_KEY_A"));
+  // A valid slot of the same key and hash, copied from another namespace's file over this
+  // one's (same slot, data and header): another model's KV under this model's hash.
+  write(keyed(ns_x, "KVT_TEST_G3_KEY_A", 1));
+  write(keyed(ns_y, "KVT_TEST_G3_KEY_A", 2), 100);
+  {
+    std::ifstream from(g3_file(ns_x), std::ios::binary);
+    std::string slot(8192, '\0');
+    from.seekg(8192);  // slot 0: past the file header and the one-page table
+    from.read(slot.data(), 8192);
+    std::fstream to(g3_file(ns_y), std::ios::in | std::ios::out | std::ios::binary);
+    to.seekp(8192);
+    to.write(slot.data(), 8192);
+  }
+  refused(keyed(ns_y, "KVT_TEST_G3_KEY_A", 2));
+  // A keyed file read without the key: its slots cannot be checked, so none is served.
+  kvt_manager_config no_key = persist_config(own.path, 4);
+  no_key.g3_namespace = 1;
+  {
+    auto m = make(no_key);
+    ASSERT_TRUE(m);
+    const std::string err = onboard_and_compare(m.get(), {7});
+    EXPECT_NE(err.find("KVT_ERR_CORRUPT"), std::string::npos) << err;
+  }
+  // A temporary G3 with a key: the same round trip as without.
+  kvt_manager_config temp = g3_config(nullptr, 16);
+  temp.g3_key_env = "KVT_TEST_G3_KEY_A";
+  auto t = make(temp);
+  ASSERT_TRUE(t);
+  EXPECT_EQ(g3_roundtrip(t.get(), 1, 8, 3), "");
+  unsetenv("KVT_TEST_G3_KEY_A");
+  unsetenv("KVT_TEST_G3_KEY_B");
+}
+
+TEST(G3Persist, AKeyVariableThatIsUnsetOrNotAKeyIsRefused) {
+  TempDir dir;
+  kvt_manager_config c = persist_config(dir.path, 4);
+  c.g3_key_env = "KVT_TEST_G3_KEY_UNSET";
+  unsetenv("KVT_TEST_G3_KEY_UNSET");
+  std::string msg = create_error(c, KVT_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(msg.find("g3_key_env"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("not set"), std::string::npos) << msg;
+  setenv("KVT_TEST_G3_KEY_SHORT", "secret-and-not-hex", 1);
+  c.g3_key_env = "KVT_TEST_G3_KEY_SHORT";
+  msg = create_error(c, KVT_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(msg.find("64 hex digits"), std::string::npos) << msg;
+  EXPECT_EQ(msg.find("secret"), std::string::npos) << "the message shows the variable: " << msg;
+  unsetenv("KVT_TEST_G3_KEY_SHORT");
+  c = persist_config(dir.path, 4);
+  c.g3_persist = 0;
+  c.g3_blocks = 0;
+  c.g3_key_env = "KVT_TEST_G3_KEY_UNSET";
+  msg = create_error(c, KVT_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(msg.find("no G3"), std::string::npos) << msg;
 }

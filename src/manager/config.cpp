@@ -83,6 +83,8 @@ kvt_status validate_g3(const kvt_manager_config &c) {
                 "g3_path is \"\": a directory, or NULL for a temporary one");
   if (c.g3_persist > 1)
     return fail(KVT_ERR_INVALID_ARGUMENT, "g3_persist is %u: 0 or 1", c.g3_persist);
+  if (c.g3_key_env != nullptr && c.g3_blocks == 0)
+    return fail(KVT_ERR_INVALID_ARGUMENT, "g3_key_env is set, and there is no G3 (g3_blocks 0)");
   if (c.g3_persist && (c.g3_blocks == 0 || c.g3_path == nullptr))
     return fail(KVT_ERR_INVALID_ARGUMENT,
                 "g3_persist needs G3 (g3_blocks > 0) and a g3_path to keep its file in");

@@ -1,6 +1,4 @@
 // parse_config: the g4_* fields of kvt_manager_config, checked, into a remote::Config.
-#include <sodium.h>
-
 #include <array>
 #include <cstdlib>
 #include <cstring>
@@ -9,6 +7,7 @@
 #include <string_view>
 
 #include "common/error.hpp"
+#include "common/keyed_mac.hpp"
 #include "remote/endpoint.hpp"
 #include "remote/store.hpp"
 
@@ -22,25 +21,6 @@ std::string_view trim(std::string_view s) {
   while (!s.empty() && s.front() == ' ') s.remove_prefix(1);
   while (!s.empty() && s.back() == ' ') s.remove_suffix(1);
   return s;
-}
-
-// The key never appears in a message.
-kvt_status read_key(Config *r, const char *env) {
-  const char *hex = std::getenv(env);
-  if (hex == nullptr)
-    return fail(KVT_ERR_INVALID_ARGUMENT,
-                "g4_key_env names the environment variable \"%s\", which is not set", env);
-  std::array<uint8_t, 32> key;
-  size_t n = 0;
-  if (std::strlen(hex) != 2 * key.size() ||
-      sodium_hex2bin(key.data(), key.size(), hex, 2 * key.size(), nullptr, &n, nullptr) != 0 ||
-      n != key.size())
-    return fail(KVT_ERR_INVALID_ARGUMENT,
-                "g4_key_env: the environment variable \"%s\" must hold 64 hex digits (a "
-                "32-byte key); its %zu characters are not that", env, std::strlen(hex));
-  r->value_key = key;
-  sodium_memzero(key.data(), key.size());
-  return KVT_OK;
 }
 
 }  // namespace
@@ -92,8 +72,11 @@ kvt_status parse_config(Config *out, const kvt_manager_config &c, uint64_t layou
                   c.g4_password_env);
     r.password = pw;
   }
-  if (c.g4_key_env != nullptr)
-    if (kvt_status s = read_key(&r, c.g4_key_env); s != KVT_OK) return s;
+  if (c.g4_key_env != nullptr) {
+    MacKey key;
+    if (kvt_status s = read_mac_key(&key, "g4_key_env", c.g4_key_env); s != KVT_OK) return s;
+    r.value_key = key;
+  }
   r.key_prefix = c.g4_key_prefix != nullptr ? c.g4_key_prefix : "kvtier";
   if (r.key_prefix.empty() || r.key_prefix.size() > kMaxPrefix)
     return fail(KVT_ERR_INVALID_ARGUMENT, "g4_key_prefix has %zu bytes: 1..%zu",

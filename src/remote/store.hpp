@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "common/keyed_mac.hpp"
 #include "kvtier.h"
 
 namespace kvt::remote {
@@ -31,7 +32,7 @@ struct Config {
   uint64_t layout = 0;            // the block geometry's id: other layouts never match
   uint64_t timeout_us = 1000000;
   // g4_key_env's key: every value is written and checked with its MAC (remote/value_codec).
-  std::optional<std::array<uint8_t, 32>> value_key;
+  std::optional<MacKey> value_key;
 };
 
 // Reads the g4_* fields of c (g4_url set) into *out; layout is the caller's. A bad URL or

@@ -1,11 +1,11 @@
 #include "remote/value_codec.hpp"
 
-#include <sodium.h>
 #include <xxhash.h>
 
 #include <cstring>
 
 #include "common/error.hpp"
+#include "common/keyed_mac.hpp"
 #include "hash/xxh3_wide.hpp"
 
 namespace kvt::remote {
@@ -34,17 +34,12 @@ kvt_status mismatch(const char *field, uint64_t got, uint64_t want) {
               ull(want));
 }
 
-constexpr size_t kMacAt = 48, kMacBytes = 16;
+constexpr size_t kMacAt = 48;
 
 // The keyed BLAKE2b-128 of header bytes 0..48 and the payload.
 void mac(uint8_t out[kMacBytes], const uint8_t *header, const void *payload, size_t len,
          const uint8_t *key) {
-  [[maybe_unused]] static const int ready = sodium_init();  // once; picks the fastest code
-  crypto_generichash_state st;
-  crypto_generichash_init(&st, key, kValueKeyBytes, kMacBytes);
-  crypto_generichash_update(&st, header, kMacAt);
-  crypto_generichash_update(&st, static_cast<const uint8_t *>(payload), len);
-  crypto_generichash_final(&st, out, kMacBytes);
+  keyed_mac(out, key, {{header, kMacAt}, {payload, len}});
 }
 
 // Every field of the header but what covers the payload (its checksum, or the MAC).
@@ -80,7 +75,7 @@ kvt_status check_payload(const uint8_t *header, const void *payload, size_t len,
   if (key) {
     uint8_t want[kMacBytes];
     mac(want, header, payload, len, key);
-    if (sodium_memcmp(want, header + kMacAt, kMacBytes) != 0)
+    if (!mac_equal(want, header + kMacAt))
       return fail(KVT_ERR_CORRUPT, "G4 value: its MAC does not match: written without this "
                                    "namespace's key (g4_key_env), or altered");
     return KVT_OK;

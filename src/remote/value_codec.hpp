@@ -30,7 +30,7 @@ namespace kvt::remote {
 
 constexpr size_t kHeaderBytes = 64;
 constexpr uint16_t kValueVersion = 1, kKeyedValueVersion = 2;
-constexpr size_t kValueKeyBytes = 32;
+constexpr size_t kValueKeyBytes = 32;  // kMacKeyBytes (common/keyed_mac)
 
 // What a value claims to be, and what a reader expects it to be.
 struct ValueId {

@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "common/error.hpp"
+#include "common/keyed_mac.hpp"
 #include "hash/xxh3_wide.hpp"
 #include "memory/mapping.hpp"
 #include "transfer/disk_io.hpp"
@@ -16,14 +17,23 @@ namespace kvt {
 
 namespace {
 constexpr uint64_t kAlign = 4096;
-constexpr uint64_t kMagic = 0x544c53334754564bULL;  // "KVTG3SLT"
+constexpr uint64_t kMagic = 0x544c53334754564bULL;       // "KVTG3SLT"
+constexpr uint64_t kKeyedMagic = 0x4b4c53334754564bULL;  // "KVTG3SLK": g3_key_env
 
 struct SlotHeader {
   uint64_t magic;
-  uint64_t seq_hash, parent_hash, data_len, data_checksum;
+  uint64_t seq_hash, parent_hash, data_len, data_checksum;  // keyed: no data checksum (0)
   uint64_t header_checksum;  // of the fields above
+  uint8_t mac[kMacBytes];    // keyed: of the fields above, g3_namespace and the data
   uint64_t checksum() const { return XXH3_64bits(this, offsetof(SlotHeader, header_checksum)); }
 };
+
+// The MAC binds the bytes to their block, chain, length and namespace: a slot copied from
+// another block, another namespace's file or another key's is refused.
+void slot_mac(uint8_t out[kMacBytes], const MacKey &key, const SlotHeader &h, uint64_t ns,
+              const void *data, size_t len) {
+  keyed_mac(out, key.data(), {{&h, offsetof(SlotHeader, mac)}, {&ns, sizeof ns}, {data, len}});
+}
 
 }  // namespace
 
@@ -40,6 +50,12 @@ DiskEngine::~DiskEngine() = default;
 kvt_status DiskEngine::create(std::unique_ptr<DiskEngine> *out, const kvt_manager_config &c,
                               uint64_t block_bytes) {
   std::unique_ptr<DiskEngine> e(new DiskEngine);
+  if (c.g3_key_env != nullptr) {
+    MacKey key;
+    if (kvt_status s = read_mac_key(&key, "g3_key_env", c.g3_key_env); s != KVT_OK) return s;
+    e->key_ = key;
+  }
+  e->ns_ = c.g3_namespace;
   e->block_bytes_ = block_bytes;
   e->data_bytes_ = round_to_page(block_bytes);
   e->slot_bytes_ = e->data_bytes_ + kAlign;
@@ -86,10 +102,11 @@ bool DiskEngine::injected(bool write, int *err) {
 std::string DiskEngine::describe(const DiskOp &op) const {
   char buf[256];
   if (op.status == KVT_ERR_CORRUPT)
-    std::snprintf(buf, sizeof buf,
-                  "G3 slot %u of %s does not hold block 0x%llx intact (checksum or hash "
-                  "mismatch)",
-                  op.slot, file_->path().c_str(), (unsigned long long)op.seq_hash);
+    std::snprintf(buf, sizeof buf, "G3 slot %u of %s does not hold block 0x%llx intact (%s)",
+                  op.slot, file_->path().c_str(), (unsigned long long)op.seq_hash,
+                  key_ ? "its MAC, checksum or hash does not match: written without this "
+                         "G3 key (g3_key_env), or altered"
+                       : "checksum or hash mismatch");
   else
     std::snprintf(buf, sizeof buf, "G3 %s of slot %u in %s failed: %s",
                   op.write ? "write" : "read", op.slot, file_->path().c_str(),
@@ -134,12 +151,13 @@ void DiskEngine::run(std::vector<DiskOp> &ops) {
     if (op.write) {
       if (table_) table_->invalidate(op.slot);  // before the slot's bytes start to change
       auto *h = reinterpret_cast<SlotHeader *>(x.header.get());
-      h->magic = kMagic;
+      h->magic = key_ ? kKeyedMagic : kMagic;
       h->seq_hash = op.seq_hash;
       h->parent_hash = op.parent_hash;
       h->data_len = block_bytes_;
-      h->data_checksum = xxh3().plain(data, block_bytes_);
+      h->data_checksum = key_ ? 0 : xxh3().plain(data, block_bytes_);
       h->header_checksum = h->checksum();
+      if (key_) slot_mac(h->mac, *key_, *h, ns_, data, block_bytes_);
     }
     IoRequest &r = req.emplace_back();
     r.write = op.write;
@@ -165,9 +183,16 @@ void DiskEngine::run(std::vector<DiskOp> &ops) {
     // Every read is checked, whichever path it took.
     auto *h = reinterpret_cast<const SlotHeader *>(x.header.get());
     const char *data = static_cast<const char *>(req[i].iov[0].iov_base);
-    bool intact = h->magic == kMagic && h->header_checksum == h->checksum() &&
-                  h->seq_hash == op.seq_hash && h->data_len == block_bytes_ &&
-                  xxh3().plain(data, block_bytes_) == h->data_checksum;
+    bool intact = h->magic == (key_ ? kKeyedMagic : kMagic) &&
+                  h->header_checksum == h->checksum() && h->seq_hash == op.seq_hash &&
+                  h->data_len == block_bytes_;
+    if (intact && key_) {
+      uint8_t want[kMacBytes];
+      slot_mac(want, *key_, *h, ns_, data, block_bytes_);
+      intact = mac_equal(want, h->mac);
+    } else if (intact) {
+      intact = xxh3().plain(data, block_bytes_) == h->data_checksum;
+    }
     if (!intact) {
       op.status = KVT_ERR_CORRUPT;
       continue;

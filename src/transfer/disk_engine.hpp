@@ -1,7 +1,8 @@
 // G3: one preallocated file per manager (transfer/g3_file.hpp). Slot s lives at
 // s * slot_bytes and holds the block's data, padded to 4 KiB, then a 4 KiB header with the
 // sequence hash and an xxh3 checksum of the data, so that a torn or corrupt slot is caught
-// on every read. I/O is O_DIRECT where the filesystem allows it, through io_uring or, where
+// on every read; with g3_key_env, a keyed MAC instead of the data's checksum, so that a
+// writer without the key cannot make a slot that is read as a block. I/O is O_DIRECT where the filesystem allows it, through io_uring or, where
 // io_uring is unavailable or not wanted, I/O threads (transfer/disk_io.hpp).
 // A persistent G3 (g3_persist) adds a file header and a slot table before the slots
 // (transfer/g3_table.hpp, docs/G3_FORMAT.md): each write clears its slot's record before it
@@ -11,10 +12,12 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "block/tier.hpp"
+#include "common/keyed_mac.hpp"
 #include "kvtier.h"
 
 namespace kvt {
@@ -43,7 +46,8 @@ class DiskEngine {
   ~DiskEngine();
 
   // Runs the operations as one batch and sets each one's status: KVT_OK, KVT_ERR_IO (err
-  // says why) or, for reads, KVT_ERR_CORRUPT when the slot does not hold what was written.
+  // says why) or, for reads, KVT_ERR_CORRUPT when the slot does not hold what was written
+  // (or, keyed, what was written with the key).
   // Batches from several threads run at the same time.
   void run(std::vector<DiskOp> &ops);
   // A message for a failed operation.
@@ -74,6 +78,8 @@ class DiskEngine {
   std::unique_ptr<RingPool> rings_;      // io_uring, or
   std::unique_ptr<IoThreads> threads_;   // preadv/pwritev threads
   std::unique_ptr<Fault> fault_;
+  std::optional<MacKey> key_;  // g3_key_env: slots carry a keyed MAC
+  uint64_t ns_ = 0;            // g3_namespace, in every MAC
 };
 
 }  // namespace kvt

@@ -91,6 +91,7 @@ typedef struct kvt_manager_config {
   uint32_t kv_events_format;
   uint32_t reserved;
   const char *g4_key_env;
+  const char *g3_key_env;
 } kvt_manager_config;
 typedef enum kvt_kv_events_format {
   KVT_KV_EVENTS_FORMAT_CURRENT = 0, KVT_KV_EVENTS_FORMAT_ARRAY_V0_11 = 1
