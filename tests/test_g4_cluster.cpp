@@ -7,8 +7,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "redis_cluster.hpp"
@@ -187,13 +189,65 @@ TEST(G4Cluster, SlotsMovedMidRunAreFollowedAndNothingIsLost) {
   EXPECT_KVT(kvt_manager_check(m.get()), KVT_OK);
 }
 
+// Three threads offload and onboard through one manager while slots move: the route is read
+// again, and nodes added, under their feet (TSan runs this one).
+TEST(Threads, G4ClusterFromManyThreadsWhileSlotsMove) {
+  RedisCluster cluster;
+  ASSERT_TRUE(cluster.start(3, 0));
+  TempDir dir;
+  const std::string url = cluster.url();
+  ManagerPtr m = make(g4_config(url, dir, 64, 1024));
+  ASSERT_TRUE(m);
+  const int from = first_master(cluster), to = first_master(cluster, from);
+  ASSERT_GE(to, 0);
+  const pid_t reshard = cluster.cli_async(
+      {"--cluster", "reshard", RedisCluster::address(cluster.node(size_t(from))),
+       "--cluster-from", cluster.id(size_t(from)), "--cluster-to", cluster.id(size_t(to)),
+       "--cluster-slots", "2000", "--cluster-yes"},
+      cluster.node(0).dir() + "/reshard.log");
+  ASSERT_GT(reshard, 0);
+  std::atomic<bool> done{false};
+  std::vector<std::thread> threads;
+  for (uint64_t t = 0; t < 3; ++t)
+    threads.emplace_back([&, t] {
+      for (uint64_t k = 0; k < 3 || !done.load(); ++k) {
+        const std::vector<uint64_t> h = chain(1000 * (t + 1) + k, 16);
+        std::vector<kvt_block> src = filled_in(m.get(), h, KVT_TIER_G2);
+        EXPECT_EQ(offload(m.get(), src, KVT_TIER_G4).status, KVT_OK) << kvt_last_error();
+        release(m.get(), src);
+        std::vector<kvt_block> got;
+        EXPECT_EQ(g4_onboard(m.get(), h, KVT_TIER_G1, &got).status, KVT_OK) << kvt_last_error();
+        EXPECT_EQ(mismatches(m.get(), got, h), 0u);
+        release(m.get(), got);
+      }
+    });
+  int st = 0;
+  const auto deadline = std::chrono::steady_clock::now() + 120s;
+  while (waitpid(reshard, &st, WNOHANG) != reshard) {
+    if (std::chrono::steady_clock::now() > deadline) {
+      kill(reshard, SIGKILL);
+      waitpid(reshard, &st, 0);
+      break;
+    }
+    std::this_thread::sleep_for(10ms);
+  }
+  done = true;
+  for (std::thread &t : threads) t.join();
+  EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0)
+      << RedisCluster::read_file(cluster.node(0).dir() + "/reshard.log");
+  const kvt_g4_stats s = g4_stats(m.get());
+  EXPECT_EQ(s.failed_blocks + s.missing_blocks + s.corrupt_blocks, 0u);
+  EXPECT_KVT(kvt_manager_check(m.get()), KVT_OK);
+}
+
 TEST(G4Cluster, SeedsThatAreNotAClusterAreRefused) {
   TempDir dir;
   for (const char *bad : {"redis+cluster://127.0.0.1:7000/1", "redis+cluster://",
                           "redis+cluster://127.0.0.1:7000,unix:///tmp/r.sock",
                           "redis+cluster://127.0.0.1:7000,127.0.0.1:7000"}) {
     SCOPED_TRACE(bad);
-    kvt_manager_config c = g4_config(bad, dir, 8, 8);
+    const std::string url = bad;  // g4_config borrows it
+    kvt_manager_config c = g4_config(url, dir, 8, 8);
     kvt_manager *m = nullptr;
     EXPECT_KVT(kvt_manager_create(&m, &c), KVT_ERR_INVALID_ARGUMENT);
     EXPECT_NE(std::string(kvt_last_error()).find("g4_url"), std::string::npos)
