@@ -253,6 +253,15 @@ TEST(G4Cluster, SeedsThatAreNotAClusterAreRefused) {
     EXPECT_NE(std::string(kvt_last_error()).find("g4_url"), std::string::npos)
         << kvt_last_error();
   }
+  {  // Braces in the prefix would make every key's tag the prefix's: one slot for all.
+    const std::string url = "redis+cluster://127.0.0.1:7000";
+    kvt_manager_config c = g4_config(url, dir, 8, 8);
+    c.g4_key_prefix = "kv{tenant}";
+    kvt_manager *m = nullptr;
+    EXPECT_KVT(kvt_manager_create(&m, &c), KVT_ERR_INVALID_ARGUMENT);
+    EXPECT_NE(std::string(kvt_last_error()).find("hash tag"), std::string::npos)
+        << kvt_last_error();
+  }
   // A plain server given as a seed: every call fails with its words, none hangs.
   RedisServer plain;
   ASSERT_TRUE(plain.start());

@@ -86,6 +86,10 @@ kvt_status parse_config(Config *out, const kvt_manager_config &c, uint64_t layou
       return fail(KVT_ERR_INVALID_ARGUMENT,
                   "g4_key_prefix \"%s\": printable ASCII without spaces only",
                   r.key_prefix.c_str());
+  if (r.cluster && r.key_prefix.find_first_of("{}") != std::string::npos)
+    return fail(KVT_ERR_INVALID_ARGUMENT,
+                "g4_key_prefix \"%s\": no braces on a Redis Cluster, where a key's first "
+                "{...} is its hash tag (kvtier's is the block's hash)", r.key_prefix.c_str());
   if (c.g4_timeout_us == 0 || c.g4_timeout_us > kMaxTimeoutUs)
     return fail(KVT_ERR_INVALID_ARGUMENT, "g4_timeout_us is %llu: 1..%llu",
                 static_cast<unsigned long long>(c.g4_timeout_us),

@@ -3,8 +3,8 @@
 // the default prefix). Readable in redis-cli, and SCAN MATCH "kvtier:<ns>:*" selects one
 // namespace. Managers of another namespace or block layout build other keys, so they never
 // see each other's values. On a Redis Cluster the hash is the key's hash tag,
-// "...:{0123456789abcdef}", so that every key of one block (each tensor-parallel rank's, with
-// its own layout) lives in one slot, on one node.
+// "...:{0123456789abcdef}", so that every key of one block (each tensor-parallel rank's,
+// under its own namespace) lives in one slot, on one node.
 #pragma once
 
 #include <cstdint>

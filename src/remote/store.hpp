@@ -38,8 +38,8 @@ struct Config {
 // Reads the g4_* fields of c (g4_url set) into *out; layout is the caller's. A bad URL or
 // a shard listed twice, a cluster seed with a database or a Unix socket, an unset or empty
 // password variable, a key variable unset or not 64 hex digits, a key prefix that is empty,
-// longer than 128 bytes or not printable ASCII without spaces, a timeout of 0 or over an
-// hour: KVT_ERR_INVALID_ARGUMENT naming the field.
+// longer than 128 bytes, not printable ASCII without spaces, or with braces on a cluster, a
+// timeout of 0 or over an hour: KVT_ERR_INVALID_ARGUMENT naming the field.
 kvt_status parse_config(Config *out, const kvt_manager_config &c, uint64_t layout);
 
 // One block to write: its bytes (block_bytes of them, contiguous) and its chain.
