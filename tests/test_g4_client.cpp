@@ -2,6 +2,9 @@
 // round trips, misses, corrupt and foreign values, a server killed and restarted, eviction
 // at maxmemory, two shards, AUTH, bad URLs, and threads.
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -448,6 +451,54 @@ TEST(G4Client, TwoShardsSpreadAndFailAlone) {
   EXPECT_EQ(ok, size_t(na));
   size_t n = 0;
   EXPECT_EQ(store->exists_prefix(&n, blk.hashes.data(), 200), KVT_ERR_IO);
+}
+
+// A TCP port whose connections the kernel accepts (its backlog) and nobody ever reads.
+class DeafServer {
+ public:
+  DeafServer() {
+    fd_ = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof a;
+    int small = 4096;  // inherited by its connections: full after a few pages
+    setsockopt(fd_, SOL_SOCKET, SO_RCVBUF, &small, sizeof small);
+    EXPECT_EQ(bind(fd_, reinterpret_cast<sockaddr *>(&a), sizeof a), 0);
+    EXPECT_EQ(listen(fd_, 16), 0);
+    getsockname(fd_, reinterpret_cast<sockaddr *>(&a), &len);
+    port_ = ntohs(a.sin_port);
+  }
+  ~DeafServer() { close(fd_); }
+  std::string url() const { return "redis://127.0.0.1:" + std::to_string(port_); }
+
+ private:
+  int fd_ = -1, port_ = 0;
+};
+
+// A shard that stops reading (its socket full) fails its own blocks of a batch at the
+// timeout, and the other shard's blocks of the same batch are written, though the stuck one
+// comes first in the list.
+TEST(G4Client, AShardThatStopsReadingFailsAloneInItsBatch) {
+  DeafServer deaf;
+  RedisServer a;
+  ASSERT_TRUE(a.start());
+  auto store = make_store(config(deaf.url() + "," + a.url(), 7, kLayout, 3000000));
+  Blocks blk(32, 512 * 1024, 17);  // about 8 MiB per shard: more than a socket holds
+  auto p = blk.puts();
+  std::vector<kvt_status> st(p.size(), KVT_ERR_STATE);
+  store->put(p.data(), p.size(), st.data());
+  size_t on_a = 0, failed = 0;
+  for (size_t i = 0; i < st.size(); ++i) {
+    const bool there = a.integer({"EXISTS", key_of(blk.hashes[i])}) == 1;
+    on_a += there;
+    failed += st[i] == KVT_ERR_IO;
+    EXPECT_EQ(st[i], there ? KVT_OK : KVT_ERR_IO) << i << ": " << err();
+  }
+  EXPECT_GT(on_a, 5u);
+  EXPECT_GT(failed, 5u);
+  EXPECT_EQ(on_a + failed, blk.hashes.size());
+  EXPECT_NE(err().find("timed out"), std::string::npos) << err();
 }
 
 TEST(G4Client, AuthWithPasswordFromEnv) {

@@ -20,6 +20,7 @@ kvt_status on_shard(const std::string &name, kvt_status s) {
 
 kvt_status Connection::failed() const { return on_shard(name_, KVT_ERR_IO); }
 
+
 Deadline Connection::deadline() const {
   return std::chrono::steady_clock::now() + std::chrono::microseconds(timeout_us_);
 }
@@ -53,9 +54,27 @@ kvt_status Connection::open(std::unique_ptr<Connection> *out, const Endpoint &e,
 Connection::~Connection() { close(fd_); }
 
 kvt_status Connection::send(const Request &r) {
-  std::vector<iovec> iov = r.iovecs();
-  if (send_all(fd_, iov, deadline()) != KVT_OK) return failed();
-  return KVT_OK;
+  Connection *self = this;
+  const Request *req = &r;
+  kvt_status st;
+  send_each(&self, &req, &st, 1);
+  return st;
+}
+
+void Connection::send_each(Connection *const *conns, const Request *const *reqs,
+                           kvt_status *status, size_t n) {
+  if (n == 0) return;
+  std::vector<Outgoing> out(n);
+  for (size_t i = 0; i < n; ++i) {
+    out[i].fd = conns[i]->fd_;
+    out[i].iov = reqs[i]->iovecs();
+  }
+  send_all(out.data(), n, conns[0]->deadline());  // one timeout for all: g4_timeout_us
+  for (size_t i = 0; i < n; ++i)
+    status[i] = out[i].status == KVT_OK
+                    ? KVT_OK
+                    : fail(KVT_ERR_IO, "G4 shard %s: %s", conns[i]->name_.c_str(),
+                           out[i].error.c_str());
 }
 
 kvt_status Connection::receive(Reply *out, const iovec *target, int n) {

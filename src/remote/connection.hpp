@@ -30,6 +30,10 @@ class Connection {
 
   // Sends every command of r. KVT_ERR_IO when the socket fails or the send times out.
   kvt_status send(const Request &r);
+  // Sends reqs[i] on conns[i] for every i at once (remote/socket's send_all), each by its
+  // connection's deadline; status[i] as send's.
+  static void send_each(Connection *const *conns, const Request *const *reqs,
+                        kvt_status *status, size_t n);
   // The next reply; a bulk of exactly target[0..n)'s bytes is read into them (see
   // ReplyReader::next). KVT_ERR_IO when reading fails, times out or finds bytes that are not
   // a reply: the connection must then be dropped. An error reply is a reply.

@@ -321,16 +321,27 @@ class RedisStore final : public Store {
     }
   }
 
-  // Sends every group's request to its node, then reads every reply; a group whose node
-  // fails gets KVT_ERR_IO (and its connection is dropped).
+  // Sends every group's request to its node, all at once, then reads every reply; a group
+  // whose node fails gets KVT_ERR_IO (and its connection is dropped).
   void exchange(std::vector<Group> &groups) {
     std::vector<std::unique_ptr<Connection>> conns(groups.size());
+    std::vector<Connection *> to;
+    std::vector<const Request *> requests;
+    std::vector<size_t> node;
     for (size_t s = 0; s < groups.size(); ++s) {
       Group &g = groups[s];
       if (g.request.empty()) continue;
       g.status = shard(s).acquire(&conns[s]);
-      if (g.status == KVT_OK) g.status = conns[s]->send(g.request);
-      if (g.status == KVT_OK) add(n_.round_trips, 1);
+      if (g.status != KVT_OK) continue;
+      to.push_back(conns[s].get());
+      requests.push_back(&g.request);
+      node.push_back(s);
+    }
+    std::vector<kvt_status> sent(to.size());
+    Connection::send_each(to.data(), requests.data(), sent.data(), to.size());
+    for (size_t k = 0; k < to.size(); ++k) {
+      groups[node[k]].status = sent[k];
+      if (sent[k] == KVT_OK) add(n_.round_trips, 1);
     }
     for (size_t s = 0; s < groups.size(); ++s) {
       Group &g = groups[s];

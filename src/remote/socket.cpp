@@ -21,8 +21,9 @@ namespace {
 
 constexpr const char *kTimedOut = "timed out (g4_timeout_us)";
 
-// Waits until fd is ready for events or the deadline passes (false, errno ETIMEDOUT).
-bool wait_ready(int fd, short events, Deadline d) {
+// Waits until one of p[0..n) is ready for its events or the deadline passes (false, errno
+// ETIMEDOUT).
+bool wait_any(pollfd *p, size_t n, Deadline d) {
   for (;;) {
     auto left = d - std::chrono::steady_clock::now();
     if (left <= left.zero()) {
@@ -31,11 +32,15 @@ bool wait_ready(int fd, short events, Deadline d) {
     }
     auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(left).count();
     timespec ts{time_t(ns / 1000000000), long(ns % 1000000000)};
-    pollfd p{fd, events, 0};
-    int r = ppoll(&p, 1, &ts, nullptr);
+    int r = ppoll(p, nfds_t(n), &ts, nullptr);
     if (r > 0) return true;  // ready, or an error the next call reports
     if (r < 0 && errno != EINTR) return false;
   }
+}
+
+bool wait_ready(int fd, short events, Deadline d) {
+  pollfd p{fd, events, 0};
+  return wait_any(&p, 1, d);
 }
 
 const char *reason(int err) { return err == ETIMEDOUT ? kTimedOut : strerror(err); }
@@ -106,29 +111,62 @@ kvt_status dial(int *out, const Endpoint &e, Deadline d) {
   return fail(KVT_ERR_IO, "cannot connect: %s", why.c_str());
 }
 
-kvt_status send_all(int fd, std::vector<iovec> &iov, Deadline d) {
-  size_t i = 0;
-  while (i < iov.size() && iov[i].iov_len == 0) ++i;
-  while (i < iov.size()) {
+namespace {
+
+// Writes what o's socket takes now; false when it failed (o.status set).
+bool write_some(Outgoing &o) {
+  auto skip_sent = [&o] {
+    while (o.at < o.iov.size() && o.iov[o.at].iov_len == 0) ++o.at;
+  };
+  skip_sent();
+  while (o.at < o.iov.size()) {
     msghdr m{};
-    m.msg_iov = iov.data() + i;
-    m.msg_iovlen = std::min<size_t>(iov.size() - i, IOV_MAX);
-    ssize_t n = sendmsg(fd, &m, MSG_NOSIGNAL | MSG_DONTWAIT);
+    m.msg_iov = o.iov.data() + o.at;
+    m.msg_iovlen = std::min<size_t>(o.iov.size() - o.at, IOV_MAX);
+    ssize_t n = sendmsg(o.fd, &m, MSG_NOSIGNAL | MSG_DONTWAIT);
     if (n < 0) {
       if (errno == EINTR) continue;
-      if ((errno == EAGAIN || errno == EWOULDBLOCK) && wait_ready(fd, POLLOUT, d)) continue;
-      return fail(KVT_ERR_IO, "sending failed: %s", reason(errno));
+      if (errno == EAGAIN || errno == EWOULDBLOCK) return true;
+      o.status = fail(KVT_ERR_IO, "sending failed: %s", reason(errno));
+      o.error = last_error();
+      return false;
     }
-    for (size_t left = size_t(n); left > 0;) {  // skip what was sent
-      size_t c = std::min(left, iov[i].iov_len);
-      iov[i].iov_base = static_cast<char *>(iov[i].iov_base) + c;
-      iov[i].iov_len -= c;
+    for (size_t left = size_t(n); left > 0;) {
+      size_t c = std::min(left, o.iov[o.at].iov_len);
+      o.iov[o.at].iov_base = static_cast<char *>(o.iov[o.at].iov_base) + c;
+      o.iov[o.at].iov_len -= c;
       left -= c;
-      if (iov[i].iov_len == 0) ++i;
+      if (o.iov[o.at].iov_len == 0) ++o.at;
     }
-    while (i < iov.size() && iov[i].iov_len == 0) ++i;
+    skip_sent();
   }
-  return KVT_OK;
+  return true;
+}
+
+}  // namespace
+
+void send_all(Outgoing *out, size_t n, Deadline d) {
+  std::vector<pollfd> waiting;
+  std::vector<Outgoing *> whose;
+  for (;;) {
+    waiting.clear();
+    whose.clear();
+    for (size_t k = 0; k < n; ++k) {
+      Outgoing &o = out[k];
+      if (o.status != KVT_OK || !write_some(o) || o.at == o.iov.size()) continue;
+      waiting.push_back({o.fd, POLLOUT, 0});
+      whose.push_back(&o);
+    }
+    if (waiting.empty()) return;
+    if (!wait_any(waiting.data(), waiting.size(), d)) {
+      const int err = errno;
+      for (Outgoing *o : whose) {
+        o->status = fail(KVT_ERR_IO, "sending failed: %s", reason(err));
+        o->error = last_error();
+      }
+      return;
+    }
+  }
 }
 
 ssize_t SocketSource::read(const iovec *iov, int n) {

@@ -5,6 +5,7 @@
 #include <sys/uio.h>
 
 #include <chrono>
+#include <string>
 #include <vector>
 
 #include "kvtier.h"
@@ -19,9 +20,20 @@ using Deadline = std::chrono::steady_clock::time_point;
 // (TCP_NODELAY for TCP). KVT_ERR_IO with the reason ("cannot connect: ...") otherwise.
 kvt_status dial(int *fd, const Endpoint &e, Deadline d);
 
-// Sends every byte of iov (consumed as it goes) by the deadline, with MSG_NOSIGNAL: a server
-// that went away is KVT_ERR_IO, never a SIGPIPE.
-kvt_status send_all(int fd, std::vector<iovec> &iov, Deadline d);
+// One socket's bytes for send_all.
+struct Outgoing {
+  int fd = -1;
+  std::vector<iovec> iov;  // consumed as it goes
+  size_t at = 0;           // the first entry with bytes left
+  kvt_status status = KVT_OK;
+  std::string error;       // why it failed
+};
+// Sends every byte of out[0..n) by the deadline, with MSG_NOSIGNAL (a server that went away
+// is KVT_ERR_IO, never a SIGPIPE), writing to whichever socket has room: each server gets
+// its batch while the others' are still being written, and one server's full socket never
+// holds the rest back. One that fails or runs out of time gets KVT_ERR_IO and its message;
+// the others go on.
+void send_all(Outgoing *out, size_t n, Deadline d);
 
 // Reply bytes from a socket, by a deadline its owner sets before each reply.
 class SocketSource final : public ByteSource {
