@@ -47,8 +47,19 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+std::vector<pid_t> g_servers;  // the redis-servers this run started: stopped on any exit
+
+void stop_servers() {
+  for (pid_t pid : g_servers) {
+    kill(pid, SIGKILL);
+    waitpid(pid, nullptr, 0);
+  }
+  g_servers.clear();
+}
+
 [[noreturn]] void die(const std::string &what) {
   std::fprintf(stderr, "bench_g4_tier: %s: %s\n", what.c_str(), kvt_last_error());
+  stop_servers();
   std::exit(1);
 }
 
@@ -111,26 +122,31 @@ double redis_benchmark(int port, const char *test, size_t bytes, unsigned depth,
   return std::atof(out.c_str() + at + std::strlen(test) + 4);
 }
 
-// Until every node of the cluster says cluster_state:ok (redis-cli cluster info), or dies.
-void wait_cluster_ok(const std::vector<int> &ports) {
+// What `redis-cli -p port args...` prints.
+std::string cli(int port, std::vector<std::string> args) {
+  args.insert(args.begin(), {"redis-cli", "-p", std::to_string(port)});
+  int fds[2];
+  if (pipe(fds) != 0) die("pipe");
+  pid_t pid = spawn(args, fds[1]);
+  close(fds[1]);
+  std::string out;
+  char buf[4096];
+  for (ssize_t n; (n = read(fds[0], buf, sizeof buf)) > 0;) out.append(buf, size_t(n));
+  close(fds[0]);
+  waitpid(pid, nullptr, 0);
+  return out;
+}
+
+// Until every port's server answers `want` in what `args` prints, or dies after 60 s.
+void wait_all(const std::vector<int> &ports, const std::vector<std::string> &args,
+              const char *want) {
   for (int tries = 0; tries < 3000; ++tries) {
     bool ok = true;
-    for (int p : ports) {
-      int fds[2];
-      if (pipe(fds) != 0) die("pipe");
-      pid_t pid = spawn({"redis-cli", "-p", std::to_string(p), "cluster", "info"}, fds[1]);
-      close(fds[1]);
-      std::string out;
-      char buf[4096];
-      for (ssize_t n; (n = read(fds[0], buf, sizeof buf)) > 0;) out.append(buf, size_t(n));
-      close(fds[0]);
-      waitpid(pid, nullptr, 0);
-      ok = ok && out.find("cluster_state:ok") != std::string::npos;
-    }
+    for (int p : ports) ok = ok && cli(p, args).find(want) != std::string::npos;
     if (ok) return;
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
-  die("the cluster did not settle in 60 s");
+  die(std::string("no answer \"") + want + "\" in 60 s");
 }
 
 struct Rate {
@@ -226,10 +242,10 @@ int main(int argc, char **argv) {
   g_cluster = argc > 3 && std::string(argv[3]) == "--cluster";
   char dir[] = "/tmp/kvtier-bench-g4-XXXXXX";
   if (mkdtemp(dir) == nullptr) die("mkdtemp");
-  std::vector<pid_t> servers;
   std::vector<int> ports;
   for (int i = 0; i < (g_cluster ? 3 : 1); ++i) {
-    const int port = free_port();
+    int port = free_port();
+    while (g_cluster && port > 55535) port = free_port();  // a node's bus is its port + 10000
     const std::string d = std::string(dir) + "/" + std::to_string(i);
     std::filesystem::create_directory(d);
     std::vector<std::string> args = {"redis-server", "--port", std::to_string(port), "--bind",
@@ -238,13 +254,15 @@ int main(int argc, char **argv) {
     if (g_cluster)
       args.insert(args.end(), {"--cluster-enabled", "yes", "--cluster-config-file",
                                "nodes.conf"});
-    const pid_t pid = spawn(args);
+    const int null = open("/dev/null", O_WRONLY);  // no server holds this run's stdout
+    const pid_t pid = spawn(args, null);
+    close(null);
     if (pid < 0) die("cannot run redis-server");
-    servers.push_back(pid);
+    g_servers.push_back(pid);
     ports.push_back(port);
   }
   const int port = ports[0];
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  wait_all(ports, {"ping"}, "PONG");
   std::string url = "redis://127.0.0.1:" + std::to_string(port);
   if (g_cluster) {
     std::vector<std::string> create = {"redis-cli", "--cluster", "create"};
@@ -260,7 +278,7 @@ int main(int argc, char **argv) {
     close(null);
     if (pid < 0 || waitpid(pid, &st, 0) != pid || !WIFEXITED(st) || WEXITSTATUS(st) != 0)
       die("redis-cli --cluster create failed");
-    wait_cluster_ok(ports);
+    wait_all(ports, {"cluster", "info"}, "cluster_state:ok");
   }
 
   std::printf("%-8s %-5s %-34s %10s %8s %19s\n", "block", "depth", "measure", "blocks/s",
@@ -307,10 +325,7 @@ int main(int argc, char **argv) {
                 g.median / g1.median, g.median / gn.median);
     std::fflush(stdout);
   }
-  for (pid_t pid : servers) {
-    kill(pid, SIGKILL);
-    waitpid(pid, nullptr, 0);
-  }
+  stop_servers();
   std::error_code ec;
   std::filesystem::remove_all(dir, ec);
   return 0;

@@ -74,7 +74,7 @@ class RedisServer {
     }
     // A port another process takes between our probe and Redis's bind: try another.
     for (int attempt = 0; attempt < 5; ++attempt) {
-      port_ = free_port();
+      port_ = free_port(opt_.cluster);
       if (port_ == 0) return ::testing::AssertionFailure() << "no free port";
       auto r = launch();
       if (r) return r;
@@ -173,6 +173,25 @@ class RedisServer {
       }
     }
     return access("/usr/bin/redis-server", X_OK) == 0 ? "/usr/bin/redis-server" : "";
+  }
+
+  // A cluster node also listens on its port + 10000 (the cluster bus): Redis refuses ports
+  // over 55535 there, so a node's port is drawn until it is low enough.
+  static int free_port(bool cluster) {
+    for (int tries = 0; tries < 1000; ++tries)
+      if (int p = free_port(); p != 0 && (!cluster || (p <= 55535 && bus_free(p + 10000))))
+        return p;
+    return 0;
+  }
+  static bool bus_free(int port) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    a.sin_port = htons(uint16_t(port));
+    const bool ok = fd >= 0 && bind(fd, reinterpret_cast<sockaddr *>(&a), sizeof a) == 0;
+    if (fd >= 0) close(fd);
+    return ok;
   }
 
   static int free_port() {
