@@ -65,6 +65,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   c.g4_url = urls[in.below(7)];
   const char *envs[] = {nullptr, "KVTIER_FUZZ_UNSET_VARIABLE", ""};
   c.g4_password_env = envs[in.below(3)];
+  c.g4_key_env = envs[in.below(3)];  // unset or empty: refused, as a key that is no key
+  c.g3_key_env = envs[in.below(3)];
   const char *prefixes[] = {nullptr, "kvtier", "", "has space"};
   c.g4_key_prefix = prefixes[in.below(4)];
   if (c.g4_timeout_us > 100000) c.g4_timeout_us %= 100000;  // a connect refused is quick anyway
