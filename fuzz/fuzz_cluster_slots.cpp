@@ -4,15 +4,12 @@
 // words. The input is the size of the cuts the source makes (1 byte), then the stream. A
 // refusal must be KVT_ERR_IO with a message; an accepted map must route every slot to one of
 // at most 1024 masters, each a valid endpoint, or to none.
-#include <sys/uio.h>
-
-#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <string_view>
 
 #include "common/error.hpp"
+#include "chunked_source.hpp"
 #include "remote/reply_reader.hpp"
 #include "remote/slot_map.hpp"
 
@@ -23,25 +20,6 @@ void check(bool ok, const char *what) {
   std::fprintf(stderr, "fuzz_cluster_slots: %s (%s)\n", what, kvt::last_error());
   std::abort();
 }
-
-class Source final : public kvt::remote::ByteSource {
- public:
-  Source(const uint8_t *p, size_t n, size_t chunk) : p_(p), n_(n), chunk_(chunk) {}
-  ssize_t read(const iovec *iov, int n) override {
-    check(n >= 1, "a read of no iovec");
-    size_t left = std::min(chunk_, n_ - at_), done = 0;
-    for (int i = 0; i < n && left > 0; ++i) {
-      size_t c = std::min(left, iov[i].iov_len);
-      std::memcpy(iov[i].iov_base, p_ + at_, c);
-      at_ += c, done += c, left -= c;
-    }
-    return ssize_t(done);
-  }
-
- private:
-  const uint8_t *p_;
-  size_t n_, chunk_, at_ = 0;
-};
 
 }  // namespace
 
@@ -56,7 +34,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     check(d.slot < kvt::remote::kSlots, "a redirection to a slot out of range");
     check(!d.to.host.empty() && d.to.port > 0 && d.to.port <= 65535, "a redirection nowhere");
   }
-  Source src(data + 1, size - 1, data[0] == 0 ? size : data[0]);
+  kvt_fuzz::ChunkedSource src(data + 1, size - 1, data[0] == 0 ? size : data[0]);
   kvt::remote::ReplyReader reader(src);
   kvt::remote::SlotMap map;
   kvt_status s = kvt::remote::read_slot_map(&map, reader, asked);

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "common/error.hpp"
+#include "chunked_source.hpp"
 #include "remote/reply_reader.hpp"
 
 using kvt::remote::Reply;
@@ -26,34 +27,13 @@ void check(bool ok, const char *what) {
   std::abort();
 }
 
-class Source final : public kvt::remote::ByteSource {
- public:
-  Source(const uint8_t *p, size_t n, size_t chunk) : p_(p), n_(n), chunk_(chunk) {}
-  ssize_t read(const iovec *iov, int n) override {
-    check(n >= 1, "a read of no iovec");
-    size_t left = std::min(chunk_, n_ - at_), done = 0;
-    for (int i = 0; i < n && left > 0; ++i) {
-      check(iov[i].iov_len > 0, "an empty iovec");
-      size_t c = std::min(left, iov[i].iov_len);
-      std::memcpy(iov[i].iov_base, p_ + at_, c);
-      at_ += c, done += c, left -= c;
-    }
-    return ssize_t(done);
-  }
-  size_t at() const { return at_; }
-
- private:
-  const uint8_t *p_;
-  size_t n_, chunk_, at_ = 0;
-};
-
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (size < 3) return 0;
   const size_t chunk = data[0] == 0 ? size : data[0];
   const size_t want = size_t(data[1] | (data[2] << 8));
-  Source src(data + 3, size - 3, chunk);
+  kvt_fuzz::ChunkedSource src(data + 3, size - 3, chunk);
   ReplyReader reader(src);
   std::vector<uint8_t> head(std::min<size_t>(want, 64)), body(want - head.size());
   iovec target[2] = {{head.data(), head.size()}, {body.data(), body.size()}};

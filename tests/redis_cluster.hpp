@@ -105,6 +105,16 @@ class RedisCluster {
     if (out) *out = read_file(log);
     return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
   }
+  // Starts `redis-cli --cluster reshard` of `slots` slots from master `from` to master `to`,
+  // its output to <node 0's dir>/reshard.log (reshard_log()); its pid.
+  pid_t reshard_async(size_t from, size_t to, int slots) const {
+    return cli_async({"--cluster", "reshard", address(*nodes_[from]), "--cluster-from", id(from),
+                      "--cluster-to", id(to), "--cluster-slots", std::to_string(slots),
+                      "--cluster-yes"},
+                     reshard_log());
+  }
+  std::string reshard_log() const { return nodes_[0]->dir() + "/reshard.log"; }
+
   // Starts redis-cli with args, its output to log; its pid (-1 when it cannot start).
   pid_t cli_async(const std::vector<std::string> &args, const std::string &log) const {
     std::vector<std::string> a = {"redis-cli"};

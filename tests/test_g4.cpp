@@ -112,23 +112,12 @@ TEST(G4, TwoProcessesShareAPrefix) {
   ASSERT_TRUE(redis.start());
   const std::string url = redis.url();
   const auto h = chain(5, 12);
-  pid_t pid = fork();
-  ASSERT_GE(pid, 0);
-  if (pid == 0) _exit(offload_in_child(url, h));
-  int st = 0;
-  ASSERT_EQ(waitpid(pid, &st, 0), pid);
-  ASSERT_TRUE(WIFEXITED(st));
-  ASSERT_EQ(WEXITSTATUS(st), 0) << "the offloading process failed at step " << WEXITSTATUS(st);
+  ASSERT_TRUE(offloaded_by_another_process(url, h));
 
   TempDir dir;
   ManagerPtr m = make(g4_config(url, dir, 32, 16));
   ASSERT_TRUE(m);
-  EXPECT_EQ(g4_matched(m.get(), h), 12u);
-  std::vector<kvt_block> got;
-  Ended e = g4_onboard(m.get(), h, KVT_TIER_G1, &got);
-  ASSERT_EQ(e.status, KVT_OK) << kvt_last_error();
-  EXPECT_EQ(mismatches(m.get(), got, h), 0u);
-  release(m.get(), got);
+  expect_served_whole(m.get(), h);
   EXPECT_KVT(kvt_manager_check(m.get()), KVT_OK);
 }
 

@@ -55,13 +55,7 @@ TEST(G4Cluster, TwoProcessesShareBlocksByteForByte) {
   ASSERT_TRUE(cluster.start(3, 1));
   const std::string url = cluster.url();
   const auto h = chain(5, 30);  // the child's G1 holds 32
-  pid_t pid = fork();
-  ASSERT_GE(pid, 0);
-  if (pid == 0) _exit(offload_in_child(url, h));
-  int st = 0;
-  ASSERT_EQ(waitpid(pid, &st, 0), pid);
-  ASSERT_TRUE(WIFEXITED(st));
-  ASSERT_EQ(WEXITSTATUS(st), 0) << "the offloading process failed at step " << WEXITSTATUS(st);
+  ASSERT_TRUE(offloaded_by_another_process(url, h));
 
   // The keys are spread over every master, each in its hash's slot (the hash tag).
   long long total = 0;
@@ -76,12 +70,7 @@ TEST(G4Cluster, TwoProcessesShareBlocksByteForByte) {
   TempDir dir;
   ManagerPtr m = make(g4_config(url, dir, 64, 16));
   ASSERT_TRUE(m);
-  EXPECT_EQ(g4_matched(m.get(), h), 30u);
-  std::vector<kvt_block> got;
-  Ended e = g4_onboard(m.get(), h, KVT_TIER_G1, &got);
-  ASSERT_EQ(e.status, KVT_OK) << kvt_last_error();
-  EXPECT_EQ(mismatches(m.get(), got, h), 0u);
-  release(m.get(), got);
+  expect_served_whole(m.get(), h);
   const kvt_g4_stats s = g4_stats(m.get());
   EXPECT_EQ(s.shards, 3u);
   EXPECT_EQ(s.loaded_blocks, 30u);
@@ -157,11 +146,7 @@ TEST(G4Cluster, SlotsMovedMidRunAreFollowedAndNothingIsLost) {
 
   const int from = first_master(cluster), to = first_master(cluster, from);
   ASSERT_GE(to, 0);
-  const pid_t reshard = cluster.cli_async(
-      {"--cluster", "reshard", RedisCluster::address(cluster.node(size_t(from))),
-       "--cluster-from", cluster.id(size_t(from)), "--cluster-to", cluster.id(size_t(to)),
-       "--cluster-slots", "4000", "--cluster-yes"},
-      cluster.node(0).dir() + "/reshard.log");
+  const pid_t reshard = cluster.reshard_async(size_t(from), size_t(to), 4000);
   ASSERT_GT(reshard, 0);
   // Every round while the slots move, and one after, succeeds whole.
   int st = 0;
@@ -179,7 +164,7 @@ TEST(G4Cluster, SlotsMovedMidRunAreFollowedAndNothingIsLost) {
   }
   ASSERT_TRUE(done) << "the reshard did not end";
   ASSERT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0)
-      << RedisCluster::read_file(cluster.node(0).dir() + "/reshard.log");
+      << RedisCluster::read_file(cluster.reshard_log());
   const kvt_g4_stats s = g4_stats(m.get());
   EXPECT_EQ(s.failed_blocks, 0u);
   EXPECT_EQ(s.missing_blocks, 0u);
@@ -200,11 +185,7 @@ TEST(Threads, G4ClusterFromManyThreadsWhileSlotsMove) {
   ASSERT_TRUE(m);
   const int from = first_master(cluster), to = first_master(cluster, from);
   ASSERT_GE(to, 0);
-  const pid_t reshard = cluster.cli_async(
-      {"--cluster", "reshard", RedisCluster::address(cluster.node(size_t(from))),
-       "--cluster-from", cluster.id(size_t(from)), "--cluster-to", cluster.id(size_t(to)),
-       "--cluster-slots", "2000", "--cluster-yes"},
-      cluster.node(0).dir() + "/reshard.log");
+  const pid_t reshard = cluster.reshard_async(size_t(from), size_t(to), 2000);
   ASSERT_GT(reshard, 0);
   std::atomic<bool> done{false};
   std::vector<std::thread> threads;
@@ -234,7 +215,7 @@ TEST(Threads, G4ClusterFromManyThreadsWhileSlotsMove) {
   done = true;
   for (std::thread &t : threads) t.join();
   EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0)
-      << RedisCluster::read_file(cluster.node(0).dir() + "/reshard.log");
+      << RedisCluster::read_file(cluster.reshard_log());
   const kvt_g4_stats s = g4_stats(m.get());
   EXPECT_EQ(s.failed_blocks + s.missing_blocks + s.corrupt_blocks, 0u);
   EXPECT_KVT(kvt_manager_check(m.get()), KVT_OK);

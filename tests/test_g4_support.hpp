@@ -168,4 +168,29 @@ inline int offload_in_child(const std::string &url, const std::vector<uint64_t> 
   return rc;
 }
 
+// Another process offloads h (offload_in_child) and exits; whether it succeeded.
+inline ::testing::AssertionResult offloaded_by_another_process(const std::string &url,
+                                                               const std::vector<uint64_t> &h) {
+  pid_t pid = fork();
+  if (pid < 0) return ::testing::AssertionFailure() << "fork failed";
+  if (pid == 0) _exit(offload_in_child(url, h));
+  int st = 0;
+  if (waitpid(pid, &st, 0) != pid || !WIFEXITED(st))
+    return ::testing::AssertionFailure() << "the offloading process did not exit";
+  if (WEXITSTATUS(st) != 0)
+    return ::testing::AssertionFailure()
+           << "the offloading process failed at step " << WEXITSTATUS(st);
+  return ::testing::AssertionSuccess();
+}
+
+// m finds all of h in G4, and onboards it into G1 byte for byte.
+inline void expect_served_whole(kvt_manager *m, const std::vector<uint64_t> &h) {
+  EXPECT_EQ(g4_matched(m, h), h.size());
+  std::vector<kvt_block> got;
+  Ended e = g4_onboard(m, h, KVT_TIER_G1, &got);
+  ASSERT_EQ(e.status, KVT_OK) << kvt_last_error();
+  EXPECT_EQ(mismatches(m, got, h), 0u);
+  release(m, got);
+}
+
 }  // namespace kvt_g4_test
