@@ -46,7 +46,7 @@ extern "C" {
 #endif
 
 #define KVT_VERSION_MAJOR 0
-#define KVT_VERSION_MINOR 4
+#define KVT_VERSION_MINOR 5
 #define KVT_VERSION_PATCH 0
 
 /* ---------------------------------------------------------------------------------------
@@ -74,6 +74,32 @@ typedef int32_t kvt_status;
 #define KVT_ERR_NOT_FOUND        (-11) /* an unknown request id (never seen, or finished) */
 #define KVT_ERR_INTERNAL         (-99)
 
+/* ---------------------------------------------------------------------------------------
+ * Library information and errors
+ * ------------------------------------------------------------------------------------ */
+
+/* "MAJOR.MINOR.PATCH" of the loaded library. Static string owned by the library. */
+KVT_API const char *kvt_version(void);
+
+/* The name of a status code, e.g. "KVT_ERR_STATE"; "KVT_UNKNOWN_STATUS" for a number that is
+ * not a status. Static string owned by the library. */
+KVT_API const char *kvt_status_str(kvt_status s);
+
+/* A message describing the last failure on the calling thread ("no error" before any).
+ * Never NULL. Owned by the library, valid until the next failing kvtier call on this thread. */
+KVT_API const char *kvt_last_error(void);
+
+/* Diagnostics the library wants a person to see (a fallback it took, a file it cleaned up).
+ * The library never writes to stdout or stderr itself: messages at or below `level` go to
+ * fn, on whichever thread noticed the condition, possibly with the library's locks held, so
+ * fn must not call back into kvtier. Off (level 0) until the host sets a callback. Process-
+ * wide; fn NULL turns logging off. message is owned by the library, valid during the call. */
+typedef enum kvt_log_level {
+  KVT_LOG_OFF = 0, KVT_LOG_ERROR = 1, KVT_LOG_WARN = 2, KVT_LOG_INFO = 3, KVT_LOG_DEBUG = 4
+} kvt_log_level;
+typedef void (*kvt_log_fn)(int level, const char *message, void *user_data);
+KVT_API void kvt_set_log_callback(int level, kvt_log_fn fn, void *user_data);
+
 /* A block handle names one block in one tier of one manager: tier, slot and generation.
  * 0 is never a valid handle. A handle goes stale when its block returns to the free pool
  * or is evicted; stale, forged and foreign handles are refused with KVT_ERR_INVALID_HANDLE.
@@ -100,36 +126,29 @@ typedef enum kvt_tier {
                                    KVT_ERR_INVALID_ARGUMENT, and no handle names it */
 } kvt_tier;
 
-typedef struct kvt_manager kvt_manager;
-typedef struct kvt_xfer    kvt_xfer;    /* one enqueued offload or onboard */
-typedef struct kvt_fence   kvt_fence;   /* a precondition the host signals */
-typedef struct kvt_seq     kvt_seq;     /* incremental token-sequence hasher */
+/* The handle types, all opaque, and who may call on one at the same time. Every handle is
+ * destroyed (or closed, or released) once, when no other call on it runs.
+ * - kvt_manager: any thread, any number of calls at once.
+ * - kvt_xfer, kvt_fence: tokens, not addresses (see Fences); any thread. kvt_xfer_release is
+ *   legal while another thread waits on the transfer.
+ * - kvt_seq: the caller's running hasher; one thread at a time.
+ * - kvt_connector: any thread (see Connector: the scheduler half's calls take turns).
+ * - kvt_subscription: kvt_subscription_drain and kvt_subscription_fd from any thread (drains
+ *   take turns); it may outlive its manager.
+ * - kvt_event_log: a reader with a position; one thread at a time.
+ * - kvt_endpoint: kvt_endpoint_stats_get from any thread; it serves from threads of its own. */
+typedef struct kvt_manager      kvt_manager;
+typedef struct kvt_xfer         kvt_xfer;          /* one enqueued offload or onboard */
+typedef struct kvt_fence        kvt_fence;         /* a precondition the host signals */
+typedef struct kvt_seq          kvt_seq;           /* incremental token-sequence hasher */
+typedef struct kvt_connector    kvt_connector;     /* a serving engine's request layer */
+typedef struct kvt_subscription kvt_subscription;  /* a reader of the observe stream */
+typedef struct kvt_event_log    kvt_event_log;     /* a reader of a recorded event log */
+typedef struct kvt_endpoint     kvt_endpoint;      /* the management socket */
 
-/* ---------------------------------------------------------------------------------------
- * Library information and errors
- * ------------------------------------------------------------------------------------ */
-
-/* "MAJOR.MINOR.PATCH" of the loaded library. Static string owned by the library. */
-KVT_API const char *kvt_version(void);
-
-/* The name of a status code, e.g. "KVT_ERR_STATE"; "KVT_UNKNOWN_STATUS" for a number that is
- * not a status. Static string owned by the library. */
-KVT_API const char *kvt_status_str(kvt_status s);
-
-/* A message describing the last failure on the calling thread ("no error" before any).
- * Never NULL. Owned by the library, valid until the next failing kvtier call on this thread. */
-KVT_API const char *kvt_last_error(void);
-
-/* Diagnostics the library wants a person to see (a fallback it took, a file it cleaned up).
- * The library never writes to stdout or stderr itself: messages at or below `level` go to
- * fn, on whichever thread noticed the condition, possibly with the library's locks held, so
- * fn must not call back into kvtier. Off (level 0) until the host sets a callback. Process-
- * wide; fn NULL turns logging off. message is owned by the library, valid during the call. */
-typedef enum kvt_log_level {
-  KVT_LOG_OFF = 0, KVT_LOG_ERROR = 1, KVT_LOG_WARN = 2, KVT_LOG_INFO = 3, KVT_LOG_DEBUG = 4
-} kvt_log_level;
-typedef void (*kvt_log_fn)(int level, const char *message, void *user_data);
-KVT_API void kvt_set_log_callback(int level, kvt_log_fn fn, void *user_data);
+/* Longest request id (a connector's, and in events), in bytes; ids are NUL-terminated,
+ * non-empty strings. */
+#define KVT_REQ_ID_MAX 255
 
 /* ---------------------------------------------------------------------------------------
  * Configuration
@@ -183,7 +202,7 @@ typedef enum kvt_cuda_copy {
   KVT_CUDA_COPY_KERNEL = 2,     /* 0.4.0: a gather/scatter kernel reading or writing the
                                    pinned, mapped G2 directly; copies that touch other host
                                    memory go through BATCHED. Faster for chunks under about
-                                   1 MiB (docs/BENCHMARKS.md, issue 16) */
+                                   1 MiB (docs/BENCHMARKS.md) */
   KVT_CUDA_COPY_AUTO = 3        /* 0.4.0: KERNEL for chunks under 1 MiB, else BATCHED */
 } kvt_cuda_copy;
 
@@ -277,7 +296,7 @@ typedef struct kvt_manager_config {
                                    "unix:///path[?db=N]"; several, separated by commas, are
                                    shards that keys are spread over by consistent hashing.
                                    "redis+cluster://host:port[,host:port...]": a Redis
-                                   Cluster, reached through these seed nodes (since 0.5.0) */
+                                   Cluster, its slot map read from these nodes (since 0.5.0) */
   const char *g4_password_env;  /* NULL, or the name of an environment variable holding the
                                    password (AUTH), read at create */
   const char *g4_key_prefix;    /* prefix of every key; NULL: "kvtier" */
@@ -382,7 +401,7 @@ KVT_API kvt_status kvt_manager_check(kvt_manager *m);
 KVT_API kvt_status kvt_manager_reset(kvt_manager *m, int tier);
 
 /* ---------------------------------------------------------------------------------------
- * Statistics
+ * Tiers: statistics and contents
  * ------------------------------------------------------------------------------------ */
 
 typedef struct kvt_tier_stats {
@@ -413,63 +432,19 @@ typedef struct kvt_tier_stats {
  * A tier of capacity 0 reports all zeros. */
 KVT_API kvt_status kvt_tier_stats_get(kvt_tier_stats *out, kvt_manager *m, kvt_tier tier);
 
-/* Counters of one transfer direction: G1->G2, G1->G3, G2->G3 (offloads), G2->G1, G3->G1
- * (onboards) and, since 0.4.0, G1->G4, G2->G4, G3->G4 (offloads: blocks written) and
- * G4->G1, G4->G2 (kvt_g4_onboard). */
-typedef struct kvt_transfer_stats {
-  uint32_t struct_size;         /* set by the caller: sizeof(kvt_transfer_stats) */
-  uint32_t reserved;
-  uint64_t completed;           /* transfers that ended with KVT_OK */
-  uint64_t cancelled;           /* ended with KVT_ERR_CANCELLED */
-  uint64_t failed;              /* ended with any other error */
-  uint64_t blocks;              /* blocks copied and registered at the destination */
-  uint64_t bytes;               /* blocks * block bytes */
-  uint64_t busy_ns;             /* time the copy engines spent on this direction; a batch
-                                   phase serving several directions is shared by bytes */
-} kvt_transfer_stats;
+/* The blocks that the next allocations in a tier would evict, in that order: up to max
+ * inactive blocks in eviction order (see Priorities and pins; pinned blocks are not
+ * listed). *out_n receives how many. Nothing is
+ * pinned or changed, so a handle may go stale as soon as another call evicts it. This is
+ * for write-back offload (SGLang HiCache's write_back): offload these blocks, wait, then
+ * allocate over them. out: borrowed, room for max handles. */
+KVT_API kvt_status kvt_tier_evictable(size_t *out_n, kvt_block *out, size_t max,
+                                      kvt_manager *m, kvt_tier tier);
 
-/* Fills *out, up to out->struct_size (set by the caller), with the counters of transfers
- * from src to dst since the manager was created. bytes / busy_ns is the engines' bandwidth,
- * without the time transfers spent waiting in the pipeline. A connector's worker counts each
- * batch it runs as one transfer per tier it touches (0.4.0). KVT_ERR_INVALID_ARGUMENT for a
- * pair that is not a direction. */
-KVT_API kvt_status kvt_transfer_stats_get(kvt_transfer_stats *out, kvt_manager *m,
-                                          kvt_tier src, kvt_tier dst);
-
-/* ---------------------------------------------------------------------------------------
- * Hashing: chained xxh3-64, compatible with NVIDIA Dynamo's KVBM.
- *   salt_hash     = XXH3_64bits_withSeed(salt, len, 0)
- *   block_hash[i] = XXH3_64bits_withSeed(tokens of block i as LE u32, page_size*4, salt_hash)
- *   seq_hash[0]   = block_hash[0]
- *   seq_hash[i]   = XXH3_64bits_withSeed(LE u64 {seq_hash[i-1], block_hash[i]}, 16, salt_hash)
- * These functions need no manager and are safe from any thread.
- * ------------------------------------------------------------------------------------ */
-
-/* salt: borrowed, may be NULL when len is 0 (the empty salt). */
-KVT_API kvt_status kvt_hash_salt(uint64_t *out_salt_hash, const void *salt, size_t len);
-
-/* Sequence hashes of the full blocks of tokens[0..n_tokens); a trailing partial block has
- * none. *out_n receives the number of full blocks. With out_seq_hashes NULL and cap 0 the
- * call only reports that number. If cap is smaller, it fails with KVT_ERR_INVALID_ARGUMENT
- * and still sets *out_n to the number needed. tokens: borrowed. */
-KVT_API kvt_status kvt_hash_sequence(uint64_t *out_seq_hashes, size_t *out_n, size_t cap,
-                                     uint64_t salt_hash, const uint32_t *tokens,
-                                     size_t n_tokens, uint32_t page_size);
-
-/* Incremental form: append tokens in any split and read the hashes of the blocks completed
- * so far; they equal kvt_hash_sequence over the concatenation. A kvt_seq is owned by the
- * caller (kvt_seq_destroy) and must not be used from two threads at once. */
-KVT_API kvt_status kvt_seq_create(kvt_seq **out, uint64_t salt_hash, uint32_t page_size);
-KVT_API void       kvt_seq_destroy(kvt_seq *s);   /* NULL is ignored */
-KVT_API kvt_status kvt_seq_append(kvt_seq *s, const uint32_t *tokens, size_t n);
-/* Total tokens appended and the number of full blocks hashed so far. */
-KVT_API kvt_status kvt_seq_info(size_t *out_tokens, size_t *out_blocks, const kvt_seq *s);
-/* Copies the hashes of blocks [first, first + cap) that are complete into the arrays (either
- * may be NULL to skip it); *out_n receives how many were copied (0 when first is at the
- * end). */
-KVT_API kvt_status kvt_seq_hashes(size_t *out_n, uint64_t *out_block_hashes,
-                                  uint64_t *out_seq_hashes, const kvt_seq *s, size_t first,
-                                  size_t cap);
+/* The hashes tier t of m holds registered now, in no particular order: up to cap into out,
+ * their number into *n (out NULL and cap 0 ask for it). */
+KVT_API kvt_status kvt_tier_hashes(uint64_t *out, size_t cap, size_t *n, kvt_manager *m,
+                                   kvt_tier tier);
 
 /* ---------------------------------------------------------------------------------------
  * Blocks: states and references
@@ -604,14 +579,40 @@ KVT_API kvt_status kvt_block_register_hashes(kvt_block *out, kvt_manager *m,
 KVT_API kvt_status kvt_match_prefix(size_t *out_n, kvt_block *out_blocks, kvt_manager *m,
                                     kvt_tier tier, const uint64_t *seq_hashes, size_t n);
 
-/* The blocks that the next allocations in a tier would evict, in that order: up to max
- * inactive blocks in eviction order (see Priorities and pins; pinned blocks are not
- * listed). *out_n receives how many. Nothing is
- * pinned or changed, so a handle may go stale as soon as another call evicts it. This is
- * for write-back offload (SGLang HiCache's write_back): offload these blocks, wait, then
- * allocate over them. out: borrowed, room for max handles. */
-KVT_API kvt_status kvt_tier_evictable(size_t *out_n, kvt_block *out, size_t max,
-                                      kvt_manager *m, kvt_tier tier);
+/* ---------------------------------------------------------------------------------------
+ * Hashing: chained xxh3-64, compatible with NVIDIA Dynamo's KVBM.
+ *   salt_hash     = XXH3_64bits_withSeed(salt, len, 0)
+ *   block_hash[i] = XXH3_64bits_withSeed(tokens of block i as LE u32, page_size*4, salt_hash)
+ *   seq_hash[0]   = block_hash[0]
+ *   seq_hash[i]   = XXH3_64bits_withSeed(LE u64 {seq_hash[i-1], block_hash[i]}, 16, salt_hash)
+ * These functions need no manager and are safe from any thread.
+ * ------------------------------------------------------------------------------------ */
+
+/* salt: borrowed, may be NULL when len is 0 (the empty salt). */
+KVT_API kvt_status kvt_hash_salt(uint64_t *out_salt_hash, const void *salt, size_t len);
+
+/* Sequence hashes of the full blocks of tokens[0..n_tokens); a trailing partial block has
+ * none. *out_n receives the number of full blocks. With out_seq_hashes NULL and cap 0 the
+ * call only reports that number. If cap is smaller, it fails with KVT_ERR_INVALID_ARGUMENT
+ * and still sets *out_n to the number needed. tokens: borrowed. */
+KVT_API kvt_status kvt_hash_sequence(uint64_t *out_seq_hashes, size_t *out_n, size_t cap,
+                                     uint64_t salt_hash, const uint32_t *tokens,
+                                     size_t n_tokens, uint32_t page_size);
+
+/* Incremental form: append tokens in any split and read the hashes of the blocks completed
+ * so far; they equal kvt_hash_sequence over the concatenation. A kvt_seq is owned by the
+ * caller (kvt_seq_destroy) and must not be used from two threads at once. */
+KVT_API kvt_status kvt_seq_create(kvt_seq **out, uint64_t salt_hash, uint32_t page_size);
+KVT_API void       kvt_seq_destroy(kvt_seq *s);   /* NULL is ignored */
+KVT_API kvt_status kvt_seq_append(kvt_seq *s, const uint32_t *tokens, size_t n);
+/* Total tokens appended and the number of full blocks hashed so far. */
+KVT_API kvt_status kvt_seq_info(size_t *out_tokens, size_t *out_blocks, const kvt_seq *s);
+/* Copies the hashes of blocks [first, first + cap) that are complete into the arrays (either
+ * may be NULL to skip it); *out_n receives how many were copied (0 when first is at the
+ * end). */
+KVT_API kvt_status kvt_seq_hashes(size_t *out_n, uint64_t *out_block_hashes,
+                                  uint64_t *out_seq_hashes, const kvt_seq *s, size_t first,
+                                  size_t cap);
 
 /* ---------------------------------------------------------------------------------------
  * Fences: preconditions the host signals
@@ -712,6 +713,29 @@ KVT_API kvt_status kvt_xfer_blocks(kvt_block *out, size_t n, kvt_xfer *x);
  * same token. NULL, and a transfer released before, are ignored. */
 KVT_API void kvt_xfer_release(kvt_xfer *x);
 
+/* Counters of one transfer direction: G1->G2, G1->G3, G2->G3 (offloads), G2->G1, G3->G1
+ * (onboards) and, since 0.4.0, G1->G4, G2->G4, G3->G4 (offloads: blocks written) and
+ * G4->G1, G4->G2 (kvt_g4_onboard). */
+typedef struct kvt_transfer_stats {
+  uint32_t struct_size;         /* set by the caller: sizeof(kvt_transfer_stats) */
+  uint32_t reserved;
+  uint64_t completed;           /* transfers that ended with KVT_OK */
+  uint64_t cancelled;           /* ended with KVT_ERR_CANCELLED */
+  uint64_t failed;              /* ended with any other error */
+  uint64_t blocks;              /* blocks copied and registered at the destination */
+  uint64_t bytes;               /* blocks * block bytes */
+  uint64_t busy_ns;             /* time the copy engines spent on this direction; a batch
+                                   phase serving several directions is shared by bytes */
+} kvt_transfer_stats;
+
+/* Fills *out, up to out->struct_size (set by the caller), with the counters of transfers
+ * from src to dst since the manager was created. bytes / busy_ns is the engines' bandwidth,
+ * without the time transfers spent waiting in the pipeline. A connector's worker counts each
+ * batch it runs as one transfer per tier it touches (0.4.0). KVT_ERR_INVALID_ARGUMENT for a
+ * pair that is not a direction. */
+KVT_API kvt_status kvt_transfer_stats_get(kvt_transfer_stats *out, kvt_manager *m,
+                                          kvt_tier src, kvt_tier dst);
+
 /* ---------------------------------------------------------------------------------------
  * Events: what the host learns without asking
  * ------------------------------------------------------------------------------------ */
@@ -775,67 +799,168 @@ KVT_API kvt_status kvt_manager_note_tokens(kvt_manager *m, const uint64_t *seq_h
                                            size_t n, const uint32_t *tokens);
 
 /* ---------------------------------------------------------------------------------------
- * G4 (0.4.0): a remote tier on Redis (docs/G4.md)
- *
- * G4 holds blocks by sequence hash in Redis, shared by every manager configured with the
- * same g4_url, g4_key_prefix, g4_namespace and block layout. Redis owns its capacity and
- * eviction (maxmemory with an LRU or LFU policy): kvtier keeps no registry of G4, so a
- * missing key is a miss, and G4 emits no BLOCK_* events. Every value carries a header
- * (hash, parent, layout, length, checksum): a value that fails it is a miss with
- * KVT_ERR_CORRUPT, never wrong data. Commands are pipelined, one round trip per batch per
- * shard. While Redis is unreachable, G4 calls and transfers fail with KVT_ERR_IO and
- * G1-G3 keep serving; the connection is retried on the next call.
+ * Observe (0.4.0): the event stream of docs/EVENTS.md, schema KVT_OBS_SCHEMA_VERSION. Slot
+ * transitions, transfer candidates, blocks stored and removed per tier, and ended transfers,
+ * each with a sequence number (1, 2, ... per manager, without gaps) and a CLOCK_MONOTONIC
+ * time. Subscribers, the recorder's ring and its log read the same stream; with none of
+ * them, a call site costs one branch.
  * ------------------------------------------------------------------------------------ */
 
-/* Offload to G4 is kvt_offload with dst KVT_TIER_G4 (from G1, G2 or G3; KVT_ERR_UNSUPPORTED
- * without G4). It writes every block (no policy but this: a hash already on its way to G4
- * is not sent twice), registers nothing and emits no BLOCK_STORED; XFER_DONE's count is the
- * blocks written, and a transfer that could not write some ends with KVT_ERR_IO. */
+/* 2 added CALL events; readers take logs of schema 1 and 2. */
+#define KVT_OBS_SCHEMA_VERSION 2
 
-/* Longest prefix of seq_hashes[0..n) that G4 holds, by one pipelined EXISTS per shard.
- * Blocks the caller for up to g4_timeout_us. KVT_ERR_UNSUPPORTED without G4, KVT_ERR_IO
- * (with *out_n = 0) when Redis cannot be reached. A hit may still be evicted by Redis
- * before it is onboarded: the onboard then fails with KVT_ERR_NOT_FOUND. */
-KVT_API kvt_status kvt_g4_match(size_t *out_n, kvt_manager *m, const uint64_t *seq_hashes,
-                                size_t n);
+typedef enum kvt_obs_kind {
+  KVT_OBS_SLOT = 1,           /* a slot entered `state` from `prev` (the same for a repeat) */
+  KVT_OBS_CANDIDATE = 2,      /* a connector batch (a transfer candidate) entered `state` */
+  KVT_OBS_BLOCK_STORED = 3,   /* tier `dst` registered `hash` (child of `parent_hash`) */
+  KVT_OBS_BLOCK_REMOVED = 4,  /* tier `dst` dropped `hash` (eviction or removal) */
+  KVT_OBS_TIER_CLEARED = 5,   /* kvt_manager_reset emptied tier `dst` */
+  KVT_OBS_TRANSFER = 6,       /* a transfer src -> dst ended with `status` */
+  KVT_OBS_DROPPED = 7,        /* this reader lost `count` events before this one */
+  KVT_OBS_CALL = 8            /* a call of the connector's scheduler half ended with `status`
+                                 (schema 2); an event log keeps its arguments too */
+} kvt_obs_kind;
 
-/* Copies the G4 values of seq_hashes[0..n) (a chain: parent_seq_hash, then each hash the
- * parent of the next) into dst[0..n), Empty blocks of one tier (G1 or G2) that the caller
- * allocated, and registers them under those hashes, like kvt_onboard (same ownership, dedup
- * and cancellation rules, one XFER_DONE). The blocks before the first that cannot be had
- * are registered; from it on, dst stay Empty and the transfer ends with its status:
- * KVT_ERR_NOT_FOUND (no such key), KVT_ERR_CORRUPT (its value fails the header or the
- * checksum, and the key is deleted) or KVT_ERR_IO (Redis unreachable). After such a
- * failure the caller keeps its own dst (kvt_xfer_blocks needs KVT_OK): registered ones hold
- * the prefix, counted in the transfer's count, except where the tier held a hash already
- * (that dst stays Empty). dst of another tier, of mixed tiers, not Empty or listed twice:
- * KVT_ERR_INVALID_ARGUMENT or KVT_ERR_STATE, as for kvt_onboard. Arrays are borrowed. */
-KVT_API kvt_status kvt_g4_onboard(kvt_xfer **out, kvt_manager *m, const uint64_t *seq_hashes,
-                                  size_t n, uint64_t parent_seq_hash, const kvt_block *dst,
-                                  kvt_fence *precondition, uint64_t user_data);
+/* The connector call that moved a slot. */
+typedef enum kvt_obs_trigger {
+  KVT_TRIGGER_GET_NUM_NEW_MATCHED_TOKENS = 1, KVT_TRIGGER_UPDATE_STATE_AFTER_ALLOC = 2,
+  KVT_TRIGGER_BUILD_CONNECTOR_META = 3, KVT_TRIGGER_UPDATE_CONNECTOR_OUTPUT = 4,
+  KVT_TRIGGER_REQUEST_FINISHED = 5, KVT_TRIGGER_REQUEST_PREEMPTED = 6,
+  KVT_TRIGGER_RESET_CACHE = 7                       /* 0.5.0 */
+} kvt_obs_trigger;
 
-typedef struct kvt_g4_stats {
-  uint32_t struct_size;         /* the caller's sizeof: see Versioned structs */
-  uint32_t shards;              /* Redis endpoints; a cluster's masters in its slot map */
-  uint64_t lookups;             /* hashes asked by kvt_g4_match */
-  uint64_t hits;                /* of those, found */
-  uint64_t stored_blocks;       /* values written */
-  uint64_t loaded_blocks;       /* values read into blocks */
-  uint64_t missing_blocks;      /* onboards that found no key */
-  uint64_t corrupt_blocks;      /* values that failed their header or checksum */
-  uint64_t failed_blocks;       /* blocks of transfers that failed with KVT_ERR_IO */
-  uint64_t bytes_written;
-  uint64_t bytes_read;
-  uint64_t round_trips;         /* pipelined command batches sent */
-  uint64_t reconnects;          /* connections made again after a failure */
-  /* 0.5.0: a Redis Cluster (zero on plain servers). */
-  uint64_t redirects;           /* commands sent again to the node a MOVED or ASK named */
-  uint64_t slot_map_reads;      /* slot maps read (CLUSTER SLOTS): at the first call, then
-                                   after a MOVED or a failed node */
-} kvt_g4_stats;
+/* Candidate states. A load is PENDING_EVALUATION from the match that staged it
+ * until update_state_after_alloc PROMOTES it (the engine takes it) or SKIPS it; a store is
+ * PROMOTED into a step's metadata, and its blocks that need no copy are SKIPPED. A promoted
+ * batch ends COMPLETED, FAILED or CANCELLED when the worker's report reaches the scheduler. */
+typedef enum kvt_candidate_state {
+  KVT_CANDIDATE_PENDING_EVALUATION = 1, KVT_CANDIDATE_PROMOTED = 2, KVT_CANDIDATE_SKIPPED = 3,
+  KVT_CANDIDATE_COMPLETED = 4, KVT_CANDIDATE_FAILED = 5, KVT_CANDIDATE_CANCELLED = 6
+} kvt_candidate_state;
 
-/* Fills *out, up to out->struct_size (set by the caller). KVT_ERR_UNSUPPORTED without G4. */
-KVT_API kvt_status kvt_g4_stats_get(kvt_g4_stats *out, kvt_manager *m);
+typedef struct kvt_obs_event {
+  uint64_t   seq;          /* 1, 2, ...: a gap only where a DROPPED event says so */
+  uint64_t   time_ns;      /* CLOCK_MONOTONIC */
+  uint32_t   kind;         /* kvt_obs_kind */
+  uint32_t   state;        /* SLOT: the state entered; CANDIDATE: kvt_candidate_state */
+  uint32_t   prev;         /* SLOT: the state left, 0 for a new slot */
+  uint32_t   trigger;      /* SLOT: kvt_obs_trigger; CALL: the call */
+  uint32_t   src;          /* CANDIDATE, TRANSFER: the source tier */
+  uint32_t   dst;          /* CANDIDATE, TRANSFER: the destination tier; BLOCK_*, TIER_CLEARED:
+                              the tier */
+  kvt_status status;       /* TRANSFER, CALL, and CANDIDATE FAILED: how it ended */
+  uint32_t   reserved;
+  uint64_t   batch;        /* CANDIDATE, and TRANSFER of a connector worker: the batch id */
+  uint64_t   hash;         /* BLOCK_*: the sequence hash; CALL of build_connector_meta: XXH64
+                              of the metadata */
+  uint64_t   parent_hash;  /* BLOCK_STORED: the parent's sequence hash, 0 for a first block */
+  uint64_t   tokens;       /* SLOT: the request's tokens; CALL: get_num_new_matched_tokens'
+                              num_tokens */
+  uint64_t   computed;     /* SLOT: its tokens computed or loaded; CALL: num_computed_tokens
+                              (get_num_...), num_external_tokens (update_state_after_alloc) */
+  uint64_t   blocks;       /* CANDIDATE: blocks; TRANSFER: blocks that arrived; CALL:
+                              num_block_ids (update_state_after_alloc), num_reqs (build_...) */
+  uint64_t   bytes;        /* TRANSFER: bytes that arrived; CALL: its arguments' bytes in a
+                              log */
+  uint64_t   duration_ns;  /* TRANSFER: enqueue (a worker: the batch's start) to end */
+  uint64_t   count;        /* DROPPED: events lost; CALL: the result (tokens matched,
+                              delay_free, the metadata's bytes) */
+  char       req_id[KVT_REQ_ID_MAX + 1]; /* SLOT, CANDIDATE, a worker's TRANSFER, CALL of a
+                                            request: the request; "" otherwise */
+} kvt_obs_event;
+
+/* A reader of m's events from now on, with a queue of `capacity` events (1..2^24). A reader
+ * that falls behind never slows m: its oldest events give way, and the next drain begins
+ * with one DROPPED event that counts them. It may outlive m (it then receives nothing). */
+KVT_API kvt_status kvt_subscribe(kvt_subscription **out, kvt_manager *m, size_t capacity);
+/* Readable while events are queued; owned by the subscription. -1 for NULL. */
+KVT_API int kvt_subscription_fd(kvt_subscription *s);
+/* Moves up to max queued events, oldest first, into out; returns how many (0 for NULL s,
+ * or NULL out with max > 0, with kvt_last_error set). */
+KVT_API size_t kvt_subscription_drain(kvt_subscription *s, kvt_obs_event *out, size_t max);
+/* NULL is ignored. */
+KVT_API void kvt_subscription_destroy(kvt_subscription *s);
+
+/* Names for printing: "SLOT", "PROMOTED", "UPDATE_STATE_AFTER_ALLOC"; "UNKNOWN" otherwise. */
+KVT_API const char *kvt_obs_kind_str(uint32_t kind);
+KVT_API const char *kvt_candidate_state_str(uint32_t state);
+KVT_API const char *kvt_obs_trigger_str(uint32_t trigger);
+
+/* The recorder. kvt_recorder_ring keeps m's last `events` events in memory (0: none, up to
+ * 2^24), and kvt_recorder_dump writes them to a new file at path as an event log.
+ * The event log files of kvt_recorder_dump and kvt_recorder_open are regular files only: a
+ * symbolic link as path's last component (links among its directories are followed), a
+ * FIFO, a device or a directory is refused with KVT_ERR_INVALID_ARGUMENT and left as it is.
+ * Their file work never blocks m's other calls: a slow or hung disk holds up only the
+ * recorder call that writes to it (and recorder opens and closes after it). */
+KVT_API kvt_status kvt_recorder_ring(kvt_manager *m, size_t events);
+KVT_API kvt_status kvt_recorder_dump(kvt_manager *m, const char *path);
+/* Appends every event from now on to a new event log at path (replaced if it exists):
+ * length-prefixed records with a checksum each (docs/EVENTS.md), written in 64 KiB runs.
+ * KVT_ERR_STATE while a log is open (of calls racing to open, one wins); KVT_ERR_IO when
+ * the file cannot be written (the log then stops, and m goes on). kvt_recorder_close writes
+ * what is buffered and closes it (events after it are not written; KVT_ERR_IO if a write
+ * failed); a manager's destroy does too. */
+KVT_API kvt_status kvt_recorder_open(kvt_manager *m, const char *path);
+KVT_API kvt_status kvt_recorder_close(kvt_manager *m);
+
+/* ---------------------------------------------------------------------------------------
+ * Event logs: files of the observe stream (kvt_recorder_open, kvt_recorder_dump)
+ * ------------------------------------------------------------------------------------ */
+
+
+/* Reads an event log, a regular file (symbolic links are followed). KVT_ERR_INVALID_ARGUMENT
+ * at once for a FIFO, a device or a directory; KVT_ERR_CORRUPT for a file that is not an
+ * event log, KVT_ERR_UNSUPPORTED for another format version, KVT_ERR_IO when it cannot be
+ * read. */
+KVT_API kvt_status kvt_event_log_open(kvt_event_log **out, const char *path);
+/* The next record into *out: KVT_OK; KVT_ERR_NOT_FOUND past the last one; KVT_ERR_CORRUPT
+ * once, where a record is torn or damaged (a writer killed mid-write): nothing from there on
+ * is read, and kvt_last_error says at which byte. */
+KVT_API kvt_status kvt_event_log_next(kvt_event_log *l, kvt_obs_event *out);
+/* NULL is ignored. */
+KVT_API void kvt_event_log_close(kvt_event_log *l);
+
+/* Replay of an event log. The events are applied in order, and checked as they go:
+ * - every BLOCK_STORED registers its hash in the same tier of m (when m is not NULL: a
+ *   fresh manager with the recorded one's tiers and at least its capacities), every
+ *   BLOCK_REMOVED removes it, so that m ends with the recorded manager's registry; a hash
+ *   stored twice or removed while absent is a violation;
+ * - SLOT events rebuild each request's slot: a transition must start where the slot is and
+ *   be one of the table's (see Connector, kvt_slot_state);
+ * - every promoted batch must end (COMPLETED, FAILED or CANCELLED) exactly once;
+ * - sequence numbers must follow each other, and no DROPPED event may be in the log.
+ * KVT_OK when nothing was violated; KVT_ERR_CORRUPT otherwise, with the first violation in
+ * kvt_last_error and their number in out->violations. A torn tail ends the replay there
+ * (out->torn = 1). */
+typedef struct kvt_log_replay {
+  uint32_t struct_size;          /* set by the caller: sizeof(kvt_log_replay) */
+  uint32_t torn;
+  uint64_t events;               /* records applied */
+  uint64_t violations;
+  uint64_t live_slots;           /* slots not finished at the end */
+  uint64_t finished_slots;
+  uint64_t open_batches;         /* promoted batches without an end */
+  uint64_t loaded_blocks;        /* blocks of completed loads */
+  uint64_t transitions[11][11];  /* as kvt_connector_stats.transitions */
+  uint64_t registered[4];        /* hashes registered at the end, by tier */
+  uint64_t calls;                /* kvt_event_log_rerun: the calls made again */
+} kvt_log_replay;
+KVT_API kvt_status kvt_event_log_replay(kvt_log_replay *out, kvt_manager *m, const char *path);
+
+/* Re-execution of an event log that a manager recorded from its creation on (kvt_recorder_open
+ * before its connector's first call). Every CALL event's call is made again, in order and
+ * with its recorded arguments, on c's scheduler half, and must end with the recorded status.
+ * c: a new connector with the recorded one's config, over a new manager with the recorded
+ * one's config (its G3 anywhere); the worker's recorded reports stand in for a worker. The
+ * log's events are checked as kvt_event_log_replay checks them (without a manager), and at
+ * the end c and its manager must hold the state they describe: the same live slots in the
+ * same states, the same hashes in each tier, the same transition counts, and, once every
+ * slot finished and every batch ended, no block still pinned. KVT_OK when all of
+ * it agrees; KVT_ERR_CORRUPT otherwise, with the first difference in kvt_last_error and the
+ * number of differences and violations in out->violations. A log without CALL events
+ * (schema 1, or no connector) is such a difference. */
+KVT_API kvt_status kvt_event_log_rerun(kvt_log_replay *out, kvt_connector *c, const char *path);
 
 /* ---------------------------------------------------------------------------------------
  * Connector: the request layer a serving engine plugs in (vLLM's KVConnectorBase_V1)
@@ -864,7 +989,7 @@ KVT_API kvt_status kvt_g4_stats_get(kvt_g4_stats *out, kvt_manager *m);
  * writing (KVT_ERR_INVALID_ARGUMENT). Blocks of the engine's own prefix hit (below
  * num_computed_tokens) may be shared.
  *
- * Slot states (seed 004) and every legal transition, with its trigger:
+ * Slot states and every legal transition, with its trigger:
  *   (none)          -> INITIALIZED       get_num_new_matched_tokens, first call for an id
  *   INITIALIZED     -> ONBOARD_STAGED    get_num_new_matched_tokens finds tokens in G2/G3
  *   PREEMPTED       -> ONBOARD_STAGED    the same, for a preempted request coming back
@@ -913,8 +1038,6 @@ KVT_API kvt_status kvt_g4_stats_get(kvt_g4_stats *out, kvt_manager *m);
  * computed over the missing bytes), and takes a corrupt G3 copy out of the registry.
  * ------------------------------------------------------------------------------------ */
 
-typedef struct kvt_connector kvt_connector;
-
 typedef enum kvt_connector_role {
   KVT_ROLE_SCHEDULER = 1, KVT_ROLE_WORKER = 2, KVT_ROLE_BOTH = 3
 } kvt_connector_role;
@@ -933,9 +1056,6 @@ typedef enum kvt_slot_state {
   KVT_SLOT_FINISHING = 9,
   KVT_SLOT_FINISHED = 10
 } kvt_slot_state;
-
-/* Longest request id, in bytes; ids are NUL-terminated, non-empty strings. */
-#define KVT_REQ_ID_MAX 255
 
 typedef struct kvt_connector_config {
   uint32_t struct_size;         /* set by kvt_connector_config_init */
@@ -1217,133 +1337,6 @@ KVT_API kvt_status kvt_connector_get_finished(kvt_finished *out, kvt_connector *
 /* The name of a kvt_slot_state, e.g. "KVT_SLOT_DECODING"; "KVT_SLOT_UNKNOWN" otherwise. */
 KVT_API const char *kvt_slot_state_str(uint32_t state);
 
-/* ---------------------------------------------------------------------------------------
- * Observe (0.4.0): the event stream of docs/EVENTS.md, schema KVT_OBS_SCHEMA_VERSION. Slot
- * transitions, transfer candidates, blocks stored and removed per tier, and ended transfers,
- * each with a sequence number (1, 2, ... per manager, without gaps) and a CLOCK_MONOTONIC
- * time. Subscribers, the recorder's ring and its log read the same stream; with none of
- * them, a call site costs one branch.
- * ------------------------------------------------------------------------------------ */
-
-/* 2 added CALL events; readers take logs of schema 1 and 2. */
-#define KVT_OBS_SCHEMA_VERSION 2
-
-typedef enum kvt_obs_kind {
-  KVT_OBS_SLOT = 1,           /* a slot entered `state` from `prev` (the same for a repeat) */
-  KVT_OBS_CANDIDATE = 2,      /* a connector batch (a transfer candidate) entered `state` */
-  KVT_OBS_BLOCK_STORED = 3,   /* tier `dst` registered `hash` (child of `parent_hash`) */
-  KVT_OBS_BLOCK_REMOVED = 4,  /* tier `dst` dropped `hash` (eviction or removal) */
-  KVT_OBS_TIER_CLEARED = 5,   /* kvt_manager_reset emptied tier `dst` */
-  KVT_OBS_TRANSFER = 6,       /* a transfer src -> dst ended with `status` */
-  KVT_OBS_DROPPED = 7,        /* this reader lost `count` events before this one */
-  KVT_OBS_CALL = 8            /* a call of the connector's scheduler half ended with `status`
-                                 (schema 2); an event log keeps its arguments too */
-} kvt_obs_kind;
-
-/* The connector call that moved a slot. */
-typedef enum kvt_obs_trigger {
-  KVT_TRIGGER_GET_NUM_NEW_MATCHED_TOKENS = 1, KVT_TRIGGER_UPDATE_STATE_AFTER_ALLOC = 2,
-  KVT_TRIGGER_BUILD_CONNECTOR_META = 3, KVT_TRIGGER_UPDATE_CONNECTOR_OUTPUT = 4,
-  KVT_TRIGGER_REQUEST_FINISHED = 5, KVT_TRIGGER_REQUEST_PREEMPTED = 6,
-  KVT_TRIGGER_RESET_CACHE = 7                       /* 0.5.0 */
-} kvt_obs_trigger;
-
-/* Seed 004's candidate states. A load is PENDING_EVALUATION from the match that staged it
- * until update_state_after_alloc PROMOTES it (the engine takes it) or SKIPS it; a store is
- * PROMOTED into a step's metadata, and its blocks that need no copy are SKIPPED. A promoted
- * batch ends COMPLETED, FAILED or CANCELLED when the worker's report reaches the scheduler. */
-typedef enum kvt_candidate_state {
-  KVT_CANDIDATE_PENDING_EVALUATION = 1, KVT_CANDIDATE_PROMOTED = 2, KVT_CANDIDATE_SKIPPED = 3,
-  KVT_CANDIDATE_COMPLETED = 4, KVT_CANDIDATE_FAILED = 5, KVT_CANDIDATE_CANCELLED = 6
-} kvt_candidate_state;
-
-typedef struct kvt_obs_event {
-  uint64_t   seq;          /* 1, 2, ...: a gap only where a DROPPED event says so */
-  uint64_t   time_ns;      /* CLOCK_MONOTONIC */
-  uint32_t   kind;         /* kvt_obs_kind */
-  uint32_t   state;        /* SLOT: the state entered; CANDIDATE: kvt_candidate_state */
-  uint32_t   prev;         /* SLOT: the state left, 0 for a new slot */
-  uint32_t   trigger;      /* SLOT: kvt_obs_trigger; CALL: the call */
-  uint32_t   src;          /* CANDIDATE, TRANSFER: the source tier */
-  uint32_t   dst;          /* CANDIDATE, TRANSFER: the destination tier; BLOCK_*, TIER_CLEARED:
-                              the tier */
-  kvt_status status;       /* TRANSFER, CALL, and CANDIDATE FAILED: how it ended */
-  uint32_t   reserved;
-  uint64_t   batch;        /* CANDIDATE, and TRANSFER of a connector worker: the batch id */
-  uint64_t   hash;         /* BLOCK_*: the sequence hash; CALL of build_connector_meta: XXH64
-                              of the metadata */
-  uint64_t   parent_hash;  /* BLOCK_STORED: the parent's sequence hash, 0 for a first block */
-  uint64_t   tokens;       /* SLOT: the request's tokens; CALL: get_num_new_matched_tokens'
-                              num_tokens */
-  uint64_t   computed;     /* SLOT: its tokens computed or loaded; CALL: num_computed_tokens
-                              (get_num_...), num_external_tokens (update_state_after_alloc) */
-  uint64_t   blocks;       /* CANDIDATE: blocks; TRANSFER: blocks that arrived; CALL:
-                              num_block_ids (update_state_after_alloc), num_reqs (build_...) */
-  uint64_t   bytes;        /* TRANSFER: bytes that arrived; CALL: its arguments' bytes in a
-                              log */
-  uint64_t   duration_ns;  /* TRANSFER: enqueue (a worker: the batch's start) to end */
-  uint64_t   count;        /* DROPPED: events lost; CALL: the result (tokens matched,
-                              delay_free, the metadata's bytes) */
-  char       req_id[KVT_REQ_ID_MAX + 1]; /* SLOT, CANDIDATE, a worker's TRANSFER, CALL of a
-                                            request: the request; "" otherwise */
-} kvt_obs_event;
-
-typedef struct kvt_subscription kvt_subscription;
-
-/* A reader of m's events from now on, with a queue of `capacity` events (1..2^24). A reader
- * that falls behind never slows m: its oldest events give way, and the next drain begins
- * with one DROPPED event that counts them. It may outlive m (it then receives nothing). */
-KVT_API kvt_status kvt_subscribe(kvt_subscription **out, kvt_manager *m, size_t capacity);
-/* Readable while events are queued; owned by the subscription. -1 for NULL. */
-KVT_API int kvt_subscription_fd(kvt_subscription *s);
-/* Moves up to max queued events, oldest first, into out; returns how many (0 for NULL s,
- * or NULL out with max > 0, with kvt_last_error set). */
-KVT_API size_t kvt_subscription_drain(kvt_subscription *s, kvt_obs_event *out, size_t max);
-/* NULL is ignored. */
-KVT_API void kvt_subscription_destroy(kvt_subscription *s);
-
-/* The recorder. kvt_recorder_ring keeps m's last `events` events in memory (0: none, up to
- * 2^24), and kvt_recorder_dump writes them to a new file at path as an event log.
- * The event log files of kvt_recorder_dump and kvt_recorder_open are regular files only: a
- * symbolic link as path's last component (links among its directories are followed), a
- * FIFO, a device or a directory is refused with KVT_ERR_INVALID_ARGUMENT and left as it is.
- * Their file work never blocks m's other calls: a slow or hung disk holds up only the
- * recorder call that writes to it (and recorder opens and closes after it). */
-KVT_API kvt_status kvt_recorder_ring(kvt_manager *m, size_t events);
-KVT_API kvt_status kvt_recorder_dump(kvt_manager *m, const char *path);
-/* Appends every event from now on to a new event log at path (replaced if it exists):
- * length-prefixed records with a checksum each (docs/EVENTS.md), written in 64 KiB runs.
- * KVT_ERR_STATE while a log is open (of calls racing to open, one wins); KVT_ERR_IO when
- * the file cannot be written (the log then stops, and m goes on). kvt_recorder_close writes
- * what is buffered and closes it (events after it are not written; KVT_ERR_IO if a write
- * failed); a manager's destroy does too. */
-KVT_API kvt_status kvt_recorder_open(kvt_manager *m, const char *path);
-KVT_API kvt_status kvt_recorder_close(kvt_manager *m);
-
-typedef struct kvt_event_log kvt_event_log;
-
-/* Reads an event log, a regular file (symbolic links are followed). KVT_ERR_INVALID_ARGUMENT
- * at once for a FIFO, a device or a directory; KVT_ERR_CORRUPT for a file that is not an
- * event log, KVT_ERR_UNSUPPORTED for another format version, KVT_ERR_IO when it cannot be
- * read. */
-KVT_API kvt_status kvt_event_log_open(kvt_event_log **out, const char *path);
-/* The next record into *out: KVT_OK; KVT_ERR_NOT_FOUND past the last one; KVT_ERR_CORRUPT
- * once, where a record is torn or damaged (a writer killed mid-write): nothing from there on
- * is read, and kvt_last_error says at which byte. */
-KVT_API kvt_status kvt_event_log_next(kvt_event_log *l, kvt_obs_event *out);
-/* NULL is ignored. */
-KVT_API void kvt_event_log_close(kvt_event_log *l);
-
-/* Prometheus text exposition (format 0.0.4) of m's counters, with c's slot families when c
- * (a connector over m with a scheduler half) is given, NULL otherwise: hits and misses and
- * blocks per tier and state, transfers, bytes and a duration histogram per direction, live
- * slots per state and slot transitions, observe events emitted and dropped. Writes the text
- * and a NUL into buf when cap is enough; *len is the text's length either way (buf NULL
- * and cap 0 ask for it). KVT_ERR_INVALID_ARGUMENT when cap is too small. Safe to call from
- * any thread, e.g. an HTTP server's. docs/EVENTS.md lists the families. */
-KVT_API kvt_status kvt_metrics_text(char *buf, size_t cap, size_t *len, kvt_manager *m,
-                                    kvt_connector *c);
-
 /* Inspection: the connector's live slots and its batches in flight (planned, or sent and not
  * yet reported), as the scheduler half sees them. Each fills up to cap entries of out and
  * sets *n to how many there are (out NULL and cap 0 ask for the count). While the scheduler
@@ -1425,6 +1418,10 @@ KVT_API kvt_status kvt_connector_wait_paused(kvt_pause_info *out, kvt_connector 
 /* Changes the config's pause_timeout_ms: 1 ms .. 1 hour. */
 KVT_API kvt_status kvt_connector_set_pause_timeout(kvt_connector *c, uint32_t timeout_ms);
 
+/* ---------------------------------------------------------------------------------------
+ * Endpoint: the management socket
+ * ------------------------------------------------------------------------------------ */
+
 /* The management endpoint: m (and c, a connector over m, or NULL) served on a Unix-domain
  * socket at path, for kvtier-console and scripts. A connector whose config names an
  * endpoint_path opens one of its own, with the defaults of kvt_endpoint_config. One JSON
@@ -1441,7 +1438,6 @@ KVT_API kvt_status kvt_connector_set_pause_timeout(kvt_connector *c, uint32_t ti
  * replies wait for it up to client_buffer_bytes, then its further requests wait unread; a
  * client that takes none of its replies for 30 s, or sends a line over 64 KiB, is closed.
  * kvt_endpoint_close stops it and removes the socket and its lock; close it before c and m. */
-typedef struct kvt_endpoint kvt_endpoint;
 
 typedef struct kvt_endpoint_config {  /* 0.5.0; a versioned struct */
   uint32_t struct_size;          /* set by kvt_endpoint_config_init */
@@ -1484,56 +1480,82 @@ typedef struct kvt_endpoint_stats {  /* 0.5.0; a versioned struct */
 /* Fills *out up to out->struct_size (set by the caller). 0.5.0 */
 KVT_API kvt_status kvt_endpoint_stats_get(kvt_endpoint_stats *out, kvt_endpoint *e);
 
-/* The hashes tier t of m holds registered now, in no particular order: up to cap into out,
- * their number into *n (out NULL and cap 0 ask for it). */
-KVT_API kvt_status kvt_tier_hashes(uint64_t *out, size_t cap, size_t *n, kvt_manager *m,
-                                   kvt_tier tier);
+/* ---------------------------------------------------------------------------------------
+ * Metrics
+ * ------------------------------------------------------------------------------------ */
 
-/* Replay of an event log. The events are applied in order, and checked as they go:
- * - every BLOCK_STORED registers its hash in the same tier of m (when m is not NULL: a
- *   fresh manager with the recorded one's tiers and at least its capacities), every
- *   BLOCK_REMOVED removes it, so that m ends with the recorded manager's registry; a hash
- *   stored twice or removed while absent is a violation;
- * - SLOT events rebuild each request's slot: a transition must start where the slot is and
- *   be one of seed 004's (kvt_slot_state);
- * - every promoted batch must end (COMPLETED, FAILED or CANCELLED) exactly once;
- * - sequence numbers must follow each other, and no DROPPED event may be in the log.
- * KVT_OK when nothing was violated; KVT_ERR_CORRUPT otherwise, with the first violation in
- * kvt_last_error and their number in out->violations. A torn tail ends the replay there
- * (out->torn = 1). */
-typedef struct kvt_log_replay {
-  uint32_t struct_size;          /* set by the caller: sizeof(kvt_log_replay) */
-  uint32_t torn;
-  uint64_t events;               /* records applied */
-  uint64_t violations;
-  uint64_t live_slots;           /* slots not finished at the end */
-  uint64_t finished_slots;
-  uint64_t open_batches;         /* promoted batches without an end */
-  uint64_t loaded_blocks;        /* blocks of completed loads */
-  uint64_t transitions[11][11];  /* as kvt_connector_stats.transitions */
-  uint64_t registered[4];        /* hashes registered at the end, by tier */
-  uint64_t calls;                /* kvt_event_log_rerun: the calls made again */
-} kvt_log_replay;
-KVT_API kvt_status kvt_event_log_replay(kvt_log_replay *out, kvt_manager *m, const char *path);
+/* Prometheus text exposition (format 0.0.4) of m's counters, with c's slot families when c
+ * (a connector over m with a scheduler half) is given, NULL otherwise: hits and misses and
+ * blocks per tier and state, transfers, bytes and a duration histogram per direction, live
+ * slots per state and slot transitions, observe events emitted and dropped. Writes the text
+ * and a NUL into buf when cap is enough; *len is the text's length either way (buf NULL
+ * and cap 0 ask for it). KVT_ERR_INVALID_ARGUMENT when cap is too small. Safe to call from
+ * any thread, e.g. an HTTP server's. docs/EVENTS.md lists the families. */
+KVT_API kvt_status kvt_metrics_text(char *buf, size_t cap, size_t *len, kvt_manager *m,
+                                    kvt_connector *c);
 
-/* Re-execution of an event log that a manager recorded from its creation on (kvt_recorder_open
- * before its connector's first call). Every CALL event's call is made again, in order and
- * with its recorded arguments, on c's scheduler half, and must end with the recorded status.
- * c: a new connector with the recorded one's config, over a new manager with the recorded
- * one's config (its G3 anywhere); the worker's recorded reports stand in for a worker. The
- * log's events are checked as kvt_event_log_replay checks them (without a manager), and at
- * the end c and its manager must hold the state they describe: the same live slots in the
- * same states, the same hashes in each tier, the same transition counts, and, once every
- * slot finished and every batch ended, no block still pinned. KVT_OK when all of
- * it agrees; KVT_ERR_CORRUPT otherwise, with the first difference in kvt_last_error and the
- * number of differences and violations in out->violations. A log without CALL events
- * (schema 1, or no connector) is such a difference. */
-KVT_API kvt_status kvt_event_log_rerun(kvt_log_replay *out, kvt_connector *c, const char *path);
+/* ---------------------------------------------------------------------------------------
+ * G4 (0.4.0): a remote tier on Redis (docs/G4.md)
+ *
+ * G4 holds blocks by sequence hash in Redis, shared by every manager configured with the
+ * same g4_url, g4_key_prefix, g4_namespace and block layout. Redis owns its capacity and
+ * eviction (maxmemory with an LRU or LFU policy): kvtier keeps no registry of G4, so a
+ * missing key is a miss, and G4 emits no BLOCK_* events. Every value carries a header
+ * (hash, parent, layout, length, checksum): a value that fails it is a miss with
+ * KVT_ERR_CORRUPT, never wrong data. Commands are pipelined, one round trip per batch per
+ * shard. While Redis is unreachable, G4 calls and transfers fail with KVT_ERR_IO and
+ * G1-G3 keep serving; the connection is retried on the next call.
+ * ------------------------------------------------------------------------------------ */
 
-/* Names for printing: "SLOT", "PROMOTED", "UPDATE_STATE_AFTER_ALLOC"; "UNKNOWN" otherwise. */
-KVT_API const char *kvt_obs_kind_str(uint32_t kind);
-KVT_API const char *kvt_candidate_state_str(uint32_t state);
-KVT_API const char *kvt_obs_trigger_str(uint32_t trigger);
+/* Offload to G4 is kvt_offload with dst KVT_TIER_G4 (from G1, G2 or G3; KVT_ERR_UNSUPPORTED
+ * without G4). It writes every block (no policy but this: a hash already on its way to G4
+ * is not sent twice), registers nothing and emits no BLOCK_STORED; XFER_DONE's count is the
+ * blocks written, and a transfer that could not write some ends with KVT_ERR_IO. */
+
+/* Longest prefix of seq_hashes[0..n) that G4 holds, by one pipelined EXISTS per shard.
+ * Blocks the caller for up to g4_timeout_us. KVT_ERR_UNSUPPORTED without G4, KVT_ERR_IO
+ * (with *out_n = 0) when Redis cannot be reached. A hit may still be evicted by Redis
+ * before it is onboarded: the onboard then fails with KVT_ERR_NOT_FOUND. */
+KVT_API kvt_status kvt_g4_match(size_t *out_n, kvt_manager *m, const uint64_t *seq_hashes,
+                                size_t n);
+
+/* Copies the G4 values of seq_hashes[0..n) (a chain: parent_seq_hash, then each hash the
+ * parent of the next) into dst[0..n), Empty blocks of one tier (G1 or G2) that the caller
+ * allocated, and registers them under those hashes, like kvt_onboard (same ownership, dedup
+ * and cancellation rules, one XFER_DONE). The blocks before the first that cannot be had
+ * are registered; from it on, dst stay Empty and the transfer ends with its status:
+ * KVT_ERR_NOT_FOUND (no such key), KVT_ERR_CORRUPT (its value fails the header or the
+ * checksum, and the key is deleted) or KVT_ERR_IO (Redis unreachable). After such a
+ * failure the caller keeps its own dst (kvt_xfer_blocks needs KVT_OK): registered ones hold
+ * the prefix, counted in the transfer's count, except where the tier held a hash already
+ * (that dst stays Empty). dst of another tier, of mixed tiers, not Empty or listed twice:
+ * KVT_ERR_INVALID_ARGUMENT or KVT_ERR_STATE, as for kvt_onboard. Arrays are borrowed. */
+KVT_API kvt_status kvt_g4_onboard(kvt_xfer **out, kvt_manager *m, const uint64_t *seq_hashes,
+                                  size_t n, uint64_t parent_seq_hash, const kvt_block *dst,
+                                  kvt_fence *precondition, uint64_t user_data);
+
+typedef struct kvt_g4_stats {
+  uint32_t struct_size;         /* the caller's sizeof: see Versioned structs */
+  uint32_t shards;              /* Redis endpoints; a cluster's masters in its slot map */
+  uint64_t lookups;             /* hashes asked by kvt_g4_match */
+  uint64_t hits;                /* of those, found */
+  uint64_t stored_blocks;       /* values written */
+  uint64_t loaded_blocks;       /* values read into blocks */
+  uint64_t missing_blocks;      /* onboards that found no key */
+  uint64_t corrupt_blocks;      /* values that failed their header or checksum */
+  uint64_t failed_blocks;       /* blocks of transfers that failed with KVT_ERR_IO */
+  uint64_t bytes_written;
+  uint64_t bytes_read;
+  uint64_t round_trips;         /* pipelined command batches sent */
+  uint64_t reconnects;          /* connections made again after a failure */
+  /* 0.5.0: a Redis Cluster (zero on plain servers). */
+  uint64_t redirects;           /* commands sent again to the node a MOVED or ASK named */
+  uint64_t slot_map_reads;      /* slot maps read (CLUSTER SLOTS): at the first call, then
+                                   after a MOVED or a failed node */
+} kvt_g4_stats;
+
+/* Fills *out, up to out->struct_size (set by the caller). KVT_ERR_UNSUPPORTED without G4. */
+KVT_API kvt_status kvt_g4_stats_get(kvt_g4_stats *out, kvt_manager *m);
 
 #ifdef __cplusplus
 }

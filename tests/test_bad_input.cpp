@@ -21,7 +21,7 @@ namespace {
 }  // namespace
 
 TEST(BadInput, LibraryFunctions) {
-  EXPECT_STREQ(kvt_version(), "0.4.0");
+  EXPECT_STREQ(kvt_version(), "0.5.0");
   EXPECT_STREQ(kvt_status_str(KVT_ERR_CANCELLED), "KVT_ERR_CANCELLED");
   EXPECT_STREQ(kvt_status_str(12345), "KVT_UNKNOWN_STATUS");
   for (kvt_status s : {0, 1, 2, -1, -2, -3, -4, -5, -6, -7, -8, -9, -10, -99})

@@ -180,7 +180,7 @@ void run_engine(kvt_manager *sm, kvt_tier store, kvt_connector *sc, kvt_connecto
   Chan<StepMsg> steps;
   Chan<Outcome> inbox;
   std::atomic<bool> stop{false};
-  std::atomic<int> bad_bytes{0}, resets{0}, pauses{0};
+  std::atomic<int> bad_bytes{0}, resets_begun{0}, resets_ended{0}, pauses{0};
   std::mutex fin_mu;  // get_finished's arrays live until the next call, on any thread
   std::string idle_report;
   {
@@ -294,8 +294,9 @@ void run_engine(kvt_manager *sm, kvt_tier store, kvt_connector *sc, kvt_connecto
       v.check(kvt_connector_request_finished(&d, sc, id.c_str()), {KVT_ERR_NOT_FOUND},
               "side finished twice");
       if (k % 16 == 15) {
-        ++resets;  // before the call: the scheduler thread may see its effect at once
+        ++resets_begun;  // before the call: the scheduler thread may see its effect at once
         v.check(kvt_connector_reset_cache(sc), {KVT_OK, KVT_ERR_STATE}, "reset_cache");
+        ++resets_ended;
       }
       std::this_thread::sleep_for(std::chrono::microseconds(500));
     }
@@ -464,13 +465,14 @@ void run_engine(kvt_manager *sm, kvt_tier store, kvt_connector *sc, kvt_connecto
       free_blocks.resize(free_blocks.size() - nb);
       uint64_t n = 0;
       int32_t a = 0;
-      const int resets_before = resets;
+      // Any reset not ended before the match may drop its hit before the alloc.
+      const int ended_before = resets_ended;
       v.check(kvt_connector_get_num_new_matched_tokens(&n, &a, sc, r.id.c_str(),
                                                        r.tokens.data(), r.tokens.size(), 0),
               {KVT_OK}, "get_num_new_matched_tokens");
       kvt_status st = kvt_connector_update_state_after_alloc(sc, r.id.c_str(), r.blocks.data(),
                                                              r.blocks.size(), n);
-      if (st == KVT_ERR_INVALID_ARGUMENT && n > 0 && resets != resets_before) {
+      if (st == KVT_ERR_INVALID_ARGUMENT && n > 0 && resets_begun != ended_before) {
         n = 0;  // the other thread's reset_cache dropped the hit in between: decline it
         st = kvt_connector_update_state_after_alloc(sc, r.id.c_str(), r.blocks.data(),
                                                     r.blocks.size(), 0);

@@ -460,7 +460,7 @@ KVT_API kvt_status kvt_connector_get_finished(kvt_finished *out, kvt_connector *
   });
 }
 
-KVT_API const char *kvt_slot_state_str(uint32_t state) { return state_name(state); }
+KVT_API const char *kvt_slot_state_str(uint32_t state) { return kvt::slot_state_name(state); }
 
 KVT_API kvt_status kvt_connector_set_hooks(kvt_connector *c, const kvt_connector_hooks *hooks) {
   static constexpr const char *fn = "kvt_connector_set_hooks";

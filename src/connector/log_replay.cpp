@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "block/tier.hpp"
+#include "common/names.hpp"
 #include "connector/slot.hpp"
 #include "manager/manager.hpp"
 
@@ -74,11 +75,11 @@ void LogReplay::apply(const kvt_obs_event &e) {
       const uint32_t now = it == slots_.end() ? 0 : it->second;
       if (e.prev != now)
         return violation("request '%s' moves from %s, but it is %s", id.c_str(),
-                         state_name(e.prev), now ? state_name(now) : "not a live slot");
+                         slot_state_name(e.prev), now ? slot_state_name(now) : "not a live slot");
       if (e.state < KVT_SLOT_INITIALIZED || e.state > KVT_SLOT_FINISHED ||
           (now == 0 ? e.state != KVT_SLOT_INITIALIZED : !legal(SlotState(now), SlotState(e.state))))
         return violation("request '%s': %s -> %s is not a transition of seed 004", id.c_str(),
-                         now ? state_name(now) : "(new)", state_name(e.state));
+                         now ? slot_state_name(now) : "(new)", slot_state_name(e.state));
       ++transitions_[now][e.state];
       if (e.state == KVT_SLOT_FINISHED) {
         slots_.erase(id);

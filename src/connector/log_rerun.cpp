@@ -7,6 +7,7 @@
 
 #include "block/tier.hpp"
 #include "common/error.hpp"
+#include "common/names.hpp"
 #include "connector/call_args.hpp"
 #include "connector/metadata.hpp"
 #include "connector/scheduler.hpp"
@@ -96,8 +97,8 @@ void LogRerun::call(const kvt_obs_event &e, const std::string &args) {
       break;
   }
   if (st != e.status)
-    return events_.violation("%s: ends with %s, recorded %s", what, kvt_status_str(st),
-                   kvt_status_str(e.status));
+    return events_.violation("%s: ends with %s, recorded %s", what, status_name(st),
+                   status_name(e.status));
   if (st == KVT_OK && result != e.count)
     events_.violation("%s: returns %llu, recorded %llu", what, (unsigned long long)result,
             (unsigned long long)e.count);
@@ -119,7 +120,7 @@ void LogRerun::finish(kvt_log_replay *out, std::string *first) {
       events_.violation("the rerun's slot '%s' is not live in the log's events", si.req_id);
     else if (it->second != si.state)
       events_.violation("slot '%s' ends %s in the rerun and %s in the log's events", si.req_id,
-              state_name(si.state), state_name(it->second));
+              slot_state_name(si.state), slot_state_name(it->second));
   }
   for (int t = KVT_TIER_G1; t <= KVT_TIER_G3; ++t) {
     Tier *tier = m_.tier_if_present(t);

@@ -8,6 +8,7 @@
 #include "block/handle.hpp"
 #include "block/tier.hpp"
 #include "common/error.hpp"
+#include "common/names.hpp"
 #include "connector/call_args.hpp"
 #include "manager/manager.hpp"
 
@@ -80,7 +81,7 @@ Slot *Scheduler::find(const char *fn, std::string_view id, kvt_status *st) const
 
 kvt_status Scheduler::transition_error(const char *fn, const Slot &s, SlotState to) const {
   return fail(KVT_ERR_STATE, "%s: request '%s' is %s, which cannot become %s", fn,
-              s.id.c_str(), state_name(s.state), state_name(to));
+              s.id.c_str(), slot_state_name(s.state), slot_state_name(to));
 }
 
 void Scheduler::move(Slot &s, SlotState to) {

@@ -48,20 +48,4 @@ kvt_status check_id(const char *fn, const char *id) noexcept {
   return KVT_OK;
 }
 
-const char *state_name(uint32_t s) noexcept {
-  switch (s) {
-    case KVT_SLOT_INITIALIZED: return "KVT_SLOT_INITIALIZED";
-    case KVT_SLOT_ONBOARD_STAGED: return "KVT_SLOT_ONBOARD_STAGED";
-    case KVT_SLOT_ONBOARDING: return "KVT_SLOT_ONBOARDING";
-    case KVT_SLOT_PREFILLING: return "KVT_SLOT_PREFILLING";
-    case KVT_SLOT_DECODING: return "KVT_SLOT_DECODING";
-    case KVT_SLOT_SKIPPED_PREFILL: return "KVT_SLOT_SKIPPED_PREFILL";
-    case KVT_SLOT_SKIPPED_DECODE: return "KVT_SLOT_SKIPPED_DECODE";
-    case KVT_SLOT_PREEMPTED: return "KVT_SLOT_PREEMPTED";
-    case KVT_SLOT_FINISHING: return "KVT_SLOT_FINISHING";
-    case KVT_SLOT_FINISHED: return "KVT_SLOT_FINISHED";
-  }
-  return "KVT_SLOT_UNKNOWN";
-}
-
 }  // namespace kvt::conn

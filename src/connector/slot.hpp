@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "hash/token_seq.hpp"
+#include "common/names.hpp"
 #include "kvtier.h"
 
 namespace kvt::conn {
@@ -18,7 +19,6 @@ inline constexpr int kSlotStates = 11;  // 1..10, and 0 for "no slot yet"
 
 // Whether from -> to is a transition of the table in kvtier.h.
 bool legal(SlotState from, SlotState to) noexcept;
-const char *state_name(uint32_t s) noexcept;
 // KVT_OK for a request id of 1..KVT_REQ_ID_MAX bytes, else KVT_ERR_INVALID_ARGUMENT.
 kvt_status check_id(const char *fn, const char *id) noexcept;
 

@@ -15,6 +15,7 @@
 
 #include "common/error.hpp"
 #include "common/log.hpp"
+#include "common/names.hpp"
 
 namespace kvt::obs {
 namespace {
@@ -62,7 +63,7 @@ nlohmann::json event_json(const kvt_obs_event &e) {
     case KVT_OBS_TRANSFER:
       j["src"] = e.src;
       j["dst"] = e.dst;
-      j["status"] = kvt_status_str(e.status);
+      j["status"] = status_name(e.status);
       j["blocks"] = e.blocks;
       j["bytes"] = e.bytes;
       j["duration_ns"] = e.duration_ns;
@@ -72,7 +73,7 @@ nlohmann::json event_json(const kvt_obs_event &e) {
       break;
     case KVT_OBS_CALL:
       j["trigger"] = trigger_name(e.trigger);
-      j["status"] = kvt_status_str(e.status);
+      j["status"] = status_name(e.status);
       j["tokens"] = e.tokens;
       j["computed"] = e.computed;
       j["blocks"] = e.blocks;

@@ -3,6 +3,8 @@
 #include <cstdarg>
 #include <cstdio>
 
+#include "common/names.hpp"
+
 namespace kvt::obs {
 namespace {
 
@@ -10,7 +12,7 @@ const char *kTierNames[] = {"", "G1", "G2", "G3", "G4"};
 
 // "KVT_SLOT_PREFILLING" -> "prefilling"
 std::string state_label(uint32_t s) {
-  std::string n = kvt_slot_state_str(s);
+  std::string n = slot_state_name(s);
   if (n.rfind("KVT_SLOT_", 0) == 0) n = n.substr(9);
   for (char &c : n) c = char(c >= 'A' && c <= 'Z' ? c - 'A' + 'a' : c);
   return n;

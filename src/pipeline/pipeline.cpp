@@ -6,6 +6,7 @@
 
 #include "common/error.hpp"
 #include "common/log.hpp"
+#include "common/names.hpp"
 
 namespace kvt {
 
@@ -362,7 +363,7 @@ void Pipeline::piece_done(const Piece &p, Executor::Result &r,
   }
   if (t.piece_status != KVT_OK)
     failures->push_back(std::string("a ") + info(*t.dir).name + " transfer failed (" +
-                        kvt_status_str(t.piece_status) + "): " + t.piece_message);
+                        status_name(t.piece_status) + "): " + t.piece_message);
   end_locked(t, t.piece_status, std::move(t.piece_message));
 }
 

@@ -2,14 +2,6 @@
 
 CDEF = """\
 typedef int32_t kvt_status;
-typedef uint64_t kvt_block;
-typedef enum kvt_tier {
-  KVT_TIER_G1 = 1, KVT_TIER_G2 = 2, KVT_TIER_G3 = 3, KVT_TIER_G4 = 4
-} kvt_tier;
-typedef struct kvt_manager kvt_manager;
-typedef struct kvt_xfer kvt_xfer;
-typedef struct kvt_fence kvt_fence;
-typedef struct kvt_seq kvt_seq;
 const char *kvt_version(void);
 const char *kvt_status_str(kvt_status s);
 const char *kvt_last_error(void);
@@ -18,6 +10,18 @@ typedef enum kvt_log_level {
 } kvt_log_level;
 typedef void (*kvt_log_fn)(int level, const char *message, void *user_data);
 void kvt_set_log_callback(int level, kvt_log_fn fn, void *user_data);
+typedef uint64_t kvt_block;
+typedef enum kvt_tier {
+  KVT_TIER_G1 = 1, KVT_TIER_G2 = 2, KVT_TIER_G3 = 3, KVT_TIER_G4 = 4
+} kvt_tier;
+typedef struct kvt_manager kvt_manager;
+typedef struct kvt_xfer kvt_xfer;
+typedef struct kvt_fence kvt_fence;
+typedef struct kvt_seq kvt_seq;
+typedef struct kvt_connector kvt_connector;
+typedef struct kvt_subscription kvt_subscription;
+typedef struct kvt_event_log kvt_event_log;
+typedef struct kvt_endpoint kvt_endpoint;
 typedef enum kvt_memory_kind {
   KVT_MEMORY_AUTO = 0, KVT_MEMORY_HOST = 1, KVT_MEMORY_CUDA = 2
 } kvt_memory_kind;
@@ -128,24 +132,8 @@ typedef struct kvt_tier_stats {
   uint64_t pinned;
 } kvt_tier_stats;
 kvt_status kvt_tier_stats_get(kvt_tier_stats *out, kvt_manager *m, kvt_tier tier);
-typedef struct kvt_transfer_stats {
-  uint32_t struct_size;
-  uint32_t reserved;
-  uint64_t completed;
-  uint64_t cancelled;
-  uint64_t failed;
-  uint64_t blocks;
-  uint64_t bytes;
-  uint64_t busy_ns;
-} kvt_transfer_stats;
-kvt_status kvt_transfer_stats_get(kvt_transfer_stats *out, kvt_manager *m, kvt_tier src, kvt_tier dst);
-kvt_status kvt_hash_salt(uint64_t *out_salt_hash, const void *salt, size_t len);
-kvt_status kvt_hash_sequence(uint64_t *out_seq_hashes, size_t *out_n, size_t cap, uint64_t salt_hash, const uint32_t *tokens, size_t n_tokens, uint32_t page_size);
-kvt_status kvt_seq_create(kvt_seq **out, uint64_t salt_hash, uint32_t page_size);
-void kvt_seq_destroy(kvt_seq *s);
-kvt_status kvt_seq_append(kvt_seq *s, const uint32_t *tokens, size_t n);
-kvt_status kvt_seq_info(size_t *out_tokens, size_t *out_blocks, const kvt_seq *s);
-kvt_status kvt_seq_hashes(size_t *out_n, uint64_t *out_block_hashes, uint64_t *out_seq_hashes, const kvt_seq *s, size_t first, size_t cap);
+kvt_status kvt_tier_evictable(size_t *out_n, kvt_block *out, size_t max, kvt_manager *m, kvt_tier tier);
+kvt_status kvt_tier_hashes(uint64_t *out, size_t cap, size_t *n, kvt_manager *m, kvt_tier tier);
 typedef enum kvt_block_state {
   KVT_BLOCK_EMPTY = 1, KVT_BLOCK_PARTIAL = 2, KVT_BLOCK_READY = 3, KVT_BLOCK_INFLIGHT = 4, KVT_BLOCK_COMPLETE = 5, KVT_BLOCK_REGISTERED = 6, KVT_BLOCK_INACTIVE = 7
 } kvt_block_state;
@@ -177,7 +165,13 @@ kvt_status kvt_block_register(kvt_block *out, kvt_manager *m, kvt_block b);
 kvt_status kvt_block_register_hash(kvt_block *out, kvt_manager *m, kvt_block b, uint64_t seq_hash, uint64_t parent_seq_hash);
 kvt_status kvt_block_register_hashes(kvt_block *out, kvt_manager *m, const kvt_block *blocks, const uint64_t *seq_hashes, size_t n, uint64_t parent_seq_hash);
 kvt_status kvt_match_prefix(size_t *out_n, kvt_block *out_blocks, kvt_manager *m, kvt_tier tier, const uint64_t *seq_hashes, size_t n);
-kvt_status kvt_tier_evictable(size_t *out_n, kvt_block *out, size_t max, kvt_manager *m, kvt_tier tier);
+kvt_status kvt_hash_salt(uint64_t *out_salt_hash, const void *salt, size_t len);
+kvt_status kvt_hash_sequence(uint64_t *out_seq_hashes, size_t *out_n, size_t cap, uint64_t salt_hash, const uint32_t *tokens, size_t n_tokens, uint32_t page_size);
+kvt_status kvt_seq_create(kvt_seq **out, uint64_t salt_hash, uint32_t page_size);
+void kvt_seq_destroy(kvt_seq *s);
+kvt_status kvt_seq_append(kvt_seq *s, const uint32_t *tokens, size_t n);
+kvt_status kvt_seq_info(size_t *out_tokens, size_t *out_blocks, const kvt_seq *s);
+kvt_status kvt_seq_hashes(size_t *out_n, uint64_t *out_block_hashes, uint64_t *out_seq_hashes, const kvt_seq *s, size_t first, size_t cap);
 kvt_status kvt_fence_create(kvt_fence **out, kvt_manager *m);
 kvt_status kvt_fence_signal(kvt_fence *f);
 kvt_status kvt_fence_from_cuda_event(kvt_fence **out, kvt_manager *m, void *cuda_event);
@@ -192,6 +186,17 @@ kvt_status kvt_xfer_wait(kvt_xfer *x, int64_t timeout_ns);
 kvt_status kvt_xfer_status(uint32_t *out_state, kvt_status *out_result, uint64_t *out_count, kvt_xfer *x);
 kvt_status kvt_xfer_blocks(kvt_block *out, size_t n, kvt_xfer *x);
 void kvt_xfer_release(kvt_xfer *x);
+typedef struct kvt_transfer_stats {
+  uint32_t struct_size;
+  uint32_t reserved;
+  uint64_t completed;
+  uint64_t cancelled;
+  uint64_t failed;
+  uint64_t blocks;
+  uint64_t bytes;
+  uint64_t busy_ns;
+} kvt_transfer_stats;
+kvt_status kvt_transfer_stats_get(kvt_transfer_stats *out, kvt_manager *m, kvt_tier src, kvt_tier dst);
 typedef enum kvt_event_type {
   KVT_EVENT_XFER_DONE = 1, KVT_EVENT_BLOCK_STORED = 2, KVT_EVENT_BLOCK_REMOVED = 3, KVT_EVENT_EVENTS_DROPPED = 4, KVT_EVENT_TIER_CLEARED = 5
 } kvt_event_type;
@@ -209,27 +214,66 @@ typedef struct kvt_event {
 size_t kvt_poll(kvt_manager *m, kvt_event *out, size_t max);
 int kvt_event_fd(kvt_manager *m);
 kvt_status kvt_manager_note_tokens(kvt_manager *m, const uint64_t *seq_hashes, size_t n, const uint32_t *tokens);
-kvt_status kvt_g4_match(size_t *out_n, kvt_manager *m, const uint64_t *seq_hashes, size_t n);
-kvt_status kvt_g4_onboard(kvt_xfer **out, kvt_manager *m, const uint64_t *seq_hashes, size_t n, uint64_t parent_seq_hash, const kvt_block *dst, kvt_fence *precondition, uint64_t user_data);
-typedef struct kvt_g4_stats {
+typedef enum kvt_obs_kind {
+  KVT_OBS_SLOT = 1, KVT_OBS_CANDIDATE = 2, KVT_OBS_BLOCK_STORED = 3, KVT_OBS_BLOCK_REMOVED = 4, KVT_OBS_TIER_CLEARED = 5, KVT_OBS_TRANSFER = 6, KVT_OBS_DROPPED = 7, KVT_OBS_CALL = 8
+} kvt_obs_kind;
+typedef enum kvt_obs_trigger {
+  KVT_TRIGGER_GET_NUM_NEW_MATCHED_TOKENS = 1, KVT_TRIGGER_UPDATE_STATE_AFTER_ALLOC = 2, KVT_TRIGGER_BUILD_CONNECTOR_META = 3, KVT_TRIGGER_UPDATE_CONNECTOR_OUTPUT = 4, KVT_TRIGGER_REQUEST_FINISHED = 5, KVT_TRIGGER_REQUEST_PREEMPTED = 6, KVT_TRIGGER_RESET_CACHE = 7
+} kvt_obs_trigger;
+typedef enum kvt_candidate_state {
+  KVT_CANDIDATE_PENDING_EVALUATION = 1, KVT_CANDIDATE_PROMOTED = 2, KVT_CANDIDATE_SKIPPED = 3, KVT_CANDIDATE_COMPLETED = 4, KVT_CANDIDATE_FAILED = 5, KVT_CANDIDATE_CANCELLED = 6
+} kvt_candidate_state;
+typedef struct kvt_obs_event {
+  uint64_t seq;
+  uint64_t time_ns;
+  uint32_t kind;
+  uint32_t state;
+  uint32_t prev;
+  uint32_t trigger;
+  uint32_t src;
+  uint32_t dst;
+  kvt_status status;
+  uint32_t reserved;
+  uint64_t batch;
+  uint64_t hash;
+  uint64_t parent_hash;
+  uint64_t tokens;
+  uint64_t computed;
+  uint64_t blocks;
+  uint64_t bytes;
+  uint64_t duration_ns;
+  uint64_t count;
+  char req_id[255 + 1];
+} kvt_obs_event;
+kvt_status kvt_subscribe(kvt_subscription **out, kvt_manager *m, size_t capacity);
+int kvt_subscription_fd(kvt_subscription *s);
+size_t kvt_subscription_drain(kvt_subscription *s, kvt_obs_event *out, size_t max);
+void kvt_subscription_destroy(kvt_subscription *s);
+const char *kvt_obs_kind_str(uint32_t kind);
+const char *kvt_candidate_state_str(uint32_t state);
+const char *kvt_obs_trigger_str(uint32_t trigger);
+kvt_status kvt_recorder_ring(kvt_manager *m, size_t events);
+kvt_status kvt_recorder_dump(kvt_manager *m, const char *path);
+kvt_status kvt_recorder_open(kvt_manager *m, const char *path);
+kvt_status kvt_recorder_close(kvt_manager *m);
+kvt_status kvt_event_log_open(kvt_event_log **out, const char *path);
+kvt_status kvt_event_log_next(kvt_event_log *l, kvt_obs_event *out);
+void kvt_event_log_close(kvt_event_log *l);
+typedef struct kvt_log_replay {
   uint32_t struct_size;
-  uint32_t shards;
-  uint64_t lookups;
-  uint64_t hits;
-  uint64_t stored_blocks;
+  uint32_t torn;
+  uint64_t events;
+  uint64_t violations;
+  uint64_t live_slots;
+  uint64_t finished_slots;
+  uint64_t open_batches;
   uint64_t loaded_blocks;
-  uint64_t missing_blocks;
-  uint64_t corrupt_blocks;
-  uint64_t failed_blocks;
-  uint64_t bytes_written;
-  uint64_t bytes_read;
-  uint64_t round_trips;
-  uint64_t reconnects;
-  uint64_t redirects;
-  uint64_t slot_map_reads;
-} kvt_g4_stats;
-kvt_status kvt_g4_stats_get(kvt_g4_stats *out, kvt_manager *m);
-typedef struct kvt_connector kvt_connector;
+  uint64_t transitions[11][11];
+  uint64_t registered[4];
+  uint64_t calls;
+} kvt_log_replay;
+kvt_status kvt_event_log_replay(kvt_log_replay *out, kvt_manager *m, const char *path);
+kvt_status kvt_event_log_rerun(kvt_log_replay *out, kvt_connector *c, const char *path);
 typedef enum kvt_connector_role {
   KVT_ROLE_SCHEDULER = 1, KVT_ROLE_WORKER = 2, KVT_ROLE_BOTH = 3
 } kvt_connector_role;
@@ -313,51 +357,6 @@ typedef struct kvt_finished {
 } kvt_finished;
 kvt_status kvt_connector_get_finished(kvt_finished *out, kvt_connector *c);
 const char *kvt_slot_state_str(uint32_t state);
-typedef enum kvt_obs_kind {
-  KVT_OBS_SLOT = 1, KVT_OBS_CANDIDATE = 2, KVT_OBS_BLOCK_STORED = 3, KVT_OBS_BLOCK_REMOVED = 4, KVT_OBS_TIER_CLEARED = 5, KVT_OBS_TRANSFER = 6, KVT_OBS_DROPPED = 7, KVT_OBS_CALL = 8
-} kvt_obs_kind;
-typedef enum kvt_obs_trigger {
-  KVT_TRIGGER_GET_NUM_NEW_MATCHED_TOKENS = 1, KVT_TRIGGER_UPDATE_STATE_AFTER_ALLOC = 2, KVT_TRIGGER_BUILD_CONNECTOR_META = 3, KVT_TRIGGER_UPDATE_CONNECTOR_OUTPUT = 4, KVT_TRIGGER_REQUEST_FINISHED = 5, KVT_TRIGGER_REQUEST_PREEMPTED = 6, KVT_TRIGGER_RESET_CACHE = 7
-} kvt_obs_trigger;
-typedef enum kvt_candidate_state {
-  KVT_CANDIDATE_PENDING_EVALUATION = 1, KVT_CANDIDATE_PROMOTED = 2, KVT_CANDIDATE_SKIPPED = 3, KVT_CANDIDATE_COMPLETED = 4, KVT_CANDIDATE_FAILED = 5, KVT_CANDIDATE_CANCELLED = 6
-} kvt_candidate_state;
-typedef struct kvt_obs_event {
-  uint64_t seq;
-  uint64_t time_ns;
-  uint32_t kind;
-  uint32_t state;
-  uint32_t prev;
-  uint32_t trigger;
-  uint32_t src;
-  uint32_t dst;
-  kvt_status status;
-  uint32_t reserved;
-  uint64_t batch;
-  uint64_t hash;
-  uint64_t parent_hash;
-  uint64_t tokens;
-  uint64_t computed;
-  uint64_t blocks;
-  uint64_t bytes;
-  uint64_t duration_ns;
-  uint64_t count;
-  char req_id[255 + 1];
-} kvt_obs_event;
-typedef struct kvt_subscription kvt_subscription;
-kvt_status kvt_subscribe(kvt_subscription **out, kvt_manager *m, size_t capacity);
-int kvt_subscription_fd(kvt_subscription *s);
-size_t kvt_subscription_drain(kvt_subscription *s, kvt_obs_event *out, size_t max);
-void kvt_subscription_destroy(kvt_subscription *s);
-kvt_status kvt_recorder_ring(kvt_manager *m, size_t events);
-kvt_status kvt_recorder_dump(kvt_manager *m, const char *path);
-kvt_status kvt_recorder_open(kvt_manager *m, const char *path);
-kvt_status kvt_recorder_close(kvt_manager *m);
-typedef struct kvt_event_log kvt_event_log;
-kvt_status kvt_event_log_open(kvt_event_log **out, const char *path);
-kvt_status kvt_event_log_next(kvt_event_log *l, kvt_obs_event *out);
-void kvt_event_log_close(kvt_event_log *l);
-kvt_status kvt_metrics_text(char *buf, size_t cap, size_t *len, kvt_manager *m, kvt_connector *c);
 typedef struct kvt_slot_info {
   char req_id[255 + 1];
   uint32_t state;
@@ -401,7 +400,6 @@ kvt_status kvt_connector_pause(kvt_connector *c);
 kvt_status kvt_connector_resume(kvt_connector *c);
 kvt_status kvt_connector_wait_paused(kvt_pause_info *out, kvt_connector *c, uint32_t timeout_ms);
 kvt_status kvt_connector_set_pause_timeout(kvt_connector *c, uint32_t timeout_ms);
-typedef struct kvt_endpoint kvt_endpoint;
 typedef struct kvt_endpoint_config {
   uint32_t struct_size;
   uint32_t max_clients;
@@ -422,25 +420,27 @@ typedef struct kvt_endpoint_stats {
   uint64_t peak_buffered_bytes;
 } kvt_endpoint_stats;
 kvt_status kvt_endpoint_stats_get(kvt_endpoint_stats *out, kvt_endpoint *e);
-kvt_status kvt_tier_hashes(uint64_t *out, size_t cap, size_t *n, kvt_manager *m, kvt_tier tier);
-typedef struct kvt_log_replay {
+kvt_status kvt_metrics_text(char *buf, size_t cap, size_t *len, kvt_manager *m, kvt_connector *c);
+kvt_status kvt_g4_match(size_t *out_n, kvt_manager *m, const uint64_t *seq_hashes, size_t n);
+kvt_status kvt_g4_onboard(kvt_xfer **out, kvt_manager *m, const uint64_t *seq_hashes, size_t n, uint64_t parent_seq_hash, const kvt_block *dst, kvt_fence *precondition, uint64_t user_data);
+typedef struct kvt_g4_stats {
   uint32_t struct_size;
-  uint32_t torn;
-  uint64_t events;
-  uint64_t violations;
-  uint64_t live_slots;
-  uint64_t finished_slots;
-  uint64_t open_batches;
+  uint32_t shards;
+  uint64_t lookups;
+  uint64_t hits;
+  uint64_t stored_blocks;
   uint64_t loaded_blocks;
-  uint64_t transitions[11][11];
-  uint64_t registered[4];
-  uint64_t calls;
-} kvt_log_replay;
-kvt_status kvt_event_log_replay(kvt_log_replay *out, kvt_manager *m, const char *path);
-kvt_status kvt_event_log_rerun(kvt_log_replay *out, kvt_connector *c, const char *path);
-const char *kvt_obs_kind_str(uint32_t kind);
-const char *kvt_candidate_state_str(uint32_t state);
-const char *kvt_obs_trigger_str(uint32_t trigger);
+  uint64_t missing_blocks;
+  uint64_t corrupt_blocks;
+  uint64_t failed_blocks;
+  uint64_t bytes_written;
+  uint64_t bytes_read;
+  uint64_t round_trips;
+  uint64_t reconnects;
+  uint64_t redirects;
+  uint64_t slot_map_reads;
+} kvt_g4_stats;
+kvt_status kvt_g4_stats_get(kvt_g4_stats *out, kvt_manager *m);
 """
 
 CONST = {
@@ -470,6 +470,6 @@ CONST = {
     'KVT_REQ_ID_MAX': 255,
     'KVT_TIMEOUT': 2,
     'KVT_VERSION_MAJOR': 0,
-    'KVT_VERSION_MINOR': 4,
+    'KVT_VERSION_MINOR': 5,
     'KVT_VERSION_PATCH': 0,
 }
