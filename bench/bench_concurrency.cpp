@@ -91,7 +91,7 @@ void BM_Concurrent(benchmark::State &st, kvt_tier src_tier, kvt_tier dst_tier) {
   auto round = [&] {
     auto t0 = Clock::now();
     for (uint32_t i = 0; i < k; ++i)
-      if (kvt_offload(&xs[i], s.m, s.src.data() + i * kBlocks, kBlocks, dst_tier, nullptr, i))
+      if (kvt_xfer_offload(&xs[i], s.m, s.src.data() + i * kBlocks, kBlocks, dst_tier, nullptr, i))
         die("offload");
     bool ok = true;
     for (kvt_xfer *x : xs) {
@@ -101,7 +101,7 @@ void BM_Concurrent(benchmark::State &st, kvt_tier src_tier, kvt_tier dst_tier) {
     double t = std::chrono::duration<double>(Clock::now() - t0).count();
     if (kvt_block_alloc(evict.data(), evict.size(), s.m, dst_tier) != KVT_OK) die("evict");
     kvt_block_release(s.m, evict.data(), evict.size());
-    while (kvt_poll(s.m, ev.data(), ev.size()) > 0) {
+    while (kvt_manager_poll(s.m, ev.data(), ev.size()) > 0) {
     }
     return ok ? t : -1.0;
   };

@@ -2,11 +2,11 @@
 // same run (issue 12's goal: overhead <= 2 us per request per step + 50 ns per block):
 //   Miss/N: a request of N new blocks: get_num_new_matched_tokens (finds nothing),
 //           update_state_after_alloc, build_connector_meta (plans N eager stores to G2);
-//           baseline: kvt_hash_sequence + kvt_match_prefix on G2 + kvt_block_alloc/release
+//           baseline: kvt_hash_sequence + kvt_tier_match_prefix on G2 + kvt_block_alloc/release
 //           of N G2 store destinations (registered, untimed, between the two, so that G2
 //           fills up and allocations evict as the connector's do).
 //   Hit/N:  a request whose N blocks are in G2: the same three calls (plan N loads);
-//           baseline: kvt_hash_sequence + kvt_match_prefix on G2 (N hits) + release.
+//           baseline: kvt_hash_sequence + kvt_tier_match_prefix on G2 (N hits) + release.
 // Only the three calls (or the baseline's) are timed. The worker's copies, the report and
 // the request's end run between timed regions, so that every step starts from the same state.
 //   Observed_Miss/N/MODE, Observed_Hit/N/MODE (issue 13): the same step while MODE 0 nobody
@@ -102,7 +102,7 @@ struct Observer {
 
   Observer(kvt_manager *mgr, kvt_connector *c, int mode) : m(mgr) {
     if (mode == 1) {
-      check(kvt_subscribe(&sub, m, 1 << 16), "kvt_subscribe");
+      check(kvt_subscription_create(&sub, m, 1 << 16), "kvt_subscription_create");
       reader = std::thread([this] {
         std::vector<kvt_obs_event> buf(256);
         pollfd p{kvt_subscription_fd(sub), POLLIN, 0};
@@ -115,7 +115,7 @@ struct Observer {
       });
     } else if (mode == 2) {
       log = "/tmp/bench_connector-" + std::to_string(getpid()) + ".kvtlog";
-      check(kvt_recorder_open(m, log.c_str()), "kvt_recorder_open");
+      check(kvt_manager_recorder_open(m, log.c_str()), "kvt_manager_recorder_open");
     } else if (mode == 3) {
       log = "/tmp/bench_connector-" + std::to_string(getpid()) + ".sock";
       check(kvt_endpoint_open(&endpoint, m, c, log.c_str()), "kvt_endpoint_open");
@@ -128,7 +128,7 @@ struct Observer {
     if (endpoint != nullptr) {
       kvt_endpoint_close(endpoint);
     } else if (!log.empty()) {
-      check(kvt_recorder_close(m), "kvt_recorder_close");
+      check(kvt_manager_recorder_close(m), "kvt_manager_recorder_close");
       std::remove(log.c_str());
     }
   }
@@ -346,7 +346,7 @@ struct Bare {
     const auto t0 = Clock::now();
     check(kvt_hash_sequence(hashes.data(), &nh, n, salt, tokens.data(), tokens.size(), kPage),
           "hash");
-    check(kvt_match_prefix(&hit, found.data(), m, KVT_TIER_G2, hashes.data(), nh), "match");
+    check(kvt_tier_match_prefix(&hit, found.data(), m, KVT_TIER_G2, hashes.data(), nh), "match");
     check(kvt_block_alloc(dst.data(), n, m, KVT_TIER_G2), "alloc");
     const auto t1 = Clock::now();
     // Untimed, as the connector registers its stores when the worker reports them: so that
@@ -375,7 +375,7 @@ struct Bare {
     check(kvt_hash_sequence(hashes.data(), &nh, n, salt, hit_tokens.data(), hit_tokens.size(),
                             kPage),
           "hash");
-    check(kvt_match_prefix(&got, found.data(), m, KVT_TIER_G2, hashes.data(), nh), "match");
+    check(kvt_tier_match_prefix(&got, found.data(), m, KVT_TIER_G2, hashes.data(), nh), "match");
     check(kvt_block_release(m, found.data(), got), "release");
     const double s = std::chrono::duration<double>(Clock::now() - t0).count();
     if (got != n) std::abort();

@@ -82,7 +82,7 @@ void BM_AllocRegisterRelease(benchmark::State &st) {
       parent = next_hash++;
     }
     kvt_block_release(m, blocks.data(), 64);
-    if ((next_hash & 4095) == 1) kvt_poll(m, ev, 256);  // a host drains now and then
+    if ((next_hash & 4095) == 1) kvt_manager_poll(m, ev, 256);  // a host drains now and then
   }
   st.SetItemsProcessed(st.iterations() * 64);
   kvt_manager_destroy(m);
@@ -101,7 +101,7 @@ void BM_AllocRegisterBatchRelease(benchmark::State &st) {
     for (auto &h : hashes) h = next_hash++;
     kvt_block_register_hashes(blocks.data(), m, blocks.data(), hashes.data(), 64, 0);
     kvt_block_release(m, blocks.data(), 64);
-    if ((next_hash & 4095) == 1) kvt_poll(m, ev, 256);
+    if ((next_hash & 4095) == 1) kvt_manager_poll(m, ev, 256);
   }
   st.SetItemsProcessed(st.iterations() * 64);
   kvt_manager_destroy(m);
@@ -180,7 +180,7 @@ std::vector<uint64_t> fill_tier(kvt_manager *m, uint64_t n) {
     for (size_t i = 0; i < k; ++i) kvt_block_register_hash(&b[i], m, b[i], hashes[at + i], 0);
     kvt_block_release(m, b.data(), k);
     kvt_event ev[1024];
-    while (kvt_poll(m, ev, 1024) > 0) {
+    while (kvt_manager_poll(m, ev, 1024) > 0) {
     }
   }
   return hashes;
@@ -194,7 +194,7 @@ void match_bench(benchmark::State &st, bool cold) {
   size_t chains = n / 64, c = 0, hit = 0;
   for (auto _ : st) {
     const uint64_t *q = hashes.data() + (cold ? (c = (c + 7919) % chains) * 64 : 0);
-    kvt_match_prefix(&hit, out.data(), m, KVT_TIER_G1, q, 64);
+    kvt_tier_match_prefix(&hit, out.data(), m, KVT_TIER_G1, q, 64);
     benchmark::DoNotOptimize(out.data());
     st.PauseTiming();
     kvt_block_release(m, out.data(), hit);

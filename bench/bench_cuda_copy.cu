@@ -6,7 +6,7 @@
 //   per_chunk  one cudaMemcpyAsync per chunk (KVT_CUDA_COPY_PER_CHUNK);
 //   kernel     a gather/scatter kernel that reads or writes the pinned host memory through
 //              its mapped address, one thread block per chunk, given the block ids;
-//   kvtier     kvt_offload G1 -> G2 and kvt_onboard G2 -> G1 through the library (engine
+//   kvtier     kvt_xfer_offload G1 -> G2 and kvt_xfer_onboard G2 -> G1 through the library (engine
 //              layout over the same tensors, batched copies), enqueue to end of wait.
 // G1 is 32 layers x {K, V}: 64 device tensors of `pool` blocks each; a block is one chunk in
 // each. The N blocks are drawn at random from a pool of 2N, as an engine's free list
@@ -304,7 +304,7 @@ class Bench {
     kvt_block_register_hashes(g1.data(), m, g1.data(), h.data(), n_, 0);
     std::vector<kvt_event> ev(4096);
     auto drain = [&] {
-      while (kvt_poll(m, ev.data(), ev.size()) > 0) {
+      while (kvt_manager_poll(m, ev.data(), ev.size()) > 0) {
       }
     };
     auto must = [](kvt_status s, const char *what) {
@@ -317,7 +317,7 @@ class Bench {
       for (int i = 0; i < reps_ + 2; ++i) {
         kvt_xfer *x = nullptr;
         auto t0 = Clock::now();
-        must(kvt_offload(&x, m, g1.data(), n_, KVT_TIER_G2, nullptr, 0), "kvt_offload");
+        must(kvt_xfer_offload(&x, m, g1.data(), n_, KVT_TIER_G2, nullptr, 0), "kvt_xfer_offload");
         must(kvt_xfer_wait(x, -1), "offload");
         t.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
         kvt_xfer_release(x);
@@ -327,13 +327,13 @@ class Bench {
       }
     } else {
       kvt_xfer *x = nullptr;
-      must(kvt_offload(&x, m, g1.data(), n_, KVT_TIER_G2, nullptr, 0), "kvt_offload");
+      must(kvt_xfer_offload(&x, m, g1.data(), n_, KVT_TIER_G2, nullptr, 0), "kvt_xfer_offload");
       must(kvt_xfer_wait(x, -1), "offload");
       kvt_xfer_release(x);
       kvt_block_release(m, g1.data(), n_);
       std::vector<kvt_block> src(n_);
       size_t found = 0;
-      kvt_match_prefix(&found, src.data(), m, KVT_TIER_G2, h.data(), n_);
+      kvt_tier_match_prefix(&found, src.data(), m, KVT_TIER_G2, h.data(), n_);
       std::vector<kvt_block> every(pool_);
       for (int i = 0; i < reps_ + 2; ++i) {
         // Evict every copy G1 holds, so that the onboard copies rather than finds them.
@@ -341,7 +341,7 @@ class Bench {
         kvt_block_release(m, every.data(), pool_);
         must(kvt_block_alloc(b.data(), n_, m, KVT_TIER_G1), "kvt_block_alloc");
         auto t0 = Clock::now();
-        must(kvt_onboard(&x, m, src.data(), b.data(), n_, nullptr, 0), "kvt_onboard");
+        must(kvt_xfer_onboard(&x, m, src.data(), b.data(), n_, nullptr, 0), "kvt_xfer_onboard");
         must(kvt_xfer_wait(x, -1), "onboard");
         t.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
         kvt_xfer_blocks(b.data(), n_, x);

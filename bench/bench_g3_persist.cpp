@@ -64,7 +64,7 @@ void offload(kvt_manager *m, uint64_t first, uint64_t n, uint64_t g1) {
     if (kvt_block_register_hashes(reg.data(), m, b.data(), h.data(), k, 0) != KVT_OK)
       die("register");
     kvt_xfer *x = nullptr;
-    if (kvt_offload(&x, m, reg.data(), k, KVT_TIER_G3, nullptr, 0) != KVT_OK) die("offload");
+    if (kvt_xfer_offload(&x, m, reg.data(), k, KVT_TIER_G3, nullptr, 0) != KVT_OK) die("offload");
     if (kvt_xfer_wait(x, -1) != KVT_OK) die("offload wait");
     kvt_xfer_release(x);
     kvt_block_release(m, reg.data(), k);

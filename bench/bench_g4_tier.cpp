@@ -181,7 +181,7 @@ double run_xfer(kvt_manager *m, kvt_xfer *x, size_t want) {
                          std::to_string(want));
   kvt_xfer_release(x);
   kvt_event ev[64];  // XFER_DONE and G2's BLOCK_* events: nobody reads them here
-  while (kvt_poll(m, ev, 64) > 0) {
+  while (kvt_manager_poll(m, ev, 64) > 0) {
   }
   return s;
 }
@@ -218,7 +218,7 @@ void kvtier_g2_g4(const std::string &url, size_t bytes, size_t n, unsigned depth
     if (kvt_block_register_hashes(reg.data(), m, src.data(), h.data(), n, 0) != KVT_OK)
       die("register");
     kvt_xfer *x = nullptr;
-    if (kvt_offload(&x, m, reg.data(), n, KVT_TIER_G4, nullptr, 0) != KVT_OK) die("offload");
+    if (kvt_xfer_offload(&x, m, reg.data(), n, KVT_TIER_G4, nullptr, 0) != KVT_OK) die("offload");
     const double put_s = run_xfer(m, x, n);
     if (r >= 0) put->push_back(double(n) / put_s);
     kvt_block_release(m, reg.data(), n);

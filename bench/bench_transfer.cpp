@@ -103,12 +103,12 @@ void time_offloads(benchmark::State &st, Setup &s, uint32_t n, kvt_tier dst,
   for (auto _ : st) {
     kvt_xfer *x = nullptr;
     auto t0 = Clock::now();
-    kvt_offload(&x, s.m, s.g1.data(), n, dst, nullptr, 0);
+    kvt_xfer_offload(&x, s.m, s.g1.data(), n, dst, nullptr, 0);
     if (run_xfer(x) != KVT_OK) st.SkipWithError(kvt_last_error());
     st.SetIterationTime(std::chrono::duration<double>(Clock::now() - t0).count());
     kvt_block_alloc(b.data(), n, s.m, dst);
     kvt_block_release(s.m, b.data(), n);
-    while (kvt_poll(s.m, ev.data(), ev.size()) > 0) {
+    while (kvt_manager_poll(s.m, ev.data(), ev.size()) > 0) {
     }
   }
   st.SetBytesProcessed(int64_t(st.iterations() * n * block_bytes));
@@ -172,16 +172,16 @@ void BM_OnboardG3toG1(benchmark::State &st) {
   Setup s;
   setup(s, layers, chunk, n, false, n, 3);
   kvt_xfer *x = nullptr;
-  kvt_offload(&x, s.m, s.g1.data(), n, KVT_TIER_G3, nullptr, 0);
+  kvt_xfer_offload(&x, s.m, s.g1.data(), n, KVT_TIER_G3, nullptr, 0);
   run_xfer(x);
   kvt_block_release(s.m, s.g1.data(), n);
   std::vector<kvt_block> src(n), dst(n);
   size_t found = 0;
-  kvt_match_prefix(&found, src.data(), s.m, KVT_TIER_G3, s.hashes.data(), n);
+  kvt_tier_match_prefix(&found, src.data(), s.m, KVT_TIER_G3, s.hashes.data(), n);
   for (auto _ : st) {
     kvt_block_alloc(dst.data(), n, s.m, KVT_TIER_G1);  // evicts the last onboard's copies
     auto t0 = Clock::now();
-    kvt_onboard(&x, s.m, src.data(), dst.data(), n, nullptr, 0);
+    kvt_xfer_onboard(&x, s.m, src.data(), dst.data(), n, nullptr, 0);
     if (kvt_xfer_wait(x, -1) != KVT_OK) st.SkipWithError(kvt_last_error());
     st.SetIterationTime(std::chrono::duration<double>(Clock::now() - t0).count());
     kvt_xfer_blocks(dst.data(), n, x);
@@ -244,9 +244,9 @@ void BM_PipelinePerContainer(benchmark::State &st) {
   std::vector<kvt_xfer *> xs(64);
   kvt_event ev[256];
   for (auto _ : st) {
-    for (int i = 0; i < 64; ++i) kvt_offload(&xs[i], m, &g1[i], 1, KVT_TIER_G2, nullptr, i);
+    for (int i = 0; i < 64; ++i) kvt_xfer_offload(&xs[i], m, &g1[i], 1, KVT_TIER_G2, nullptr, i);
     for (kvt_xfer *x : xs) run_xfer(x);
-    while (kvt_poll(m, ev, 256) > 0) {
+    while (kvt_manager_poll(m, ev, 256) > 0) {
     }
   }
   st.SetItemsProcessed(st.iterations() * 64);
@@ -273,7 +273,7 @@ void BM_Baseline_DirectBookkeeping(benchmark::State &st) {
     std::vector<kvt_block> e(64);  // evict, as the pipeline run above does in effect
     kvt_block_alloc(e.data(), 64, m, KVT_TIER_G2);
     kvt_block_release(m, e.data(), 64);
-    while (kvt_poll(m, ev, 256) > 0) {
+    while (kvt_manager_poll(m, ev, 256) > 0) {
     }
   }
   st.SetItemsProcessed(st.iterations() * 64);
@@ -297,17 +297,17 @@ void BM_CancelLatency(benchmark::State &st) {
   kvt_fence_create(&f, m);
   std::vector<double> lat;
   kvt_event ev[8];
-  while (kvt_poll(m, ev, 8) > 0) {  // the BLOCK_STORED of the setup
+  while (kvt_manager_poll(m, ev, 8) > 0) {  // the BLOCK_STORED of the setup
   }
   for (auto _ : st) {
     kvt_xfer *x = nullptr;
-    kvt_offload(&x, m, &b, 1, KVT_TIER_G2, f, 0);
+    kvt_xfer_offload(&x, m, &b, 1, KVT_TIER_G2, f, 0);
     uint32_t state = 0;
     do kvt_xfer_status(&state, nullptr, nullptr, x); while (state != KVT_XFER_WAITING);
     auto t0 = Clock::now();
     kvt_xfer_cancel(x);
     size_t got = 0;
-    while (got == 0) got = kvt_poll(m, ev, 8);  // the host sees XFER_DONE(CANCELLED)
+    while (got == 0) got = kvt_manager_poll(m, ev, 8);  // the host sees XFER_DONE(CANCELLED)
     auto t1 = Clock::now();
     lat.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
     if (ev[0].type != KVT_EVENT_XFER_DONE || ev[0].status != KVT_ERR_CANCELLED)

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Binding call overhead: one kvt_match_prefix of one block from C, Rust, Python and Go, in
+# Binding call overhead: one kvt_tier_match_prefix of one block from C, Rust, Python and Go, in
 # the same run; prints the table of docs/BENCHMARKS.md.   bench/bindings.sh [build dir]
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -1,4 +1,4 @@
-/* The cost of one kvt_match_prefix of one block from C: the baseline of the binding
+/* The cost of one kvt_tier_match_prefix of one block from C: the baseline of the binding
  * overhead table (bench/bindings.sh). Median over 5 rounds of 1,000,000 calls. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -34,7 +34,7 @@ int main(void) {
     for (int i = 0; i < N; ++i) {
       size_t n;
       kvt_block out;
-      kvt_match_prefix(&n, &out, m, KVT_TIER_G1, &h, 1);
+      kvt_tier_match_prefix(&n, &out, m, KVT_TIER_G1, &h, 1);
     }
     clock_gettime(CLOCK_MONOTONIC, &t1);
     rounds[r] = ((t1.tv_sec - t0.tv_sec) * 1e9 + (t1.tv_nsec - t0.tv_nsec)) / N;

@@ -36,10 +36,10 @@ for kind in ("Hot", "Cold"):
     small = ns_per_item("BM_MatchPrefix64_%s/10000" % kind)
     big = ns_per_item("BM_MatchPrefix64_%s/1000000" % kind)
     base = ns_per_item("BM_Baseline_NaiveMatch64/1000000")
-    rows.append(("`kvt_match_prefix`, 64 blocks, %s, 10^4 blocks" % kind.lower(),
+    rows.append(("`kvt_tier_match_prefix`, 64 blocks, %s, 10^4 blocks" % kind.lower(),
                  "%.1f ns/block" % small, "naive unordered_map: %.1f ns" % base,
                  "%.2fx" % (small / base), "<= 40 ns/block"))
-    rows.append(("`kvt_match_prefix`, 64 blocks, %s, 10^6 blocks" % kind.lower(),
+    rows.append(("`kvt_tier_match_prefix`, 64 blocks, %s, 10^6 blocks" % kind.lower(),
                  "%.1f ns/block" % big, "the same at 10^4: %.1f ns" % small,
                  "%.2fx" % (big / small), "within 1.5x of 10^4"))
 r_small = ns_per_item("BM_Baseline_TableThenSlot64/10000")

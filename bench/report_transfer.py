@@ -46,7 +46,7 @@ rows.append(("pipeline overhead per container (1-block containers of 0-byte bloc
              "%.2f us" % per, "same bookkeeping called directly: %.2f us" % per_direct,
              "%.1fx" % (per / per_direct), "<= 20 us"))
 cl = med["BM_CancelLatency/iterations:2000"]
-rows.append(("cancel -> XFER_DONE(CANCELLED) seen by kvt_poll, container waiting on a fence",
+rows.append(("cancel -> XFER_DONE(CANCELLED) seen by kvt_manager_poll, container waiting on a fence",
              "p50 %.1f us, p99 %.1f us" % (cl["p50_us"], cl["p99_us"]),
              "a sweep every sweep_interval would wait up to %.0f us" % cl["sweep_interval_us"],
              "%.4fx" % (cl["p99_us"] / cl["sweep_interval_us"]), "p99 <= 1 ms"))

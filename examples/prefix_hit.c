@@ -46,7 +46,7 @@ static void tokenize(struct request *r) {
 static void run(kvt_manager *m, uint64_t salt, struct request *r, int verify_against_tokens) {
   tokenize(r);
   CHECK(kvt_hash_sequence(r->hashes, &r->n_full, MAX_BLOCKS, salt, r->tokens, r->n_tokens, PAGE));
-  CHECK(kvt_match_prefix(&r->n_hit, r->blocks, m, KVT_TIER_G1, r->hashes, r->n_full));
+  CHECK(kvt_tier_match_prefix(&r->n_hit, r->blocks, m, KVT_TIER_G1, r->hashes, r->n_full));
   r->n_blocks = (r->n_tokens + PAGE - 1) / PAGE;
   int same = 1;
   for (size_t b = 0; b < r->n_hit && verify_against_tokens; ++b) {
@@ -100,7 +100,7 @@ int main(void) {
   CHECK(kvt_block_release(m, b.blocks, b.n_blocks));
 
   kvt_event ev[64];
-  size_t n = kvt_poll(m, ev, 64), stored = 0, removed = 0;
+  size_t n = kvt_manager_poll(m, ev, 64), stored = 0, removed = 0;
   for (size_t i = 0; i < n; ++i) {
     stored += ev[i].type == KVT_EVENT_BLOCK_STORED;
     removed += ev[i].type == KVT_EVENT_BLOCK_REMOVED;

@@ -199,7 +199,7 @@ void step(Input &in, World &w) {
       size_t *got_p = in.byte() == 0 ? nullptr : &got;
       kvt_tier tier = pick_tier(in);
       size_t count = pass_count(in, n);
-      s = kvt_match_prefix(got_p, o, m, tier, h.data(), count);
+      s = kvt_tier_match_prefix(got_p, o, m, tier, h.data(), count);
       if (s == KVT_OK) {
         require(got <= n, "match found more than asked");
         remember(w, o, got);
@@ -266,7 +266,7 @@ void step(Input &in, World &w) {
       size_t count = pass_count(in, v.size());
       kvt_tier dst = pick_tier(in);
       uint64_t user_data = in.take<uint64_t>();
-      s = kvt_offload(out, m, v.data(), count, dst, f, user_data);
+      s = kvt_xfer_offload(out, m, v.data(), count, dst, f, user_data);
       if (s == KVT_OK) (m == w.m[0] ? w.xfers : w.xfers1).push_back(x);
       break;
     }
@@ -280,7 +280,7 @@ void step(Input &in, World &w) {
       const kvt_block *d = in.flag() ? dst.data() : src.data();
       size_t count = pass_count(in, n);
       uint64_t user_data = in.take<uint64_t>();
-      s = kvt_onboard(&x, m, src.data(), d, count, f, user_data);
+      s = kvt_xfer_onboard(&x, m, src.data(), d, count, f, user_data);
       if (s == KVT_OK) (m == w.m[0] ? w.xfers : w.xfers1).push_back(x);
       break;
     }
@@ -332,8 +332,8 @@ void step(Input &in, World &w) {
     case 13: {  // poll into a buffer, NULL or short
       kvt_event ev[16];
       size_t max = in.below(17);
-      size_t n = kvt_poll(m, in.byte() == 0 ? nullptr : ev, max);
-      require(n <= max, "kvt_poll returned more than max");
+      size_t n = kvt_manager_poll(m, in.byte() == 0 ? nullptr : ev, max);
+      require(n <= max, "kvt_manager_poll returned more than max");
       return;  // returns a count, not a status
     }
     case 14: {
@@ -411,7 +411,7 @@ void step(Input &in, World &w) {
       break;
     }
     case 19:
-      require(m == nullptr || kvt_event_fd(m) >= 0, "kvt_event_fd");
+      require(m == nullptr || kvt_manager_event_fd(m) >= 0, "kvt_manager_event_fd");
       return;
     case 20:
       require(kvt_status_str(in.take<int32_t>()) != nullptr, "kvt_status_str");

@@ -1,7 +1,8 @@
 /*
  * kvtier: a tiered KV-cache block manager behind a stable C ABI.
  *
- * Conventions:
+ * Conventions (docs/CONVENTIONS.md has them all, with the rules for changing this header):
+ * - Calls are named kvt_<object>_<verb>; this header is ordered by object.
  * - Every fallible call returns kvt_status: 0 is KVT_OK, positive values are outcomes that
  *   are not errors, negative values are errors. Results go through out-parameters, which
  *   come first. On failure, out-parameters are left untouched and kvt_last_error() says why.
@@ -15,7 +16,7 @@
  *   call; "owned by the library" results stay valid for the time stated.
  * - A destroyed object is gone: every call on a destroyed manager, or with its block
  *   handles, transfers or fences, is forbidden, and so is destroying a manager while another
- *   thread is inside any call on it (kvt_poll included). The manager is freed memory then:
+ *   thread is inside any call on it (kvt_manager_poll included). The manager is freed memory then:
  *   the library does not promise to detect such a call.
  * - Versioned structs: the structs that begin with struct_size (kvt_manager_config,
  *   kvt_g1_layout, kvt_tier_stats, kvt_transfer_stats, kvt_block_info and, since 0.3.0,
@@ -121,7 +122,7 @@ typedef enum kvt_tier {
   KVT_TIER_G1 = 1, KVT_TIER_G2 = 2, KVT_TIER_G3 = 3,
   KVT_TIER_G4 = 4               /* 0.4.0: remote, on Redis (see G4). It has no blocks of its
                                    own: calls that take a tier for handles (kvt_block_alloc,
-                                   kvt_match_prefix, kvt_tier_evictable, kvt_tier_stats_get,
+                                   kvt_tier_match_prefix, kvt_tier_evictable, kvt_tier_stats_get,
                                    kvt_manager_reset) refuse it with
                                    KVT_ERR_INVALID_ARGUMENT, and no handle names it */
 } kvt_tier;
@@ -377,7 +378,7 @@ KVT_API kvt_status kvt_manager_create(kvt_manager **out, const kvt_manager_confi
  * cancelled, copies in flight are waited for, and the manager's transfers, fences and G3
  * file are freed: every kvt_xfer, kvt_fence, block handle and data pointer of this manager is
  * invalid afterwards. Every later call on m, or with any of those, is forbidden: m itself is
- * freed memory. It must not race with any other call on the same manager (kvt_poll,
+ * freed memory. It must not race with any other call on the same manager (kvt_manager_poll,
  * kvt_xfer_wait and the rest): the caller makes sure every such call has returned first. */
 KVT_API void kvt_manager_destroy(kvt_manager *m);
 
@@ -418,7 +419,7 @@ typedef struct kvt_tier_stats {
   uint64_t evictions;           /* inactive blocks evicted to satisfy allocations */
   uint64_t registrations;       /* blocks newly registered (not deduplicated) */
   uint64_t dedups;              /* registrations that found the hash already present */
-  uint64_t match_queried;       /* hashes asked for by kvt_match_prefix */
+  uint64_t match_queried;       /* hashes asked for by kvt_tier_match_prefix */
   uint64_t match_hit;           /* hashes found (the prefix part) */
   /* 0.2.0 */
   uint64_t retired;             /* slots that used their last generation, never reused; free
@@ -456,7 +457,7 @@ KVT_API kvt_status kvt_tier_hashes(uint64_t *out, size_t cap, size_t *n, kvt_man
  *  Inflight --compute_done (full)--> Complete --register--> Registered
  *
  * kvt_block_alloc hands out Empty blocks holding one reference, owned by the caller.
- * Registered blocks are immutable and shared; kvt_match_prefix adds references to them.
+ * Registered blocks are immutable and shared; kvt_tier_match_prefix adds references to them.
  * kvt_block_release drops one reference per handle: a mutable block returns to the free
  * pool (its handle goes stale); a registered block with no references left moves to the
  * tier's inactive pool, where it can still be matched until its slot is needed.
@@ -576,8 +577,8 @@ KVT_API kvt_status kvt_block_register_hashes(kvt_block *out, kvt_manager *m,
 /* Longest prefix of seq_hashes[0..n) registered in the tier. *out_n receives its length and
  * out_blocks[0..*out_n) its blocks, each pinned with one more reference that the caller owns
  * and releases with kvt_block_release. out_blocks: borrowed, room for n handles. */
-KVT_API kvt_status kvt_match_prefix(size_t *out_n, kvt_block *out_blocks, kvt_manager *m,
-                                    kvt_tier tier, const uint64_t *seq_hashes, size_t n);
+KVT_API kvt_status kvt_tier_match_prefix(size_t *out_n, kvt_block *out_blocks, kvt_manager *m,
+                                         kvt_tier tier, const uint64_t *seq_hashes, size_t n);
 
 /* ---------------------------------------------------------------------------------------
  * Hashing: chained xxh3-64, compatible with NVIDIA Dynamo's KVBM.
@@ -665,8 +666,8 @@ typedef enum kvt_xfer_state {
  * same hashes (emitting BLOCK_STORED) and left there unreferenced, matchable until evicted.
  * precondition may be NULL. src is borrowed; *out is owned by the caller and freed with
  * kvt_xfer_release. */
-KVT_API kvt_status kvt_offload(kvt_xfer **out, kvt_manager *m, const kvt_block *src, size_t n,
-                               kvt_tier dst, kvt_fence *precondition, uint64_t user_data);
+KVT_API kvt_status kvt_xfer_offload(kvt_xfer **out, kvt_manager *m, const kvt_block *src, size_t n,
+                                    kvt_tier dst, kvt_fence *precondition, uint64_t user_data);
 
 /* Copies registered blocks of G2 or G3 into the Empty G1 blocks dst_g1[0..n) that the caller
  * allocated, and registers those under the source hashes. Where G1 already held a hash by
@@ -679,9 +680,9 @@ KVT_API kvt_status kvt_offload(kvt_xfer **out, kvt_manager *m, const kvt_block *
  * A G3 source that fails its checksum (KVT_ERR_CORRUPT) leaves G3's registry with a
  * BLOCK_REMOVED event, so the next match misses it; handles to it stay valid until
  * released. Arrays are borrowed. */
-KVT_API kvt_status kvt_onboard(kvt_xfer **out, kvt_manager *m, const kvt_block *src,
-                               const kvt_block *dst_g1, size_t n, kvt_fence *precondition,
-                               uint64_t user_data);
+KVT_API kvt_status kvt_xfer_onboard(kvt_xfer **out, kvt_manager *m, const kvt_block *src,
+                                    const kvt_block *dst_g1, size_t n, kvt_fence *precondition,
+                                    uint64_t user_data);
 
 /* Cancels a transfer that has not committed: it ends at once with KVT_ERR_CANCELLED, its
  * XFER_DONE is queued before this returns, and nothing is copied or registered. After
@@ -703,7 +704,7 @@ KVT_API kvt_status kvt_xfer_status(uint32_t *out_state, kvt_status *out_result,
 
 /* After an onboard ended with KVT_OK: the final G1 handle for each dst_g1[i], in order (n
  * entries); 0 for a pair that was dropped. KVT_ERR_STATE before the end or for an offload.
- * The first call hands over the blocks pinned in place of the caller's (see kvt_onboard). */
+ * The first call hands over the blocks pinned in place of the caller's (see kvt_xfer_onboard). */
 KVT_API kvt_status kvt_xfer_blocks(kvt_block *out, size_t n, kvt_xfer *x);
 
 /* Gives up the handle. A transfer not yet committed is cancelled; one in flight finishes.
@@ -764,11 +765,11 @@ typedef struct kvt_event {
  * returns how many. When BLOCK_* events were dropped because the queue was full, the next
  * poll begins with one EVENTS_DROPPED event whose count says how many were lost.
  * Returns 0 for a NULL manager, or NULL out with max > 0 (and sets kvt_last_error). */
-KVT_API size_t kvt_poll(kvt_manager *m, kvt_event *out, size_t max);
+KVT_API size_t kvt_manager_poll(kvt_manager *m, kvt_event *out, size_t max);
 
 /* A file descriptor that is readable while events are pending, for epoll, select, asyncio
  * or Go's poller. Owned by the manager: do not close it, do not read it. -1 for NULL. */
-KVT_API int kvt_event_fd(kvt_manager *m);
+KVT_API int kvt_manager_event_fd(kvt_manager *m);
 
 /* ---------------------------------------------------------------------------------------
  * KV events (0.4.0): the BLOCK_STORED, BLOCK_REMOVED and TIER_CLEARED events of the tiers
@@ -777,7 +778,7 @@ KVT_API int kvt_event_fd(kvt_manager *m);
  * router built for vLLM subscribes to kvtier unchanged. A library thread sends them: the
  * calls that cause them never wait for the network, and a publisher that falls behind
  * drops whole batches (the subscribers see a gap in the sequence numbers and ask the
- * replay socket). kvt_poll is not affected.
+ * replay socket). kvt_manager_poll is not affected.
  *
  * BlockStored carries the blocks' token ids. A block registered through kvt_block_append
  * has them; for blocks registered by hash (kvt_block_register_hash, offload, onboard, the
@@ -872,7 +873,7 @@ typedef struct kvt_obs_event {
 /* A reader of m's events from now on, with a queue of `capacity` events (1..2^24). A reader
  * that falls behind never slows m: its oldest events give way, and the next drain begins
  * with one DROPPED event that counts them. It may outlive m (it then receives nothing). */
-KVT_API kvt_status kvt_subscribe(kvt_subscription **out, kvt_manager *m, size_t capacity);
+KVT_API kvt_status kvt_subscription_create(kvt_subscription **out, kvt_manager *m, size_t capacity);
 /* Readable while events are queued; owned by the subscription. -1 for NULL. */
 KVT_API int kvt_subscription_fd(kvt_subscription *s);
 /* Moves up to max queued events, oldest first, into out; returns how many (0 for NULL s,
@@ -886,26 +887,26 @@ KVT_API const char *kvt_obs_kind_str(uint32_t kind);
 KVT_API const char *kvt_candidate_state_str(uint32_t state);
 KVT_API const char *kvt_obs_trigger_str(uint32_t trigger);
 
-/* The recorder. kvt_recorder_ring keeps m's last `events` events in memory (0: none, up to
- * 2^24), and kvt_recorder_dump writes them to a new file at path as an event log.
- * The event log files of kvt_recorder_dump and kvt_recorder_open are regular files only: a
- * symbolic link as path's last component (links among its directories are followed), a
+/* The recorder. kvt_manager_recorder_ring keeps m's last `events` events in memory (0: none, up to
+ * 2^24), and kvt_manager_recorder_dump writes them to a new file at path as an event log.
+ * The event log files of kvt_manager_recorder_dump and kvt_manager_recorder_open are regular files
+ * only: a symbolic link as path's last component (links among its directories are followed), a
  * FIFO, a device or a directory is refused with KVT_ERR_INVALID_ARGUMENT and left as it is.
  * Their file work never blocks m's other calls: a slow or hung disk holds up only the
  * recorder call that writes to it (and recorder opens and closes after it). */
-KVT_API kvt_status kvt_recorder_ring(kvt_manager *m, size_t events);
-KVT_API kvt_status kvt_recorder_dump(kvt_manager *m, const char *path);
+KVT_API kvt_status kvt_manager_recorder_ring(kvt_manager *m, size_t events);
+KVT_API kvt_status kvt_manager_recorder_dump(kvt_manager *m, const char *path);
 /* Appends every event from now on to a new event log at path (replaced if it exists):
  * length-prefixed records with a checksum each (docs/EVENTS.md), written in 64 KiB runs.
  * KVT_ERR_STATE while a log is open (of calls racing to open, one wins); KVT_ERR_IO when
- * the file cannot be written (the log then stops, and m goes on). kvt_recorder_close writes
+ * the file cannot be written (the log then stops, and m goes on). kvt_manager_recorder_close writes
  * what is buffered and closes it (events after it are not written; KVT_ERR_IO if a write
  * failed); a manager's destroy does too. */
-KVT_API kvt_status kvt_recorder_open(kvt_manager *m, const char *path);
-KVT_API kvt_status kvt_recorder_close(kvt_manager *m);
+KVT_API kvt_status kvt_manager_recorder_open(kvt_manager *m, const char *path);
+KVT_API kvt_status kvt_manager_recorder_close(kvt_manager *m);
 
 /* ---------------------------------------------------------------------------------------
- * Event logs: files of the observe stream (kvt_recorder_open, kvt_recorder_dump)
+ * Event logs: files of the observe stream (kvt_manager_recorder_open, kvt_manager_recorder_dump)
  * ------------------------------------------------------------------------------------ */
 
 
@@ -948,11 +949,11 @@ typedef struct kvt_log_replay {
 } kvt_log_replay;
 KVT_API kvt_status kvt_event_log_replay(kvt_log_replay *out, kvt_manager *m, const char *path);
 
-/* Re-execution of an event log that a manager recorded from its creation on (kvt_recorder_open
- * before its connector's first call). Every CALL event's call is made again, in order and
- * with its recorded arguments, on c's scheduler half, and must end with the recorded status.
- * c: a new connector with the recorded one's config, over a new manager with the recorded
- * one's config (its G3 anywhere); the worker's recorded reports stand in for a worker. The
+/* Re-execution of an event log that a manager recorded from its creation on
+ * (kvt_manager_recorder_open before its connector's first call). Every CALL event's call is made
+ * again, in order and with its recorded arguments, on c's scheduler half, and must end with the
+ * recorded status. c: a new connector with the recorded one's config, over a new manager with the
+ * recorded one's config (its G3 anywhere); the worker's recorded reports stand in for a worker. The
  * log's events are checked as kvt_event_log_replay checks them (without a manager), and at
  * the end c and its manager must hold the state they describe: the same live slots in the
  * same states, the same hashes in each tier, the same transition counts, and, once every
@@ -1258,7 +1259,7 @@ typedef struct kvt_connector_stats {
 /* Fills *out up to out->struct_size (set by the caller). */
 KVT_API kvt_status kvt_connector_stats_get(kvt_connector_stats *out, kvt_connector *c);
 
-/* The manager's pending events (BLOCK_STORED/REMOVED of G2 and G3), as kvt_poll gives them:
+/* The manager's pending events (BLOCK_STORED/REMOVED of G2 and G3), as kvt_manager_poll gives them:
  * vLLM's take_events. */
 KVT_API size_t kvt_connector_take_events(kvt_event *out, size_t max, kvt_connector *c);
 
@@ -1404,10 +1405,10 @@ typedef struct kvt_pause_info {
  * a kvt_slot_state, or neither a state nor a request; KVT_ERR_NO_SPACE (0.5.0) with
  * KVT_MAX_BREAKPOINTS set already. */
 #define KVT_MAX_BREAKPOINTS 1024
-KVT_API kvt_status kvt_breakpoint_add(uint64_t *id, kvt_connector *c, uint32_t state,
-                                      const char *req_id);
+KVT_API kvt_status kvt_connector_breakpoint_add(uint64_t *id, kvt_connector *c, uint32_t state,
+                                                const char *req_id);
 /* KVT_ERR_NOT_FOUND for an unknown id. A thread paused at it stays paused until resumed. */
-KVT_API kvt_status kvt_breakpoint_remove(kvt_connector *c, uint64_t id);
+KVT_API kvt_status kvt_connector_breakpoint_remove(kvt_connector *c, uint64_t id);
 KVT_API kvt_status kvt_connector_pause(kvt_connector *c);
 /* KVT_ERR_STATE when no thread is paused. */
 KVT_API kvt_status kvt_connector_resume(kvt_connector *c);
@@ -1507,7 +1508,7 @@ KVT_API kvt_status kvt_metrics_text(char *buf, size_t cap, size_t *len, kvt_mana
  * G1-G3 keep serving; the connection is retried on the next call.
  * ------------------------------------------------------------------------------------ */
 
-/* Offload to G4 is kvt_offload with dst KVT_TIER_G4 (from G1, G2 or G3; KVT_ERR_UNSUPPORTED
+/* Offload to G4 is kvt_xfer_offload with dst KVT_TIER_G4 (from G1, G2 or G3; KVT_ERR_UNSUPPORTED
  * without G4). It writes every block (no policy but this: a hash already on its way to G4
  * is not sent twice), registers nothing and emits no BLOCK_STORED; XFER_DONE's count is the
  * blocks written, and a transfer that could not write some ends with KVT_ERR_IO. */
@@ -1521,7 +1522,7 @@ KVT_API kvt_status kvt_g4_match(size_t *out_n, kvt_manager *m, const uint64_t *s
 
 /* Copies the G4 values of seq_hashes[0..n) (a chain: parent_seq_hash, then each hash the
  * parent of the next) into dst[0..n), Empty blocks of one tier (G1 or G2) that the caller
- * allocated, and registers them under those hashes, like kvt_onboard (same ownership, dedup
+ * allocated, and registers them under those hashes, like kvt_xfer_onboard (same ownership, dedup
  * and cancellation rules, one XFER_DONE). The blocks before the first that cannot be had
  * are registered; from it on, dst stay Empty and the transfer ends with its status:
  * KVT_ERR_NOT_FOUND (no such key), KVT_ERR_CORRUPT (its value fails the header or the
@@ -1529,7 +1530,7 @@ KVT_API kvt_status kvt_g4_match(size_t *out_n, kvt_manager *m, const uint64_t *s
  * failure the caller keeps its own dst (kvt_xfer_blocks needs KVT_OK): registered ones hold
  * the prefix, counted in the transfer's count, except where the tier held a hash already
  * (that dst stays Empty). dst of another tier, of mixed tiers, not Empty or listed twice:
- * KVT_ERR_INVALID_ARGUMENT or KVT_ERR_STATE, as for kvt_onboard. Arrays are borrowed. */
+ * KVT_ERR_INVALID_ARGUMENT or KVT_ERR_STATE, as for kvt_xfer_onboard. Arrays are borrowed. */
 KVT_API kvt_status kvt_g4_onboard(kvt_xfer **out, kvt_manager *m, const uint64_t *seq_hashes,
                                   size_t n, uint64_t parent_seq_hash, const kvt_block *dst,
                                   kvt_fence *precondition, uint64_t user_data);
@@ -1556,6 +1557,53 @@ typedef struct kvt_g4_stats {
 
 /* Fills *out, up to out->struct_size (set by the caller). KVT_ERR_UNSUPPORTED without G4. */
 KVT_API kvt_status kvt_g4_stats_get(kvt_g4_stats *out, kvt_manager *m);
+
+/* ---------------------------------------------------------------------------------------
+ * Deprecated names
+ *
+ * 0.5.0 renamed the calls whose names did not follow kvt_<object>_<verb>
+ * (docs/CONVENTIONS.md). The old names stay exported through 0.5.x, in the symbol version
+ * binaries already carry (KVTIER_0), and each does exactly what its new name does. Define
+ * KVT_DEPRECATED() empty before including this header to silence the compiler's warnings.
+ * ------------------------------------------------------------------------------------ */
+
+#ifndef KVT_DEPRECATED
+#if defined(__GNUC__) || defined(__clang__)
+#define KVT_DEPRECATED(new_name) __attribute__((deprecated("use " #new_name)))
+#else
+#define KVT_DEPRECATED(new_name)
+#endif
+#endif
+
+KVT_DEPRECATED(kvt_manager_poll)
+KVT_API size_t kvt_poll(kvt_manager *m, kvt_event *out, size_t max);
+KVT_DEPRECATED(kvt_manager_event_fd)
+KVT_API int kvt_event_fd(kvt_manager *m);
+KVT_DEPRECATED(kvt_xfer_offload)
+KVT_API kvt_status kvt_offload(kvt_xfer **out, kvt_manager *m, const kvt_block *src, size_t n,
+                               kvt_tier dst, kvt_fence *precondition, uint64_t user_data);
+KVT_DEPRECATED(kvt_xfer_onboard)
+KVT_API kvt_status kvt_onboard(kvt_xfer **out, kvt_manager *m, const kvt_block *src,
+                               const kvt_block *dst_g1, size_t n, kvt_fence *precondition,
+                               uint64_t user_data);
+KVT_DEPRECATED(kvt_subscription_create)
+KVT_API kvt_status kvt_subscribe(kvt_subscription **out, kvt_manager *m, size_t capacity);
+KVT_DEPRECATED(kvt_manager_recorder_ring)
+KVT_API kvt_status kvt_recorder_ring(kvt_manager *m, size_t events);
+KVT_DEPRECATED(kvt_manager_recorder_dump)
+KVT_API kvt_status kvt_recorder_dump(kvt_manager *m, const char *path);
+KVT_DEPRECATED(kvt_manager_recorder_open)
+KVT_API kvt_status kvt_recorder_open(kvt_manager *m, const char *path);
+KVT_DEPRECATED(kvt_manager_recorder_close)
+KVT_API kvt_status kvt_recorder_close(kvt_manager *m);
+KVT_DEPRECATED(kvt_connector_breakpoint_add)
+KVT_API kvt_status kvt_breakpoint_add(uint64_t *id, kvt_connector *c, uint32_t state,
+                                      const char *req_id);
+KVT_DEPRECATED(kvt_connector_breakpoint_remove)
+KVT_API kvt_status kvt_breakpoint_remove(kvt_connector *c, uint64_t id);
+KVT_DEPRECATED(kvt_tier_match_prefix)
+KVT_API kvt_status kvt_match_prefix(size_t *out_n, kvt_block *out_blocks, kvt_manager *m,
+                                    kvt_tier tier, const uint64_t *seq_hashes, size_t n);
 
 #ifdef __cplusplus
 }

@@ -43,7 +43,7 @@ inline size_t matched(kvt_manager *m, kvt_tier t, const std::vector<uint64_t> &h
                       std::vector<kvt_block> *out = nullptr) {
   std::vector<kvt_block> b(h.size());
   size_t n = 0;
-  EXPECT_EQ(kvt_match_prefix(&n, b.data(), m, t, h.data(), h.size()), KVT_OK);
+  EXPECT_EQ(kvt_tier_match_prefix(&n, b.data(), m, t, h.data(), h.size()), KVT_OK);
   b.resize(n);
   if (out) *out = b;
   else kvt_block_release(m, b.data(), n);
@@ -172,7 +172,7 @@ inline std::vector<kvt_block> store(kvt_manager *m, const std::vector<uint64_t> 
 inline std::vector<kvt_event> drain(kvt_manager *m) {
   std::vector<kvt_event> all;
   kvt_event buf[64];
-  for (size_t n; (n = kvt_poll(m, buf, 64)) > 0;) all.insert(all.end(), buf, buf + n);
+  for (size_t n; (n = kvt_manager_poll(m, buf, 64)) > 0;) all.insert(all.end(), buf, buf + n);
   return all;
 }
 

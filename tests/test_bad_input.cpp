@@ -160,7 +160,7 @@ TEST(BadInput, BlockFunctions) {
   EXPECT_REFUSED(m, kvt_block_release(nullptr, &b, 1), KVT_ERR_INVALID_ARGUMENT);
   EXPECT_REFUSED(m, kvt_block_retain(nullptr, held[0]), KVT_ERR_INVALID_ARGUMENT);
   EXPECT_REFUSED(m, kvt_block_register_hash(&out, nullptr, b, 9, 0), KVT_ERR_INVALID_ARGUMENT);
-  EXPECT_REFUSED(m, kvt_match_prefix(&n, many, nullptr, KVT_TIER_G1, h, 2),
+  EXPECT_REFUSED(m, kvt_tier_match_prefix(&n, many, nullptr, KVT_TIER_G1, h, 2),
                  KVT_ERR_INVALID_ARGUMENT);
   EXPECT_REFUSED(m, kvt_block_data(&p, &n, nullptr, b), KVT_ERR_INVALID_ARGUMENT);
   EXPECT_REFUSED(m, kvt_block_chunk(&p, nullptr, b, 0, 0), KVT_ERR_INVALID_ARGUMENT);
@@ -177,11 +177,11 @@ TEST(BadInput, BlockFunctions) {
   EXPECT_REFUSED(m, kvt_block_release(m, nullptr, 1), KVT_ERR_INVALID_ARGUMENT);
   EXPECT_REFUSED(m, kvt_block_register_hash(nullptr, m, b, 9, 0), KVT_ERR_INVALID_ARGUMENT);
   EXPECT_REFUSED(m, kvt_block_register(nullptr, m, b), KVT_ERR_INVALID_ARGUMENT);
-  EXPECT_REFUSED(m, kvt_match_prefix(nullptr, many, m, KVT_TIER_G1, h, 2),
+  EXPECT_REFUSED(m, kvt_tier_match_prefix(nullptr, many, m, KVT_TIER_G1, h, 2),
                  KVT_ERR_INVALID_ARGUMENT);
-  EXPECT_REFUSED(m, kvt_match_prefix(&n, nullptr, m, KVT_TIER_G1, h, 2),
+  EXPECT_REFUSED(m, kvt_tier_match_prefix(&n, nullptr, m, KVT_TIER_G1, h, 2),
                  KVT_ERR_INVALID_ARGUMENT);
-  EXPECT_REFUSED(m, kvt_match_prefix(&n, many, m, KVT_TIER_G1, nullptr, 2),
+  EXPECT_REFUSED(m, kvt_tier_match_prefix(&n, many, m, KVT_TIER_G1, nullptr, 2),
                  KVT_ERR_INVALID_ARGUMENT);
   EXPECT_REFUSED(m, kvt_block_data(nullptr, &n, m, b), KVT_ERR_INVALID_ARGUMENT);
   EXPECT_REFUSED(m, kvt_block_data(&p, nullptr, m, b), KVT_ERR_INVALID_ARGUMENT);
@@ -195,7 +195,7 @@ TEST(BadInput, BlockFunctions) {
   EXPECT_REFUSED(m, kvt_block_alloc(&out, 0, m, KVT_TIER_G1), KVT_ERR_INVALID_ARGUMENT);
   EXPECT_REFUSED(m, kvt_block_alloc(&out, SIZE_MAX, m, KVT_TIER_G1), KVT_ERR_INVALID_ARGUMENT);
   EXPECT_REFUSED(m, kvt_block_release(m, &b, SIZE_MAX / 2), KVT_ERR_INVALID_ARGUMENT);
-  EXPECT_REFUSED(m, kvt_match_prefix(&n, many, m, KVT_TIER_G1, h, SIZE_MAX),
+  EXPECT_REFUSED(m, kvt_tier_match_prefix(&n, many, m, KVT_TIER_G1, h, SIZE_MAX),
                  KVT_ERR_INVALID_ARGUMENT);
   EXPECT_REFUSED(m, kvt_block_alloc(many, 5, m, KVT_TIER_G1), KVT_ERR_NO_SPACE);
   // Empty lists are valid no-ops.
@@ -206,7 +206,8 @@ TEST(BadInput, BlockFunctions) {
   auto no_g2 = make(c2);
   for (int t : {0, 4, -1, 1000}) {
     EXPECT_REFUSED(m, kvt_block_alloc(&out, 1, m, kvt_tier(t)), KVT_ERR_INVALID_ARGUMENT);
-    EXPECT_REFUSED(m, kvt_match_prefix(&n, many, m, kvt_tier(t), h, 2), KVT_ERR_INVALID_ARGUMENT);
+    EXPECT_REFUSED(m, kvt_tier_match_prefix(&n, many, m, kvt_tier(t), h, 2),
+                   KVT_ERR_INVALID_ARGUMENT);
     kvt_tier_stats st{};
     st.struct_size = sizeof st;
     EXPECT_REFUSED(m, kvt_tier_stats_get(&st, m, kvt_tier(t)), KVT_ERR_INVALID_ARGUMENT);

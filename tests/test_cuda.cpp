@@ -140,18 +140,18 @@ void round_trip(uint32_t method, bool engine_owned) {
   ASSERT_KVT_OK(kvt_block_register_hashes(reg.data(), m.get(), g1.data(), h.data(), kBlocks, 0));
   for (kvt_tier dst : {KVT_TIER_G2, KVT_TIER_G3}) {
     kvt_xfer *x = nullptr;
-    ASSERT_KVT_OK(kvt_offload(&x, m.get(), reg.data(), kBlocks, dst, nullptr, 0));
+    ASSERT_KVT_OK(kvt_xfer_offload(&x, m.get(), reg.data(), kBlocks, dst, nullptr, 0));
     ASSERT_KVT_OK(kvt_xfer_wait(x, -1));
     kvt_xfer_release(x);
   }
   std::vector<kvt_block> g2(kBlocks);
   size_t n = 0;
-  ASSERT_KVT_OK(kvt_match_prefix(&n, g2.data(), m.get(), KVT_TIER_G2, h.data(), kBlocks));
+  ASSERT_KVT_OK(kvt_tier_match_prefix(&n, g2.data(), m.get(), KVT_TIER_G2, h.data(), kBlocks));
   ASSERT_EQ(n, kBlocks);
   for (size_t i = 0; i < kBlocks; ++i) EXPECT_EQ(read_g2(m.get(), g2[i]), want[i]) << "D2H " << i;
   for (kvt_tier from : {KVT_TIER_G2, KVT_TIER_G3}) {
     std::vector<kvt_block> src(kBlocks);
-    ASSERT_KVT_OK(kvt_match_prefix(&n, src.data(), m.get(), from, h.data(), kBlocks));
+    ASSERT_KVT_OK(kvt_tier_match_prefix(&n, src.data(), m.get(), from, h.data(), kBlocks));
     ASSERT_EQ(n, kBlocks);
     // Empty G1 completely and scribble over it, so that the onboard provides the bytes.
     ASSERT_KVT_OK(kvt_block_release(m.get(), reg.data(), kBlocks));
@@ -160,7 +160,7 @@ void round_trip(uint32_t method, bool engine_owned) {
     ASSERT_KVT_OK(kvt_block_release(m.get(), all.data(), kG1));
     auto dst = alloc(m.get(), kBlocks);
     kvt_xfer *x = nullptr;
-    ASSERT_KVT_OK(kvt_onboard(&x, m.get(), src.data(), dst.data(), kBlocks, nullptr, 0));
+    ASSERT_KVT_OK(kvt_xfer_onboard(&x, m.get(), src.data(), dst.data(), kBlocks, nullptr, 0));
     ASSERT_KVT_OK(kvt_xfer_wait(x, -1));
     std::vector<kvt_block> fin(kBlocks);
     ASSERT_KVT_OK(kvt_xfer_blocks(fin.data(), kBlocks, x));
@@ -262,7 +262,7 @@ TEST(Cuda, OffloadWaitsForTheFenceOfACudaEventAndCopiesWhatTheStreamWrote) {
   kvt_fence *f = nullptr;
   ASSERT_KVT_OK(kvt_fence_from_cuda_event(&f, m.get(), written));
   kvt_xfer *x = nullptr;
-  ASSERT_KVT_OK(kvt_offload(&x, m.get(), &reg, 1, KVT_TIER_G2, f, 0));
+  ASSERT_KVT_OK(kvt_xfer_offload(&x, m.get(), &reg, 1, KVT_TIER_G2, f, 0));
   EXPECT_KVT(kvt_xfer_wait(x, 200'000'000), KVT_TIMEOUT);
   uint32_t state = 0;
   ASSERT_KVT_OK(kvt_xfer_status(&state, nullptr, nullptr, x));
@@ -275,7 +275,7 @@ TEST(Cuda, OffloadWaitsForTheFenceOfACudaEventAndCopiesWhatTheStreamWrote) {
   std::vector<kvt_block> g2(1);
   std::vector<uint64_t> h = {42};
   size_t n = 0;
-  ASSERT_KVT_OK(kvt_match_prefix(&n, g2.data(), m.get(), KVT_TIER_G2, h.data(), 1));
+  ASSERT_KVT_OK(kvt_tier_match_prefix(&n, g2.data(), m.get(), KVT_TIER_G2, h.data(), 1));
   ASSERT_EQ(n, 1u);
   EXPECT_EQ(read_g2(m.get(), g2[0]), fresh);
   kvt_block_release(m.get(), g2.data(), 1);
@@ -338,7 +338,7 @@ TEST(Cuda, CancellingWhileCopiesAreInFlightEndsEachTransferOnceAndKeepsG2Exact) 
   std::vector<kvt_xfer *> xs;
   for (size_t i = 0; i < kBigBlocks; i += 4) {
     kvt_xfer *x = nullptr;
-    ASSERT_KVT_OK(kvt_offload(&x, m.get(), reg.data() + i, 4, KVT_TIER_G2, nullptr, i + 1));
+    ASSERT_KVT_OK(kvt_xfer_offload(&x, m.get(), reg.data() + i, 4, KVT_TIER_G2, nullptr, i + 1));
     xs.push_back(x);
   }
   for (kvt_xfer *x : xs) ASSERT_KVT_OK(kvt_xfer_cancel(x));
@@ -354,7 +354,7 @@ TEST(Cuda, CancellingWhileCopiesAreInFlightEndsEachTransferOnceAndKeepsG2Exact) 
   }
   std::vector<kvt_event> ev(4096);
   std::map<uint64_t, int> ends;
-  for (size_t k; (k = kvt_poll(m.get(), ev.data(), ev.size())) > 0;)
+  for (size_t k; (k = kvt_manager_poll(m.get(), ev.data(), ev.size())) > 0;)
     for (size_t i = 0; i < k; ++i)
       if (ev[i].type == KVT_EVENT_XFER_DONE) ++ends[ev[i].user_data];
   EXPECT_EQ(ends.size(), xs.size());
@@ -365,7 +365,7 @@ TEST(Cuda, CancellingWhileCopiesAreInFlightEndsEachTransferOnceAndKeepsG2Exact) 
     kvt_block b = 0;
     std::vector<kvt_block> one(1);
     size_t n = 0;
-    ASSERT_KVT_OK(kvt_match_prefix(&n, one.data(), m.get(), KVT_TIER_G2, &h[i], 1));
+    ASSERT_KVT_OK(kvt_tier_match_prefix(&n, one.data(), m.get(), KVT_TIER_G2, &h[i], 1));
     if (n == 0) continue;
     b = one[0];
     EXPECT_EQ(read_g2(m.get(), b), Bytes(kBig.block_bytes(), uint8_t(i))) << "block " << i;
@@ -396,17 +396,17 @@ TEST(Cuda, DestroyWithCopiesPendingWaitsForThemAndFreesTheDevice) {
     std::vector<uint64_t> h;
     auto reg = fill_big(m, &h);
     kvt_xfer *x = nullptr;
-    ASSERT_KVT_OK(kvt_offload(&x, m, reg.data(), kBigBlocks, KVT_TIER_G2, nullptr, 0));
+    ASSERT_KVT_OK(kvt_xfer_offload(&x, m, reg.data(), kBigBlocks, KVT_TIER_G2, nullptr, 0));
     ASSERT_KVT_OK(kvt_xfer_wait(x, -1));
     kvt_xfer_release(x);
     std::vector<kvt_block> src(kBigBlocks);
     size_t n = 0;
-    ASSERT_KVT_OK(kvt_match_prefix(&n, src.data(), m, KVT_TIER_G2, h.data(), kBigBlocks));
+    ASSERT_KVT_OK(kvt_tier_match_prefix(&n, src.data(), m, KVT_TIER_G2, h.data(), kBigBlocks));
     ASSERT_EQ(n, kBigBlocks);
     auto dst = alloc(m, kBigBlocks);
     kvt_xfer *on = nullptr, *off = nullptr;
-    ASSERT_KVT_OK(kvt_onboard(&on, m, src.data(), dst.data(), kBigBlocks, nullptr, 0));
-    ASSERT_KVT_OK(kvt_offload(&off, m, reg.data(), kBigBlocks, KVT_TIER_G2, nullptr, 0));
+    ASSERT_KVT_OK(kvt_xfer_onboard(&on, m, src.data(), dst.data(), kBigBlocks, nullptr, 0));
+    ASSERT_KVT_OK(kvt_xfer_offload(&off, m, reg.data(), kBigBlocks, KVT_TIER_G2, nullptr, 0));
     kvt_manager_destroy(m);  // the transfers and handles die with it
     EXPECT_KVT(kvt_xfer_wait(on, 0), KVT_ERR_INVALID_HANDLE);
     cache.reset();

@@ -272,8 +272,8 @@ TEST(Endpoint, PeersAreCheckedByUid) {
 }
 
 // Finding 4: the endpoint accepted every client. 266 idle clients against a 256-descriptor
-// limit took the host's descriptors (its own kvt_subscribe failed with EMFILE) and left the
-// endpoint spinning on a failing accept. Now clients beyond max_clients get one line and are
+// limit took the host's descriptors (its own kvt_subscription_create failed with EMFILE) and left
+// the endpoint spinning on a failing accept. Now clients beyond max_clients get one line and are
 // closed, and an accept that runs out of descriptors rests instead of spinning.
 TEST(Endpoint, ClientsBeyondTheLimitAreTurnedAwayAndTheHostKeepsItsDescriptors) {
   TempDir dir;
@@ -316,7 +316,7 @@ TEST(Endpoint, ClientsBeyondTheLimitAreTurnedAwayAndTheHostKeepsItsDescriptors) 
     std::this_thread::sleep_for(std::chrono::milliseconds(2));
   }
   kvt_subscription *sub = nullptr;
-  const kvt_status sub_st = kvt_subscribe(&sub, m.get(), 16);
+  const kvt_status sub_st = kvt_subscription_create(&sub, m.get(), 16);
   ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &old), 0);
   EXPECT_EQ(sub_st, KVT_OK) << "the endpoint took the host's descriptors: " << kvt_last_error();
   kvt_subscription_destroy(sub);

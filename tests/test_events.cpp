@@ -14,7 +14,7 @@ bool fd_readable(int fd) {
 
 TEST(Events, StoredAndRemovedCarryTierHashAndParent) {
   auto m = make(small_config(2, 2));
-  int fd = kvt_event_fd(m.get());
+  int fd = kvt_manager_event_fd(m.get());
   ASSERT_GE(fd, 0);
   EXPECT_FALSE(fd_readable(fd));
   auto a = store(m.get(), {10, 20});
@@ -52,37 +52,37 @@ TEST(Events, PollInBatchesKeepsOrder) {
   kvt_event buf[8];
   std::vector<uint64_t> seen;
   size_t n;
-  while ((n = kvt_poll(m.get(), buf, 8)) > 0) {
+  while ((n = kvt_manager_poll(m.get(), buf, 8)) > 0) {
     EXPECT_LE(n, 8u);
     for (size_t i = 0; i < n; ++i) seen.push_back(buf[i].hash);
   }
   EXPECT_EQ(seen, hashes);
-  EXPECT_EQ(kvt_poll(m.get(), buf, 8), 0u);
+  EXPECT_EQ(kvt_manager_poll(m.get(), buf, 8), 0u);
 }
 
 TEST(Events, OverflowDropsOldestAndReportsTheCount) {
   kvt_manager_config c = small_config(32, 0);
   c.event_capacity = 4;
   auto m = make(c);
-  int fd = kvt_event_fd(m.get());
+  int fd = kvt_manager_event_fd(m.get());
   std::vector<uint64_t> hashes;
   for (uint64_t i = 1; i <= 10; ++i) hashes.push_back(i);
   store(m.get(), hashes);
   kvt_event buf[16];
-  size_t n = kvt_poll(m.get(), buf, 2);
+  size_t n = kvt_manager_poll(m.get(), buf, 2);
   ASSERT_EQ(n, 2u);
   EXPECT_EQ(buf[0].type, uint32_t(KVT_EVENT_EVENTS_DROPPED));
   EXPECT_EQ(buf[0].count, 6u);
   EXPECT_EQ(buf[1].hash, 7u);  // the newest four survive: 7, 8, 9, 10
   EXPECT_TRUE(fd_readable(fd));
-  n = kvt_poll(m.get(), buf, 16);
+  n = kvt_manager_poll(m.get(), buf, 16);
   ASSERT_EQ(n, 3u);
   EXPECT_EQ(buf[0].hash, 8u);
   EXPECT_EQ(buf[2].hash, 10u);
   EXPECT_FALSE(fd_readable(fd));
   // The count restarts after it was reported.
   store(m.get(), {100, 101, 102, 103, 104});
-  n = kvt_poll(m.get(), buf, 16);
+  n = kvt_manager_poll(m.get(), buf, 16);
   ASSERT_EQ(n, 5u);
   EXPECT_EQ(buf[0].type, uint32_t(KVT_EVENT_EVENTS_DROPPED));
   EXPECT_EQ(buf[0].count, 1u);
@@ -92,12 +92,12 @@ TEST(Events, OverflowDropsOldestAndReportsTheCount) {
 TEST(Events, BadArgumentsGiveZeroAndAMessage) {
   auto m = make(small_config(2, 0));
   kvt_event e;
-  EXPECT_EQ(kvt_poll(nullptr, &e, 1), 0u);
+  EXPECT_EQ(kvt_manager_poll(nullptr, &e, 1), 0u);
   EXPECT_NE(std::string(kvt_last_error()).find("NULL"), std::string::npos);
-  EXPECT_EQ(kvt_poll(m.get(), nullptr, 4), 0u);
+  EXPECT_EQ(kvt_manager_poll(m.get(), nullptr, 4), 0u);
   EXPECT_NE(std::string(kvt_last_error()).find("out"), std::string::npos);
-  EXPECT_EQ(kvt_poll(m.get(), nullptr, 0), 0u);
-  EXPECT_EQ(kvt_event_fd(nullptr), -1);
+  EXPECT_EQ(kvt_manager_poll(m.get(), nullptr, 0), 0u);
+  EXPECT_EQ(kvt_manager_event_fd(nullptr), -1);
 }
 
 TEST(Events, QueueGrowsToItsBoundInOrder) {

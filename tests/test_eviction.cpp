@@ -50,7 +50,7 @@ std::vector<uint64_t> evictable(kvt_manager *m, kvt_tier t = KVT_TIER_G1) {
 // returns the hashes in the order the events say they left; the blocks allocated are freed.
 std::vector<uint64_t> evict_all(kvt_manager *m, kvt_tier t = KVT_TIER_G1) {
   kvt_event ev[256];
-  while (kvt_poll(m, ev, 256) > 0) {
+  while (kvt_manager_poll(m, ev, 256) > 0) {
   }
   kvt_tier_stats s = stats(m, t);
   size_t n = s.free + (evictable(m, t).size());
@@ -59,7 +59,7 @@ std::vector<uint64_t> evict_all(kvt_manager *m, kvt_tier t = KVT_TIER_G1) {
     EXPECT_EQ(kvt_block_alloc(b.data(), n, m, t), KVT_OK) << kvt_last_error();
   }
   std::vector<uint64_t> order;
-  for (size_t k; (k = kvt_poll(m, ev, 256)) > 0;)
+  for (size_t k; (k = kvt_manager_poll(m, ev, 256)) > 0;)
     for (size_t i = 0; i < k; ++i)
       if (ev[i].type == KVT_EVENT_BLOCK_REMOVED && ev[i].tier == uint32_t(t))
         order.push_back(ev[i].hash);

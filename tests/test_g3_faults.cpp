@@ -17,7 +17,7 @@ kvt_status offload_fresh(kvt_manager *m, uint64_t first, size_t n) {
   for (size_t i = 0; i < n; ++i) h[i] = first + i;
   EXPECT_EQ(kvt_block_register_hashes(r.data(), m, b.data(), h.data(), n, 0), KVT_OK);
   kvt_xfer *x = nullptr;
-  EXPECT_EQ(kvt_offload(&x, m, r.data(), n, KVT_TIER_G3, nullptr, 0), KVT_OK);
+  EXPECT_EQ(kvt_xfer_offload(&x, m, r.data(), n, KVT_TIER_G3, nullptr, 0), KVT_OK);
   kvt_status s = finish(x);
   kvt_xfer_release(x);
   kvt_block_release(m, r.data(), n);
@@ -28,11 +28,11 @@ kvt_status offload_fresh(kvt_manager *m, uint64_t first, size_t n) {
 kvt_status onboard_one(kvt_manager *m, uint64_t h) {
   kvt_block src = 0, dst = 0;
   size_t hit = 0;
-  EXPECT_EQ(kvt_match_prefix(&hit, &src, m, KVT_TIER_G3, &h, 1), KVT_OK);
+  EXPECT_EQ(kvt_tier_match_prefix(&hit, &src, m, KVT_TIER_G3, &h, 1), KVT_OK);
   if (hit != 1) return KVT_ERR_STATE;
   EXPECT_EQ(kvt_block_alloc(&dst, 1, m, KVT_TIER_G1), KVT_OK);
   kvt_xfer *x = nullptr;
-  EXPECT_EQ(kvt_onboard(&x, m, &src, &dst, 1, nullptr, 0), KVT_OK);
+  EXPECT_EQ(kvt_xfer_onboard(&x, m, &src, &dst, 1, nullptr, 0), KVT_OK);
   kvt_status s = finish(x);
   kvt_block fin = dst;
   if (s == KVT_OK) kvt_xfer_blocks(&fin, 1, x);
@@ -118,7 +118,7 @@ TEST(G3Faults, RetryAfterAFailedOffloadIsNotFilteredAsPresent) {
   ASSERT_EQ(kvt_block_register_hash(&r, m.get(), b, 77, 0), KVT_OK);
   for (int i = 0; i < 60; ++i) {
     kvt_xfer *x = nullptr;
-    ASSERT_EQ(kvt_offload(&x, m.get(), &r, 1, KVT_TIER_G3, nullptr, 0), KVT_OK);
+    ASSERT_EQ(kvt_xfer_offload(&x, m.get(), &r, 1, KVT_TIER_G3, nullptr, 0), KVT_OK);
     kvt_status s = finish(x);
     uint64_t moved = 99;
     ASSERT_EQ(kvt_xfer_status(nullptr, nullptr, &moved, x), KVT_OK);

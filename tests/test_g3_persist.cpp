@@ -50,7 +50,7 @@ std::string offload(kvt_manager *m, const std::vector<uint64_t> &h, uint64_t sal
       s != KVT_OK)
     return status_text("register", s);
   kvt_xfer *x = nullptr;
-  kvt_status s = kvt_offload(&x, m, reg.data(), n, KVT_TIER_G3, nullptr, 0);
+  kvt_status s = kvt_xfer_offload(&x, m, reg.data(), n, KVT_TIER_G3, nullptr, 0);
   if (s == KVT_OK) {
     s = kvt_xfer_wait(x, kWait);
     kvt_xfer_release(x);
@@ -64,7 +64,7 @@ std::string onboard_and_compare(kvt_manager *m, const std::vector<uint64_t> &h) 
   size_t n = h.size();
   std::vector<kvt_block> src(n), dst(n), fin(n);
   size_t hit = 0;
-  kvt_match_prefix(&hit, src.data(), m, KVT_TIER_G3, h.data(), n);
+  kvt_tier_match_prefix(&hit, src.data(), m, KVT_TIER_G3, h.data(), n);
   if (hit != n) {
     kvt_block_release(m, src.data(), hit);
     return "G3 matched " + std::to_string(hit) + " of " + std::to_string(n);
@@ -72,7 +72,7 @@ std::string onboard_and_compare(kvt_manager *m, const std::vector<uint64_t> &h) 
   std::string err;
   kvt_xfer *x = nullptr;
   kvt_status s = kvt_block_alloc(dst.data(), n, m, KVT_TIER_G1);
-  if (s == KVT_OK) s = kvt_onboard(&x, m, src.data(), dst.data(), n, nullptr, 0);
+  if (s == KVT_OK) s = kvt_xfer_onboard(&x, m, src.data(), dst.data(), n, nullptr, 0);
   if (s == KVT_OK) {
     s = kvt_xfer_wait(x, kWait);
     if (s == KVT_OK) kvt_xfer_blocks(fin.data(), n, x);

@@ -83,7 +83,7 @@ inline std::string g3_roundtrip(kvt_manager *m, uint64_t first, size_t n, uint32
       s != KVT_OK)
     return status_text("register", s);
   kvt_xfer *x = nullptr;
-  if (kvt_status s = kvt_offload(&x, m, reg.data(), n, KVT_TIER_G3, nullptr, 0); s != KVT_OK)
+  if (kvt_status s = kvt_xfer_offload(&x, m, reg.data(), n, KVT_TIER_G3, nullptr, 0); s != KVT_OK)
     return status_text("offload", s);
   kvt_status s = kvt_xfer_wait(x, kWait);
   kvt_xfer_release(x);
@@ -97,11 +97,11 @@ inline std::string g3_roundtrip(kvt_manager *m, uint64_t first, size_t n, uint32
   if (kvt_block_alloc(all.data(), all.size(), m, KVT_TIER_G1) != KVT_OK) return "evict G1";
   kvt_block_release(m, all.data(), all.size());
   size_t hit = 0;
-  kvt_match_prefix(&hit, src.data(), m, KVT_TIER_G3, h.data(), n);
+  kvt_tier_match_prefix(&hit, src.data(), m, KVT_TIER_G3, h.data(), n);
   if (hit != n) return "G3 matched " + std::to_string(hit) + " of " + std::to_string(n);
   if ((s = kvt_block_alloc(dst.data(), n, m, KVT_TIER_G1)) != KVT_OK)
     return status_text("alloc dst", s);
-  if ((s = kvt_onboard(&x, m, src.data(), dst.data(), n, nullptr, 0)) != KVT_OK)
+  if ((s = kvt_xfer_onboard(&x, m, src.data(), dst.data(), n, nullptr, 0)) != KVT_OK)
     return status_text("onboard", s);
   s = kvt_xfer_wait(x, kWait);
   std::string err;

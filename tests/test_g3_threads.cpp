@@ -35,7 +35,7 @@ std::string offload_rounds(kvt_manager *m, int t, std::vector<std::vector<unsign
     }
     kvt_block_register_hashes(r.data(), m, b.data(), h.data(), kBlocks, 0);
     kvt_xfer *x = nullptr;
-    if (kvt_status s = kvt_offload(&x, m, r.data(), kBlocks, KVT_TIER_G3, nullptr, 0);
+    if (kvt_status s = kvt_xfer_offload(&x, m, r.data(), kBlocks, KVT_TIER_G3, nullptr, 0);
         s != KVT_OK)
       return status_text("offload", s);
     kvt_status s = kvt_xfer_wait(x, kWait);
@@ -54,12 +54,13 @@ std::string onboard_rounds(kvt_manager *m, int t,
     std::vector<uint64_t> h(kBlocks);
     for (size_t i = 0; i < kBlocks; ++i) h[i] = hash_of(t, round, i);
     size_t hit = 0;
-    kvt_match_prefix(&hit, src.data(), m, KVT_TIER_G3, h.data(), kBlocks);
+    kvt_tier_match_prefix(&hit, src.data(), m, KVT_TIER_G3, h.data(), kBlocks);
     if (hit != kBlocks) return "G3 matched " + std::to_string(hit);
     if (kvt_status s = kvt_block_alloc(dst.data(), kBlocks, m, KVT_TIER_G1); s != KVT_OK)
       return status_text("alloc", s);
     kvt_xfer *x = nullptr;
-    if (kvt_status s = kvt_onboard(&x, m, src.data(), dst.data(), kBlocks, nullptr, 0); s != KVT_OK)
+    if (kvt_status s = kvt_xfer_onboard(&x, m, src.data(), dst.data(), kBlocks, nullptr, 0);
+        s != KVT_OK)
       return status_text("onboard", s);
     kvt_status s = kvt_xfer_wait(x, kWait);
     std::string err = s == KVT_OK ? "" : status_text("onboard wait", s);

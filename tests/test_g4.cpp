@@ -139,7 +139,7 @@ TEST(G4, RedisKilledDuringABatchThenRestarted) {
   auto paused = redis.command({"CLIENT", "PAUSE", "10000", "WRITE"});
   ASSERT_TRUE(paused && paused->type == REDIS_REPLY_STATUS);
   kvt_xfer *x = nullptr;
-  ASSERT_KVT_OK(kvt_offload(&x, m.get(), src.data(), src.size(), KVT_TIER_G4, nullptr, 0));
+  ASSERT_KVT_OK(kvt_xfer_offload(&x, m.get(), src.data(), src.size(), KVT_TIER_G4, nullptr, 0));
   auto deadline = std::chrono::steady_clock::now() + 10s;
   while (state_of_xfer(x) != KVT_XFER_INFLIGHT && std::chrono::steady_clock::now() < deadline)
     std::this_thread::sleep_for(1ms);
@@ -162,7 +162,7 @@ TEST(G4, RedisKilledDuringABatchThenRestarted) {
   std::vector<kvt_block> in_g2;
   ASSERT_EQ(matched(m.get(), KVT_TIER_G2, head, &in_g2), 8u);
   std::vector<kvt_block> g1 = alloc(m.get(), 8);
-  ASSERT_KVT_OK(kvt_onboard(&x, m.get(), in_g2.data(), g1.data(), 8, nullptr, 0));
+  ASSERT_KVT_OK(kvt_xfer_onboard(&x, m.get(), in_g2.data(), g1.data(), 8, nullptr, 0));
   Ended on = wait_end(m.get(), x);
   EXPECT_EQ(on.status, KVT_OK) << kvt_last_error();
   EXPECT_EQ(mismatches(m.get(), g1, head), 0u);
@@ -332,7 +332,7 @@ TEST(G4, CancelBeforeCommitWritesAndRegistersNothing) {
   kvt_fence *f = nullptr;
   ASSERT_KVT_OK(kvt_fence_create(&f, m.get()));
   kvt_xfer *x = nullptr;
-  ASSERT_KVT_OK(kvt_offload(&x, m.get(), g1.data() + 2, 2, KVT_TIER_G4, f, 0));
+  ASSERT_KVT_OK(kvt_xfer_offload(&x, m.get(), g1.data() + 2, 2, KVT_TIER_G4, f, 0));
   ASSERT_KVT_OK(kvt_xfer_cancel(x));
   Ended e = wait_end(m.get(), x);
   EXPECT_EQ(e.status, KVT_ERR_CANCELLED);
@@ -373,7 +373,7 @@ TEST(G4, BadInputsGetStatusesAndMessages) {
   std::vector<kvt_block> g1 = filled_in(plain.get(), h);
   kvt_xfer *x = nullptr;
   size_t n = 0;
-  EXPECT_KVT(kvt_offload(&x, plain.get(), g1.data(), 2, KVT_TIER_G4, nullptr, 0),
+  EXPECT_KVT(kvt_xfer_offload(&x, plain.get(), g1.data(), 2, KVT_TIER_G4, nullptr, 0),
              KVT_ERR_UNSUPPORTED);
   EXPECT_TRUE(says("g4_url")) << kvt_last_error();
   EXPECT_KVT(kvt_g4_match(&n, plain.get(), h.data(), 2), KVT_ERR_UNSUPPORTED);
@@ -416,7 +416,7 @@ TEST(G4, BadInputsGetStatusesAndMessages) {
     EXPECT_KVT(kvt_block_alloc(&b, 1, m.get(), t), KVT_ERR_INVALID_ARGUMENT);
     EXPECT_TRUE(says("G4")) << kvt_last_error();
     kvt_block out[2];
-    EXPECT_KVT(kvt_match_prefix(&n, out, m.get(), t, h.data(), 2), KVT_ERR_INVALID_ARGUMENT);
+    EXPECT_KVT(kvt_tier_match_prefix(&n, out, m.get(), t, h.data(), 2), KVT_ERR_INVALID_ARGUMENT);
     EXPECT_TRUE(says("G4")) << kvt_last_error();
     EXPECT_KVT(kvt_tier_evictable(&n, out, 2, m.get(), t), KVT_ERR_INVALID_ARGUMENT);
     kvt_tier_stats ts{};
@@ -440,7 +440,7 @@ TEST(G4, BadInputsGetStatusesAndMessages) {
   EXPECT_KVT(kvt_g4_match(&n, m.get(), nullptr, 0), KVT_OK);
   EXPECT_EQ(n, 0u);
   EXPECT_KVT(kvt_g4_match(&n, nullptr, h.data(), 2), KVT_ERR_INVALID_ARGUMENT);
-  EXPECT_KVT(kvt_offload(&x, m.get(), nullptr, 2, KVT_TIER_G4, nullptr, 0),
+  EXPECT_KVT(kvt_xfer_offload(&x, m.get(), nullptr, 2, KVT_TIER_G4, nullptr, 0),
              KVT_ERR_INVALID_ARGUMENT);
   dst = alloc(m.get(), 2, KVT_TIER_G2);
   std::vector<kvt_block> g1dst = alloc(m.get(), 1);
@@ -473,7 +473,7 @@ TEST(G4, BadInputsGetStatusesAndMessages) {
   EXPECT_EQ(e.count, 0u);
   EXPECT_EQ(e.events, 1);
   kvt_xfer_release(x);
-  ASSERT_KVT_OK(kvt_offload(&x, m.get(), nullptr, 0, KVT_TIER_G4, nullptr, 0));
+  ASSERT_KVT_OK(kvt_xfer_offload(&x, m.get(), nullptr, 0, KVT_TIER_G4, nullptr, 0));
   EXPECT_EQ(wait_end(m.get(), x).status, KVT_OK);
   kvt_xfer_release(x);
 

@@ -95,7 +95,7 @@ inline Ended wait_end(kvt_manager *m, kvt_xfer *x) {
 
 inline Ended offload(kvt_manager *m, const std::vector<kvt_block> &src, kvt_tier dst) {
   kvt_xfer *x = nullptr;
-  EXPECT_EQ(kvt_offload(&x, m, src.data(), src.size(), dst, nullptr, 7), KVT_OK)
+  EXPECT_EQ(kvt_xfer_offload(&x, m, src.data(), src.size(), dst, nullptr, 7), KVT_OK)
       << kvt_last_error();
   if (x == nullptr) return {KVT_ERR_INTERNAL};
   Ended e = wait_end(m, x);
@@ -158,7 +158,7 @@ inline int offload_in_child(const std::string &url, const std::vector<uint64_t> 
   if (rc == 0 && kvt_block_register_hashes(reg.data(), m, b.data(), h.data(), h.size(), 0))
     rc = 5;
   kvt_xfer *x = nullptr;
-  if (rc == 0 && kvt_offload(&x, m, reg.data(), reg.size(), KVT_TIER_G4, nullptr, 0)) rc = 6;
+  if (rc == 0 && kvt_xfer_offload(&x, m, reg.data(), reg.size(), KVT_TIER_G4, nullptr, 0)) rc = 6;
   uint64_t count = 0;
   if (rc == 0 && kvt_xfer_wait(x, int64_t{30} * 1000 * 1000 * 1000) != KVT_OK) rc = 7;
   if (rc == 0 && (kvt_xfer_status(nullptr, nullptr, &count, x) || count != h.size())) rc = 8;

@@ -305,7 +305,7 @@ class KvEvents : public ::testing::Test {
   // Offloads n blocks to tier dst and waits for the copy.
   void offload(const kvt_block *b, size_t n, kvt_tier dst) {
     kvt_xfer *x = nullptr;
-    ASSERT_EQ(kvt_offload(&x, m_, b, n, dst, nullptr, 0), KVT_OK) << kvt_last_error();
+    ASSERT_EQ(kvt_xfer_offload(&x, m_, b, n, dst, nullptr, 0), KVT_OK) << kvt_last_error();
     ASSERT_EQ(kvt_xfer_wait(x, -1), KVT_OK) << kvt_last_error();
     kvt_xfer_release(x);
   }

@@ -97,13 +97,13 @@ TEST(Observe, SeedScenarioStreamsSlotsCandidatesBlocksAndTransfers) {
   TempDir dir;
   Rig r;
   kvt_subscription *sub = nullptr;
-  ASSERT_KVT_OK(kvt_subscribe(&sub, r.m.get(), 100000));
-  ASSERT_KVT_OK(kvt_recorder_ring(r.m.get(), 16));
+  ASSERT_KVT_OK(kvt_subscription_create(&sub, r.m.get(), 100000));
+  ASSERT_KVT_OK(kvt_manager_recorder_ring(r.m.get(), 16));
   const std::string log = dir.path + "/run.kvtlog", ring = dir.path + "/ring.kvtlog";
-  ASSERT_KVT_OK(kvt_recorder_open(r.m.get(), log.c_str()));
+  ASSERT_KVT_OK(kvt_manager_recorder_open(r.m.get(), log.c_str()));
   run_seed(r);
-  ASSERT_KVT_OK(kvt_recorder_close(r.m.get()));
-  ASSERT_KVT_OK(kvt_recorder_dump(r.m.get(), ring.c_str()));
+  ASSERT_KVT_OK(kvt_manager_recorder_close(r.m.get()));
+  ASSERT_KVT_OK(kvt_manager_recorder_dump(r.m.get(), ring.c_str()));
 
   std::vector<kvt_obs_event> ev = drain_all(sub);
   ASSERT_GT(ev.size(), 20u);
@@ -191,8 +191,8 @@ TEST(Observe, SeedScenarioStreamsSlotsCandidatesBlocksAndTransfers) {
 TEST(Observe, ASlowSubscriberLosesTheOldestAndIsToldHowMany) {
   Rig r;
   kvt_subscription *slow = nullptr, *full = nullptr;
-  ASSERT_KVT_OK(kvt_subscribe(&slow, r.m.get(), 4));
-  ASSERT_KVT_OK(kvt_subscribe(&full, r.m.get(), 100000));
+  ASSERT_KVT_OK(kvt_subscription_create(&slow, r.m.get(), 4));
+  ASSERT_KVT_OK(kvt_subscription_create(&full, r.m.get(), 100000));
   pollfd p{kvt_subscription_fd(slow), POLLIN, 0};
   EXPECT_EQ(poll(&p, 1, 0), 0) << "readable with nothing queued";
   run_seed(r);
@@ -214,7 +214,7 @@ TEST(Observe, ALogTornAtAnyByteIsReadToItsLastWholeRecord) {
   const std::string log = dir.path + "/run.kvtlog", cut = dir.path + "/cut.kvtlog";
   {
     Rig r;
-    ASSERT_KVT_OK(kvt_recorder_open(r.m.get(), log.c_str()));
+    ASSERT_KVT_OK(kvt_manager_recorder_open(r.m.get(), log.c_str()));
     r.run_a();
   }  // the manager's destroy closes the log
   kvt_status end;
@@ -278,26 +278,27 @@ TEST(Observe, BadArgumentsGetAStatusAndAMessage) {
   TempDir dir;
   Rig r;
   kvt_subscription *s = nullptr;
-  EXPECT_KVT(kvt_subscribe(&s, r.m.get(), 0), KVT_ERR_INVALID_ARGUMENT);
-  EXPECT_KVT(kvt_subscribe(&s, r.m.get(), (size_t{1} << 24) + 1), KVT_ERR_INVALID_ARGUMENT);
-  EXPECT_KVT(kvt_subscribe(&s, nullptr, 8), KVT_ERR_INVALID_ARGUMENT);
-  EXPECT_KVT(kvt_subscribe(&s, reinterpret_cast<kvt_manager *>(&r.g1), 8),
+  EXPECT_KVT(kvt_subscription_create(&s, r.m.get(), 0), KVT_ERR_INVALID_ARGUMENT);
+  EXPECT_KVT(kvt_subscription_create(&s, r.m.get(), (size_t{1} << 24) + 1),
+             KVT_ERR_INVALID_ARGUMENT);
+  EXPECT_KVT(kvt_subscription_create(&s, nullptr, 8), KVT_ERR_INVALID_ARGUMENT);
+  EXPECT_KVT(kvt_subscription_create(&s, reinterpret_cast<kvt_manager *>(&r.g1), 8),
              KVT_ERR_INVALID_HANDLE);
-  EXPECT_KVT(kvt_subscribe(nullptr, r.m.get(), 8), KVT_ERR_INVALID_ARGUMENT);
+  EXPECT_KVT(kvt_subscription_create(nullptr, r.m.get(), 8), KVT_ERR_INVALID_ARGUMENT);
   EXPECT_EQ(s, nullptr);
   EXPECT_EQ(kvt_subscription_fd(nullptr), -1);
   EXPECT_EQ(kvt_subscription_drain(nullptr, nullptr, 0), 0u);
   kvt_subscription_destroy(nullptr);
 
-  EXPECT_KVT(kvt_recorder_dump(r.m.get(), (dir.path + "/x").c_str()), KVT_ERR_STATE);
-  EXPECT_KVT(kvt_recorder_ring(r.m.get(), (size_t{1} << 24) + 1), KVT_ERR_INVALID_ARGUMENT);
-  EXPECT_KVT(kvt_recorder_open(r.m.get(), "/nonexistent-dir/x.kvtlog"), KVT_ERR_IO);
-  EXPECT_KVT(kvt_recorder_open(r.m.get(), nullptr), KVT_ERR_INVALID_ARGUMENT);
+  EXPECT_KVT(kvt_manager_recorder_dump(r.m.get(), (dir.path + "/x").c_str()), KVT_ERR_STATE);
+  EXPECT_KVT(kvt_manager_recorder_ring(r.m.get(), (size_t{1} << 24) + 1), KVT_ERR_INVALID_ARGUMENT);
+  EXPECT_KVT(kvt_manager_recorder_open(r.m.get(), "/nonexistent-dir/x.kvtlog"), KVT_ERR_IO);
+  EXPECT_KVT(kvt_manager_recorder_open(r.m.get(), nullptr), KVT_ERR_INVALID_ARGUMENT);
   const std::string log = dir.path + "/a.kvtlog";
-  ASSERT_KVT_OK(kvt_recorder_open(r.m.get(), log.c_str()));
-  EXPECT_KVT(kvt_recorder_open(r.m.get(), log.c_str()), KVT_ERR_STATE);
-  ASSERT_KVT_OK(kvt_recorder_close(r.m.get()));
-  ASSERT_KVT_OK(kvt_recorder_close(r.m.get()));  // closing a closed log is a no-op
+  ASSERT_KVT_OK(kvt_manager_recorder_open(r.m.get(), log.c_str()));
+  EXPECT_KVT(kvt_manager_recorder_open(r.m.get(), log.c_str()), KVT_ERR_STATE);
+  ASSERT_KVT_OK(kvt_manager_recorder_close(r.m.get()));
+  ASSERT_KVT_OK(kvt_manager_recorder_close(r.m.get()));  // closing a closed log is a no-op
 
   kvt_event_log *l = nullptr;
   EXPECT_KVT(kvt_event_log_open(&l, (dir.path + "/missing").c_str()), KVT_ERR_IO);
@@ -321,7 +322,7 @@ TEST(Observe, ASubscriptionMayOutliveItsManager) {
   size_t got = 0;
   {
     Rig r;
-    ASSERT_KVT_OK(kvt_subscribe(&s, r.m.get(), 1000));
+    ASSERT_KVT_OK(kvt_subscription_create(&s, r.m.get(), 1000));
     r.run_a();
   }
   got = drain_all(s).size();
@@ -330,8 +331,8 @@ TEST(Observe, ASubscriptionMayOutliveItsManager) {
   kvt_subscription_destroy(s);
 }
 
-// kvt_recorder_open and kvt_recorder_dump refuse a FIFO at once, with or without a reader at
-// its other end, and engine calls go on meanwhile. Before issue 24 the open waited in
+// kvt_manager_recorder_open and kvt_manager_recorder_dump refuse a FIFO at once, with or without a
+// reader at its other end, and engine calls go on meanwhile. Before issue 24 the open waited in
 // open(2) for a reader while holding the bus lock that every event takes: the open and the
 // engine both hung (here: until the test opened the FIFO's other end).
 TEST(Observe, RecorderRefusesAFifoAtOnceAndTheEngineGoesOn) {
@@ -339,8 +340,9 @@ TEST(Observe, RecorderRefusesAFifoAtOnceAndTheEngineGoesOn) {
   Fd other_end;  // outlives the manager: a log that the old code opened on the FIFO
   auto m = make(kvt_test::small_config(64, 0));
   kvt_subscription *sub = nullptr;
-  ASSERT_KVT_OK(kvt_subscribe(&sub, m.get(), 1024));  // the bus is on: events take its lock
-  ASSERT_KVT_OK(kvt_recorder_ring(m.get(), 16));
+  ASSERT_KVT_OK(
+      kvt_subscription_create(&sub, m.get(), 1024));  // the bus is on: events take its lock
+  ASSERT_KVT_OK(kvt_manager_recorder_ring(m.get(), 16));
   const std::string fifo = dir.path + "/fifo";
   ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
   kvt_status st = KVT_OK;
@@ -348,7 +350,7 @@ TEST(Observe, RecorderRefusesAFifoAtOnceAndTheEngineGoesOn) {
   {
     std::atomic<bool> opened{false};
     Background open([&] {
-      st = kvt_recorder_open(m.get(), fifo.c_str());
+      st = kvt_manager_recorder_open(m.get(), fifo.c_str());
       why = kvt_last_error();
       opened = true;
     });
@@ -357,31 +359,32 @@ TEST(Observe, RecorderRefusesAFifoAtOnceAndTheEngineGoesOn) {
     });
     const bool open_returned = open.returned(), engine_went_on = engine.returned();
     if (!open_returned) other_end.fd = ::open(fifo.c_str(), O_RDONLY | O_NONBLOCK);
-    EXPECT_TRUE(open_returned) << "kvt_recorder_open blocked on a FIFO without a reader";
-    EXPECT_TRUE(engine_went_on) << "engine calls blocked while kvt_recorder_open was under way";
+    EXPECT_TRUE(open_returned) << "kvt_manager_recorder_open blocked on a FIFO without a reader";
+    EXPECT_TRUE(engine_went_on)
+        << "engine calls blocked while kvt_manager_recorder_open was under way";
   }
   EXPECT_EQ(st, KVT_ERR_INVALID_ARGUMENT) << why;
   EXPECT_NE(why.find("'" + fifo + "' is a FIFO"), std::string::npos) << why;
   {
     Background dump([&] {
-      st = kvt_recorder_dump(m.get(), fifo.c_str());
+      st = kvt_manager_recorder_dump(m.get(), fifo.c_str());
       why = kvt_last_error();
     });
     const bool returned = dump.returned();
     if (!returned && other_end.fd < 0)
       other_end.fd = ::open(fifo.c_str(), O_RDONLY | O_NONBLOCK);
-    EXPECT_TRUE(returned) << "kvt_recorder_dump blocked on a FIFO without a reader";
+    EXPECT_TRUE(returned) << "kvt_manager_recorder_dump blocked on a FIFO without a reader";
   }
   EXPECT_EQ(st, KVT_ERR_INVALID_ARGUMENT) << why;
   // With a reader there, neither would block; both are refused all the same, and nothing
   // reaches the FIFO.
   if (other_end.fd < 0) other_end.fd = ::open(fifo.c_str(), O_RDONLY | O_NONBLOCK);
   ASSERT_GE(other_end.fd, 0) << std::strerror(errno);
-  EXPECT_KVT(kvt_recorder_open(m.get(), fifo.c_str()), KVT_ERR_INVALID_ARGUMENT);
-  EXPECT_KVT(kvt_recorder_dump(m.get(), fifo.c_str()), KVT_ERR_INVALID_ARGUMENT);
+  EXPECT_KVT(kvt_manager_recorder_open(m.get(), fifo.c_str()), KVT_ERR_INVALID_ARGUMENT);
+  EXPECT_KVT(kvt_manager_recorder_dump(m.get(), fifo.c_str()), KVT_ERR_INVALID_ARGUMENT);
   char byte;
   EXPECT_EQ(read(other_end.fd, &byte, 1), 0) << "the FIFO has a writer, or bytes";
-  ASSERT_KVT_OK(kvt_recorder_close(m.get()));
+  ASSERT_KVT_OK(kvt_manager_recorder_close(m.get()));
   kvt_subscription_destroy(sub);
 }
 
@@ -392,7 +395,7 @@ TEST(Observe, RecorderRefusesAFifoAtOnceAndTheEngineGoesOn) {
 TEST(Observe, RecorderRefusesSymlinksDevicesAndDirectories) {
   TempDir dir;
   auto m = make(kvt_test::small_config(8, 0));
-  ASSERT_KVT_OK(kvt_recorder_ring(m.get(), 16));
+  ASSERT_KVT_OK(kvt_manager_recorder_ring(m.get(), 16));
   emit_one(m.get(), 1);
   const std::string target = dir.path + "/precious", link = dir.path + "/link",
                     dangling = dir.path + "/dangling", nothing = dir.path + "/nothing";
@@ -401,27 +404,27 @@ TEST(Observe, RecorderRefusesSymlinksDevicesAndDirectories) {
   ASSERT_EQ(symlink(target.c_str(), link.c_str()), 0);
   ASSERT_EQ(symlink(nothing.c_str(), dangling.c_str()), 0);
   for (const std::string &path : {link, dangling}) {
-    EXPECT_KVT(kvt_recorder_open(m.get(), path.c_str()), KVT_ERR_INVALID_ARGUMENT);
+    EXPECT_KVT(kvt_manager_recorder_open(m.get(), path.c_str()), KVT_ERR_INVALID_ARGUMENT);
     EXPECT_NE(std::string(kvt_last_error()).find("'" + path + "' is a symbolic link"),
               std::string::npos)
         << kvt_last_error();
-    EXPECT_KVT(kvt_recorder_dump(m.get(), path.c_str()), KVT_ERR_INVALID_ARGUMENT);
+    EXPECT_KVT(kvt_manager_recorder_dump(m.get(), path.c_str()), KVT_ERR_INVALID_ARGUMENT);
   }
   EXPECT_EQ(slurp(target), bytes);
   EXPECT_FALSE(std::filesystem::exists(nothing));
   const std::pair<std::string, const char *> others[] = {{"/dev/null", "a character device"},
                                                          {dir.path, "a directory"}};
   for (const auto &[path, what] : others) {
-    EXPECT_KVT(kvt_recorder_open(m.get(), path.c_str()), KVT_ERR_INVALID_ARGUMENT);
+    EXPECT_KVT(kvt_manager_recorder_open(m.get(), path.c_str()), KVT_ERR_INVALID_ARGUMENT);
     EXPECT_NE(std::string(kvt_last_error()).find(what), std::string::npos) << kvt_last_error();
-    EXPECT_KVT(kvt_recorder_dump(m.get(), path.c_str()), KVT_ERR_INVALID_ARGUMENT);
+    EXPECT_KVT(kvt_manager_recorder_dump(m.get(), path.c_str()), KVT_ERR_INVALID_ARGUMENT);
   }
   const std::string via = dir.path + "/via";
   ASSERT_EQ(symlink(dir.path.c_str(), via.c_str()), 0);
-  ASSERT_KVT_OK(kvt_recorder_open(m.get(), (via + "/run.kvtlog").c_str()));
+  ASSERT_KVT_OK(kvt_manager_recorder_open(m.get(), (via + "/run.kvtlog").c_str()));
   emit_one(m.get(), 2);
-  ASSERT_KVT_OK(kvt_recorder_close(m.get()));
-  ASSERT_KVT_OK(kvt_recorder_dump(m.get(), (via + "/ring.kvtlog").c_str()));
+  ASSERT_KVT_OK(kvt_manager_recorder_close(m.get()));
+  ASSERT_KVT_OK(kvt_manager_recorder_dump(m.get(), (via + "/ring.kvtlog").c_str()));
   for (const char *name : {"/run.kvtlog", "/ring.kvtlog"}) {
     kvt_status end;
     EXPECT_FALSE(read_log(dir.path + name, &end).empty()) << name;
@@ -462,7 +465,7 @@ TEST(Observe, EventLogOpenRefusesAFifoADeviceAndADirectory) {
   }
   {
     auto m = make(kvt_test::small_config(8, 0));
-    ASSERT_KVT_OK(kvt_recorder_open(m.get(), log.c_str()));
+    ASSERT_KVT_OK(kvt_manager_recorder_open(m.get(), log.c_str()));
     emit_one(m.get(), 1);
   }
   ASSERT_EQ(symlink(log.c_str(), link.c_str()), 0);
@@ -478,7 +481,7 @@ TEST(Observe, RacingRecorderOpensLetExactlyOneWin) {
   TempDir dir;
   auto m = make(kvt_test::small_config(64, 0));
   kvt_subscription *sub = nullptr;
-  ASSERT_KVT_OK(kvt_subscribe(&sub, m.get(), 64));
+  ASSERT_KVT_OK(kvt_subscription_create(&sub, m.get(), 64));
   std::atomic<bool> stop{false};
   std::thread engine([&] {
     for (uint64_t h = 1; !stop; ++h) emit_one(m.get(), h);
@@ -491,22 +494,22 @@ TEST(Observe, RacingRecorderOpensLetExactlyOneWin) {
     std::vector<std::thread> openers;
     for (int i = 0; i < 4; ++i)
       openers.emplace_back([&, i] {
-        kvt_status s = kvt_recorder_open(m.get(), name(round, i).c_str());
+        kvt_status s = kvt_manager_recorder_open(m.get(), name(round, i).c_str());
         if (s == KVT_OK) ++won;
         else if (s == KVT_ERR_STATE) ++busy;
       });
     for (auto &t : openers) t.join();
     EXPECT_EQ(won.load(), 1) << "round " << round;
     EXPECT_EQ(busy.load(), 3) << "round " << round;
-    EXPECT_KVT(kvt_recorder_close(m.get()), KVT_OK);
+    EXPECT_KVT(kvt_manager_recorder_close(m.get()), KVT_OK);
   }
   const std::string raced = dir.path + "/raced";
   std::atomic<kvt_status> closed{KVT_OK};
-  std::thread closer([&] { closed = kvt_recorder_close(m.get()); });
-  EXPECT_KVT(kvt_recorder_open(m.get(), raced.c_str()), KVT_OK);
+  std::thread closer([&] { closed = kvt_manager_recorder_close(m.get()); });
+  EXPECT_KVT(kvt_manager_recorder_open(m.get(), raced.c_str()), KVT_OK);
   closer.join();
   EXPECT_EQ(closed.load(), KVT_OK);
-  EXPECT_KVT(kvt_recorder_close(m.get()), KVT_OK);
+  EXPECT_KVT(kvt_manager_recorder_close(m.get()), KVT_OK);
   stop = true;
   engine.join();
   kvt_status end;
@@ -534,7 +537,7 @@ TEST(Threads, ObserveReadersComeAndGoWhileThreeThreadsWork) {
   TempDir dir;
   auto m = make(kvt_test::small_config(256, 256));
   kvt_subscription *all = nullptr;
-  ASSERT_KVT_OK(kvt_subscribe(&all, m.get(), size_t{1} << 22));
+  ASSERT_KVT_OK(kvt_subscription_create(&all, m.get(), size_t{1} << 22));
   std::atomic<bool> stop{false};
   std::atomic<uint64_t> failures{0};
   auto worker = [&](uint64_t id) {
@@ -549,19 +552,19 @@ TEST(Threads, ObserveReadersComeAndGoWhileThreeThreadsWork) {
   std::thread observer([&] {
     for (int round = 0; !stop.load(); ++round) {
       kvt_subscription *s = nullptr;
-      if (kvt_subscribe(&s, m.get(), 64) != KVT_OK) ++failures;
+      if (kvt_subscription_create(&s, m.get(), 64) != KVT_OK) ++failures;
       kvt_obs_event buf[16];
       for (int k = 0; k < 4; ++k) kvt_subscription_drain(s, buf, 16);
       kvt_subscription_destroy(s);
-      if (kvt_recorder_ring(m.get(), round % 2 ? 128 : 0) != KVT_OK) ++failures;
+      if (kvt_manager_recorder_ring(m.get(), round % 2 ? 128 : 0) != KVT_OK) ++failures;
       if (round % 2) {
-        if (kvt_recorder_dump(m.get(), (dir.path + "/ring").c_str()) != KVT_OK) ++failures;
+        if (kvt_manager_recorder_dump(m.get(), (dir.path + "/ring").c_str()) != KVT_OK) ++failures;
       }
       if (round % 8 == 0 && logs < 8) {
         const std::string log = dir.path + "/log" + std::to_string(logs++);
-        if (kvt_recorder_open(m.get(), log.c_str()) != KVT_OK) ++failures;
+        if (kvt_manager_recorder_open(m.get(), log.c_str()) != KVT_OK) ++failures;
         std::this_thread::sleep_for(std::chrono::milliseconds(2));
-        if (kvt_recorder_close(m.get()) != KVT_OK) ++failures;
+        if (kvt_manager_recorder_close(m.get()) != KVT_OK) ++failures;
       }
     }
   });
@@ -587,7 +590,7 @@ TEST(Threads, ObserveReadersComeAndGoWhileThreeThreadsWork) {
 TEST(Observe, MetricsTextCountsWhatHappened) {
   Rig r;
   kvt_subscription *slow = nullptr;
-  ASSERT_KVT_OK(kvt_subscribe(&slow, r.m.get(), 2));
+  ASSERT_KVT_OK(kvt_subscription_create(&slow, r.m.get(), 2));
   run_seed(r);
   size_t len = 0;
   EXPECT_KVT(kvt_metrics_text(nullptr, 0, &len, r.m.get(), r.c), KVT_ERR_INVALID_ARGUMENT);
@@ -641,7 +644,7 @@ TEST(Observe, MetricsTextCountsWhatHappened) {
 TEST(Breakpoints, PauseARealRunAtOnboardingInspectItAndResume) {
   Rig r;
   uint64_t bp = 0;
-  ASSERT_KVT_OK(kvt_breakpoint_add(&bp, r.c, KVT_SLOT_ONBOARDING, nullptr));
+  ASSERT_KVT_OK(kvt_connector_breakpoint_add(&bp, r.c, KVT_SLOT_ONBOARDING, nullptr));
   std::atomic<bool> done{false};
   std::thread engine([&] {
     run_seed(r);
@@ -681,7 +684,7 @@ TEST(Breakpoints, PauseARealRunAtOnboardingInspectItAndResume) {
   ASSERT_KVT_OK(kvt_metrics_text(text.data(), text.size(), &len, r.m.get(), r.c));
   EXPECT_NE(text.find("\nkvtier_slots{state=\"onboarding\"} 1\n"), std::string::npos);
 
-  ASSERT_KVT_OK(kvt_breakpoint_remove(r.c, bp));
+  ASSERT_KVT_OK(kvt_connector_breakpoint_remove(r.c, bp));
   ASSERT_KVT_OK(kvt_connector_resume(r.c));
   engine.join();
   EXPECT_TRUE(done.load());
@@ -699,14 +702,14 @@ TEST(Breakpoints, RequestBreakpointsTimeoutsAndPauseNext) {
   Rig r;
   ASSERT_KVT_OK(kvt_connector_set_pause_timeout(r.c, 30));
   uint64_t bp = 0;
-  ASSERT_KVT_OK(kvt_breakpoint_add(&bp, r.c, 0, "A"));
+  ASSERT_KVT_OK(kvt_connector_breakpoint_add(&bp, r.c, 0, "A"));
   const auto t0 = std::chrono::steady_clock::now();
   r.run_a();  // paused (and released by the timeout) at each of A's calls
   const auto took = std::chrono::steady_clock::now() - t0;
   EXPECT_GE(took, std::chrono::milliseconds(4 * 30)) << "match, alloc, meta, finished";
   EXPECT_EQ(history(r.c, "A"), names({KVT_SLOT_INITIALIZED, KVT_SLOT_PREFILLING,
                                       KVT_SLOT_FINISHING, KVT_SLOT_FINISHED}));
-  ASSERT_KVT_OK(kvt_breakpoint_remove(r.c, bp));
+  ASSERT_KVT_OK(kvt_connector_breakpoint_remove(r.c, bp));
 
   ASSERT_KVT_OK(kvt_connector_set_pause_timeout(r.c, 20000));
   ASSERT_KVT_OK(kvt_connector_pause(r.c));
@@ -722,11 +725,11 @@ TEST(Breakpoints, RequestBreakpointsTimeoutsAndPauseNext) {
   EXPECT_EQ(slot_state(r.c, "C"), uint32_t(KVT_SLOT_ONBOARD_STAGED)) << "A's blocks are in G2";
 
   // Bad arguments.
-  EXPECT_KVT(kvt_breakpoint_add(&bp, r.c, 0, nullptr), KVT_ERR_INVALID_ARGUMENT);
-  EXPECT_KVT(kvt_breakpoint_add(&bp, r.c, 11, nullptr), KVT_ERR_INVALID_ARGUMENT);
-  EXPECT_KVT(kvt_breakpoint_add(&bp, r.c, 0, ""), KVT_ERR_INVALID_ARGUMENT);
-  EXPECT_KVT(kvt_breakpoint_add(nullptr, r.c, 1, nullptr), KVT_ERR_INVALID_ARGUMENT);
-  EXPECT_KVT(kvt_breakpoint_remove(r.c, 12345), KVT_ERR_NOT_FOUND);
+  EXPECT_KVT(kvt_connector_breakpoint_add(&bp, r.c, 0, nullptr), KVT_ERR_INVALID_ARGUMENT);
+  EXPECT_KVT(kvt_connector_breakpoint_add(&bp, r.c, 11, nullptr), KVT_ERR_INVALID_ARGUMENT);
+  EXPECT_KVT(kvt_connector_breakpoint_add(&bp, r.c, 0, ""), KVT_ERR_INVALID_ARGUMENT);
+  EXPECT_KVT(kvt_connector_breakpoint_add(nullptr, r.c, 1, nullptr), KVT_ERR_INVALID_ARGUMENT);
+  EXPECT_KVT(kvt_connector_breakpoint_remove(r.c, 12345), KVT_ERR_NOT_FOUND);
   EXPECT_KVT(kvt_connector_resume(r.c), KVT_ERR_STATE);
   EXPECT_KVT(kvt_connector_wait_paused(&p, r.c, 10), KVT_AGAIN);
   EXPECT_KVT(kvt_connector_set_pause_timeout(r.c, 0), KVT_ERR_INVALID_ARGUMENT);
@@ -746,7 +749,7 @@ TEST(Breakpoints, DestroyResumesAPausedCallAndWaitsForIt) {
   cc.pause_timeout_ms = 3600u * 1000u;  // only destroy can end this pause in time
   ASSERT_KVT_OK(kvt_connector_create(&c, m.get(), &cc));
   uint64_t bp = 0;
-  ASSERT_KVT_OK(kvt_breakpoint_add(&bp, c, KVT_SLOT_INITIALIZED, nullptr));
+  ASSERT_KVT_OK(kvt_connector_breakpoint_add(&bp, c, KVT_SLOT_INITIALIZED, nullptr));
   std::atomic<kvt_status> st{KVT_ERR_INTERNAL};
   std::atomic<bool> returned{false};
   std::thread engine([&] {
@@ -778,9 +781,9 @@ TEST(Replay, SeedLogReplaysIntoAFreshManagerAndAMissingRecordIsCaught) {
   TempDir dir;
   const std::string log = dir.path + "/seed.kvtlog", cut = dir.path + "/cut.kvtlog";
   Rig r;
-  ASSERT_KVT_OK(kvt_recorder_open(r.m.get(), log.c_str()));
+  ASSERT_KVT_OK(kvt_manager_recorder_open(r.m.get(), log.c_str()));
   run_seed(r);
-  ASSERT_KVT_OK(kvt_recorder_close(r.m.get()));
+  ASSERT_KVT_OK(kvt_manager_recorder_close(r.m.get()));
 
   auto fresh = make(seed_manager_config());
   kvt_log_replay out{};
@@ -840,11 +843,11 @@ TEST(Replay, RerunMakesTheRecordedCallsAgainOnAFreshConnector) {
   TempDir dir;
   const std::string log = dir.path + "/seed.kvtlog";
   Rig r;
-  ASSERT_KVT_OK(kvt_recorder_open(r.m.get(), log.c_str()));
+  ASSERT_KVT_OK(kvt_manager_recorder_open(r.m.get(), log.c_str()));
   run_seed(r);
   EXPECT_KVT(r.alloc("nobody", {1}, 0), KVT_ERR_NOT_FOUND);
   EXPECT_EQ(r.match("C", seed_b()).first, 48u);
-  ASSERT_KVT_OK(kvt_recorder_close(r.m.get()));
+  ASSERT_KVT_OK(kvt_manager_recorder_close(r.m.get()));
 
   kvt_status end;
   size_t calls = 0;
@@ -924,7 +927,7 @@ TEST(Observe, ConnectorConfigServesTheEndpointAndSetsThePauseTimeout) {
     EXPECT_NE(ask_endpoint(sock, "nonsense\n").find("\"error\""), std::string::npos);
 
     uint64_t bp = 0;
-    ASSERT_KVT_OK(kvt_breakpoint_add(&bp, r.c, 0, "B"));
+    ASSERT_KVT_OK(kvt_connector_breakpoint_add(&bp, r.c, 0, "B"));
     const auto t0 = std::chrono::steady_clock::now();
     r.match("B", seed_b());  // paused at its start, released by the config's 40 ms
     const auto took = std::chrono::steady_clock::now() - t0;
@@ -1027,7 +1030,7 @@ TEST(Breakpoints, AtMostKvtMaxBreakpointsFromTheApiOrTheEndpoint) {
   uint64_t id = 0, first = 0;
   for (int i = 0; i < KVT_MAX_BREAKPOINTS - 1; ++i) {
     const std::string req = "r" + std::to_string(i);
-    ASSERT_KVT_OK(kvt_breakpoint_add(&id, r.c, KVT_SLOT_FINISHED, req.c_str()));
+    ASSERT_KVT_OK(kvt_connector_breakpoint_add(&id, r.c, KVT_SLOT_FINISHED, req.c_str()));
     if (i == 0) first = id;
   }
   std::string reply = ask_endpoint(sock, "{\"cmd\": \"break\", \"req_id\": \"last\"}\n");
@@ -1035,11 +1038,11 @@ TEST(Breakpoints, AtMostKvtMaxBreakpointsFromTheApiOrTheEndpoint) {
   reply = ask_endpoint(sock, "{\"cmd\": \"break\", \"req_id\": \"more\"}\n");
   EXPECT_NE(reply.find("\"ok\":false"), std::string::npos) << reply;
   EXPECT_NE(reply.find("1024 breakpoints are set already"), std::string::npos) << reply;
-  EXPECT_KVT(kvt_breakpoint_add(&id, r.c, KVT_SLOT_FINISHED, "more"), KVT_ERR_NO_SPACE);
+  EXPECT_KVT(kvt_connector_breakpoint_add(&id, r.c, KVT_SLOT_FINISHED, "more"), KVT_ERR_NO_SPACE);
   EXPECT_NE(std::string(kvt_last_error()).find("1024 breakpoints are set already"),
             std::string::npos);
-  ASSERT_KVT_OK(kvt_breakpoint_remove(r.c, first));
-  ASSERT_KVT_OK(kvt_breakpoint_add(&id, r.c, KVT_SLOT_FINISHED, "more"));
+  ASSERT_KVT_OK(kvt_connector_breakpoint_remove(r.c, first));
+  ASSERT_KVT_OK(kvt_connector_breakpoint_add(&id, r.c, KVT_SLOT_FINISHED, "more"));
   reply = ask_endpoint(sock, "{\"cmd\": \"clear\"}\n");
   EXPECT_NE(reply.find("\"ok\":true"), std::string::npos) << reply;
   reply = ask_endpoint(sock, "{\"cmd\": \"break\", \"state\": \"FINISHED\"}\n");

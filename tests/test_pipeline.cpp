@@ -99,7 +99,7 @@ TEST(Pipeline, BytesSurviveG1ToG2ToG3AndBackToG1) {
       ev.insert(ev.end(), e.begin(), e.end());
     };
     kvt_xfer *x = nullptr;
-    ASSERT_KVT_OK(kvt_offload(&x, m.get(), g1.data(), 4, KVT_TIER_G2, nullptr, 7));
+    ASSERT_KVT_OK(kvt_xfer_offload(&x, m.get(), g1.data(), 4, KVT_TIER_G2, nullptr, 7));
     ASSERT_KVT_OK(finish(x));
     uint64_t count = 0;
     ASSERT_KVT_OK(kvt_xfer_status(nullptr, nullptr, &count, x));
@@ -110,7 +110,7 @@ TEST(Pipeline, BytesSurviveG1ToG2ToG3AndBackToG1) {
     ASSERT_EQ(matched(m.get(), KVT_TIER_G2, h, &g2), 4u);
     for (size_t i = 0; i < 4; ++i) EXPECT_EQ(bytes_of(m.get(), g2[i]), want[i]);
     EXPECT_EQ(info(m.get(), g2[1]).parent_hash, 101u);
-    ASSERT_KVT_OK(kvt_offload(&x, m.get(), g2.data(), 4, KVT_TIER_G3, nullptr, 8));
+    ASSERT_KVT_OK(kvt_xfer_offload(&x, m.get(), g2.data(), 4, KVT_TIER_G3, nullptr, 8));
     ASSERT_KVT_OK(finish(x));
     collect();
     kvt_xfer_release(x);
@@ -123,7 +123,7 @@ TEST(Pipeline, BytesSurviveG1ToG2ToG3AndBackToG1) {
     std::vector<kvt_block> g3;
     ASSERT_EQ(matched(m.get(), KVT_TIER_G3, h, &g3), 4u);
     auto dst = alloc(m.get(), 4);
-    ASSERT_KVT_OK(kvt_onboard(&x, m.get(), g3.data(), dst.data(), 4, nullptr, 9));
+    ASSERT_KVT_OK(kvt_xfer_onboard(&x, m.get(), g3.data(), dst.data(), 4, nullptr, 9));
     ASSERT_KVT_OK(finish(x));
     std::vector<kvt_block> fin(4);
     ASSERT_KVT_OK(kvt_xfer_blocks(fin.data(), 4, x));
@@ -156,8 +156,8 @@ TEST(Pipeline, G1ToG3DirectlyAndG2ToG1) {
   std::vector<std::vector<unsigned char>> want;
   auto g1 = computed(m.get(), h, &want, 2);
   kvt_xfer *a = nullptr, *b = nullptr;
-  ASSERT_KVT_OK(kvt_offload(&a, m.get(), g1.data(), 2, KVT_TIER_G3, nullptr, 1));
-  ASSERT_KVT_OK(kvt_offload(&b, m.get(), g1.data(), 2, KVT_TIER_G2, nullptr, 2));
+  ASSERT_KVT_OK(kvt_xfer_offload(&a, m.get(), g1.data(), 2, KVT_TIER_G3, nullptr, 1));
+  ASSERT_KVT_OK(kvt_xfer_offload(&b, m.get(), g1.data(), 2, KVT_TIER_G2, nullptr, 2));
   ASSERT_KVT_OK(finish(a));
   ASSERT_KVT_OK(finish(b));
   kvt_xfer_release(a);
@@ -169,7 +169,7 @@ TEST(Pipeline, G1ToG3DirectlyAndG2ToG1) {
     ASSERT_EQ(matched(m.get(), from, h, &src), 2u);
     auto dst = alloc(m.get(), 2);
     kvt_xfer *x = nullptr;
-    ASSERT_KVT_OK(kvt_onboard(&x, m.get(), src.data(), dst.data(), 2, nullptr, 3));
+    ASSERT_KVT_OK(kvt_xfer_onboard(&x, m.get(), src.data(), dst.data(), 2, nullptr, 3));
     ASSERT_KVT_OK(finish(x));
     kvt_xfer_release(x);
     for (size_t i = 0; i < 2; ++i) EXPECT_EQ(bytes_of(m.get(), dst[i]), want[i]);
@@ -230,7 +230,7 @@ TEST(Pipeline, CancelAtEveryStageBeforeCommitment) {
   for (const Case &cs : cases) {
     SCOPED_TRACE(cs.stage);
     kvt_xfer *x = nullptr;
-    ASSERT_KVT_OK(kvt_offload(&x, m.get(), g1.data(), 3, KVT_TIER_G2, cs.f, 42));
+    ASSERT_KVT_OK(kvt_xfer_offload(&x, m.get(), g1.data(), 3, KVT_TIER_G2, cs.f, 42));
     auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
     while (state_of_xfer(x) != cs.expect_state && std::chrono::steady_clock::now() < until)
       std::this_thread::sleep_for(std::chrono::microseconds(100));
@@ -259,7 +259,8 @@ TEST(Pipeline, CancelAtEveryStageBeforeCommitment) {
   bool saw_queued = false;
   for (int trial = 0; trial < 20 && !saw_queued; ++trial) {
     std::vector<kvt_xfer *> xs(200);
-    for (auto &x : xs) ASSERT_KVT_OK(kvt_offload(&x, m.get(), g1.data(), 3, KVT_TIER_G2, fence, 0));
+    for (auto &x : xs)
+      ASSERT_KVT_OK(kvt_xfer_offload(&x, m.get(), g1.data(), 3, KVT_TIER_G2, fence, 0));
     saw_queued = state_of_xfer(xs.back()) == KVT_XFER_QUEUED;
     for (auto it = xs.rbegin(); it != xs.rend(); ++it) ASSERT_KVT_OK(kvt_xfer_cancel(*it));
     auto ev = xfer_events(drain(m.get()));
@@ -285,7 +286,7 @@ TEST(Pipeline, CancelAfterCommitmentFinishesOk) {
   auto g1 = computed(m.get(), h, nullptr, 4);
   drain(m.get());
   kvt_xfer *x = nullptr;
-  ASSERT_KVT_OK(kvt_offload(&x, m.get(), g1.data(), h.size(), KVT_TIER_G3, nullptr, 5));
+  ASSERT_KVT_OK(kvt_xfer_offload(&x, m.get(), g1.data(), h.size(), KVT_TIER_G3, nullptr, 5));
   uint32_t st;
   while ((st = state_of_xfer(x)) != KVT_XFER_INFLIGHT && st != KVT_XFER_DONE) {
   }
@@ -308,7 +309,7 @@ TEST(Pipeline, EvictedSourceIsDroppedAndCounted) {
   kvt_fence *f = nullptr;
   ASSERT_KVT_OK(kvt_fence_create(&f, m.get()));
   kvt_xfer *x = nullptr;
-  ASSERT_KVT_OK(kvt_offload(&x, m.get(), g1.data(), 4, KVT_TIER_G2, f, 0));
+  ASSERT_KVT_OK(kvt_xfer_offload(&x, m.get(), g1.data(), 4, KVT_TIER_G2, f, 0));
   // The host lets go of the tail two, and they are evicted before the fence is signalled.
   ASSERT_KVT_OK(kvt_block_release(m.get(), g1.data() + 2, 2));
   auto fresh = alloc(m.get(), 2);
@@ -329,7 +330,7 @@ TEST(Pipeline, CorruptG3SlotFailsOnboardAndHandsNothingOn) {
   std::vector<uint64_t> h = {11, 12};
   auto g1 = computed(m.get(), h, nullptr, 6);
   kvt_xfer *x = nullptr;
-  ASSERT_KVT_OK(kvt_offload(&x, m.get(), g1.data(), 2, KVT_TIER_G3, nullptr, 0));
+  ASSERT_KVT_OK(kvt_xfer_offload(&x, m.get(), g1.data(), 2, KVT_TIER_G3, nullptr, 0));
   ASSERT_KVT_OK(finish(x));
   kvt_xfer_release(x);
   ASSERT_KVT_OK(kvt_block_release(m.get(), g1.data(), 2));
@@ -351,7 +352,7 @@ TEST(Pipeline, CorruptG3SlotFailsOnboardAndHandsNothingOn) {
   std::vector<std::vector<unsigned char>> before = {bytes_of(m.get(), dst[0]),
                                                     bytes_of(m.get(), dst[1])};
   drain(m.get());
-  ASSERT_KVT_OK(kvt_onboard(&x, m.get(), src.data(), dst.data(), 2, nullptr, 0));
+  ASSERT_KVT_OK(kvt_xfer_onboard(&x, m.get(), src.data(), dst.data(), 2, nullptr, 0));
   EXPECT_KVT(finish(x), KVT_ERR_CORRUPT);
   EXPECT_NE(std::string(kvt_last_error()).find("slot 1"), std::string::npos) << kvt_last_error();
   kvt_block fin[2];
@@ -380,11 +381,11 @@ TEST(Pipeline, InjectedIoFailureFailsOnlyThatTransfer) {
   auto a = computed(m.get(), {1}, nullptr, 7);
   auto b = computed(m.get(), {2}, nullptr, 8);
   kvt_xfer *x = nullptr, *y = nullptr;
-  ASSERT_KVT_OK(kvt_offload(&x, m.get(), a.data(), 1, KVT_TIER_G3, nullptr, 0));
+  ASSERT_KVT_OK(kvt_xfer_offload(&x, m.get(), a.data(), 1, KVT_TIER_G3, nullptr, 0));
   EXPECT_KVT(finish(x), KVT_ERR_IO);
   EXPECT_NE(std::string(kvt_last_error()).find("No space left"), std::string::npos)
       << kvt_last_error();
-  ASSERT_KVT_OK(kvt_offload(&y, m.get(), b.data(), 1, KVT_TIER_G3, nullptr, 0));
+  ASSERT_KVT_OK(kvt_xfer_offload(&y, m.get(), b.data(), 1, KVT_TIER_G3, nullptr, 0));
   ASSERT_KVT_OK(finish(y));
   kvt_xfer_release(x);
   kvt_xfer_release(y);
@@ -404,8 +405,8 @@ TEST(Pipeline, PresenceStoresABlockOnceEvenWhenTwoTransfersRace) {
   auto g1 = computed(m.get(), h, nullptr, 9);
   for (int round = 0; round < 2; ++round) {
     kvt_xfer *a = nullptr, *b = nullptr;
-    ASSERT_KVT_OK(kvt_offload(&a, m.get(), g1.data(), 6, KVT_TIER_G2, nullptr, 0));
-    ASSERT_KVT_OK(kvt_offload(&b, m.get(), g1.data(), 6, KVT_TIER_G2, nullptr, 0));
+    ASSERT_KVT_OK(kvt_xfer_offload(&a, m.get(), g1.data(), 6, KVT_TIER_G2, nullptr, 0));
+    ASSERT_KVT_OK(kvt_xfer_offload(&b, m.get(), g1.data(), 6, KVT_TIER_G2, nullptr, 0));
     ASSERT_KVT_OK(finish(a));
     ASSERT_KVT_OK(finish(b));
     uint64_t ca = 0, cb = 0;
@@ -429,7 +430,7 @@ TEST(Pipeline, FrequencyPolicyNeedsRepeatedOffers) {
   auto g1 = computed(m.get(), {1, 2}, nullptr, 10);
   for (int offer = 1; offer <= 3; ++offer) {
     kvt_xfer *x = nullptr;
-    ASSERT_KVT_OK(kvt_offload(&x, m.get(), g1.data(), 2, KVT_TIER_G2, nullptr, 0));
+    ASSERT_KVT_OK(kvt_xfer_offload(&x, m.get(), g1.data(), 2, KVT_TIER_G2, nullptr, 0));
     ASSERT_KVT_OK(finish(x));
     uint64_t count = 0;
     kvt_xfer_status(nullptr, nullptr, &count, x);
@@ -447,7 +448,7 @@ TEST(Pipeline, PassAllCopiesAgainButRegistersOnce) {
   auto g1 = computed(m.get(), {1, 2}, nullptr, 11);
   for (int i = 0; i < 2; ++i) {
     kvt_xfer *x = nullptr;
-    ASSERT_KVT_OK(kvt_offload(&x, m.get(), g1.data(), 2, KVT_TIER_G2, nullptr, 0));
+    ASSERT_KVT_OK(kvt_xfer_offload(&x, m.get(), g1.data(), 2, KVT_TIER_G2, nullptr, 0));
     ASSERT_KVT_OK(finish(x));
     kvt_xfer_release(x);
   }
@@ -463,7 +464,7 @@ TEST(Pipeline, ReleaseWithdrawsEventsAndDestroyCancelsPending) {
   auto g1 = computed(m.get(), {1, 2}, nullptr, 12);
   drain(m.get());
   kvt_xfer *x = nullptr;
-  ASSERT_KVT_OK(kvt_offload(&x, m.get(), g1.data(), 2, KVT_TIER_G2, nullptr, 0));
+  ASSERT_KVT_OK(kvt_xfer_offload(&x, m.get(), g1.data(), 2, KVT_TIER_G2, nullptr, 0));
   ASSERT_KVT_OK(finish(x));
   kvt_xfer_release(x);  // its XFER_DONE was queued: it is withdrawn
   for (auto &e : drain(m.get())) EXPECT_NE(e.type, uint32_t(KVT_EVENT_XFER_DONE));
@@ -471,8 +472,8 @@ TEST(Pipeline, ReleaseWithdrawsEventsAndDestroyCancelsPending) {
   kvt_fence *f = nullptr;
   ASSERT_KVT_OK(kvt_fence_create(&f, m.get()));
   kvt_xfer *y = nullptr, *z = nullptr;
-  ASSERT_KVT_OK(kvt_offload(&y, m.get(), g1.data(), 2, KVT_TIER_G3, f, 0));
-  ASSERT_KVT_OK(kvt_offload(&z, m.get(), g1.data(), 2, KVT_TIER_G3, nullptr, 0));
+  ASSERT_KVT_OK(kvt_xfer_offload(&y, m.get(), g1.data(), 2, KVT_TIER_G3, f, 0));
+  ASSERT_KVT_OK(kvt_xfer_offload(&z, m.get(), g1.data(), 2, KVT_TIER_G3, nullptr, 0));
   m.reset();
 }
 
@@ -483,7 +484,7 @@ TEST(Pipeline, DestroyedFenceCancelsItsWaiters) {
   kvt_fence *f = nullptr;
   ASSERT_KVT_OK(kvt_fence_create(&f, m.get()));
   kvt_xfer *x = nullptr;
-  ASSERT_KVT_OK(kvt_offload(&x, m.get(), g1.data(), 1, KVT_TIER_G2, f, 0));
+  ASSERT_KVT_OK(kvt_xfer_offload(&x, m.get(), g1.data(), 1, KVT_TIER_G2, f, 0));
   while (state_of_xfer(x) != KVT_XFER_WAITING) std::this_thread::yield();
   kvt_fence_destroy(f);
   EXPECT_KVT(kvt_xfer_wait(x, 0), KVT_ERR_CANCELLED);
@@ -496,13 +497,13 @@ TEST(Pipeline, OnboardDedupsAgainstABlockRegisteredMeanwhile) {
   auto m = make(pipe_config(dir));
   auto g1 = computed(m.get(), {1}, nullptr, 14);
   kvt_xfer *x = nullptr;
-  ASSERT_KVT_OK(kvt_offload(&x, m.get(), g1.data(), 1, KVT_TIER_G2, nullptr, 0));
+  ASSERT_KVT_OK(kvt_xfer_offload(&x, m.get(), g1.data(), 1, KVT_TIER_G2, nullptr, 0));
   ASSERT_KVT_OK(finish(x));
   kvt_xfer_release(x);
   std::vector<kvt_block> src;
   ASSERT_EQ(matched(m.get(), KVT_TIER_G2, {1}, &src), 1u);
   auto dst = alloc(m.get(), 1);
-  ASSERT_KVT_OK(kvt_onboard(&x, m.get(), src.data(), dst.data(), 1, nullptr, 0));
+  ASSERT_KVT_OK(kvt_xfer_onboard(&x, m.get(), src.data(), dst.data(), 1, nullptr, 0));
   ASSERT_KVT_OK(finish(x));
   kvt_block fin = 0;
   ASSERT_KVT_OK(kvt_xfer_blocks(&fin, 1, x));
@@ -522,17 +523,26 @@ TEST(Pipeline, BadInput) {
   auto empty = alloc(m.get(), 1);
   kvt_xfer *x = reinterpret_cast<kvt_xfer *>(0x1);
   kvt_block bad = 0x12345;
-  EXPECT_KVT(kvt_offload(nullptr, m.get(), g1.data(), 1, KVT_TIER_G2, nullptr, 0), KVT_ERR_INVALID_ARGUMENT);
-  EXPECT_KVT(kvt_offload(&x, nullptr, g1.data(), 1, KVT_TIER_G2, nullptr, 0), KVT_ERR_INVALID_ARGUMENT);
-  EXPECT_KVT(kvt_offload(&x, m.get(), nullptr, 1, KVT_TIER_G2, nullptr, 0), KVT_ERR_INVALID_ARGUMENT);
-  EXPECT_KVT(kvt_offload(&x, m.get(), &bad, 1, KVT_TIER_G2, nullptr, 0), KVT_ERR_INVALID_HANDLE);
-  EXPECT_KVT(kvt_offload(&x, m.get(), empty.data(), 1, KVT_TIER_G2, nullptr, 0), KVT_ERR_STATE);
-  EXPECT_KVT(kvt_offload(&x, m.get(), g1.data(), 1, KVT_TIER_G1, nullptr, 0), KVT_ERR_INVALID_ARGUMENT);
-  EXPECT_KVT(kvt_offload(&x, m.get(), g1.data(), 1, kvt_tier(9), nullptr, 0), KVT_ERR_INVALID_ARGUMENT);
-  EXPECT_KVT(kvt_offload(&x, m.get(), g1.data(), 1, KVT_TIER_G2,
-                         reinterpret_cast<kvt_fence *>(g1.data()), 0), KVT_ERR_INVALID_HANDLE);
-  EXPECT_KVT(kvt_onboard(&x, m.get(), g1.data(), empty.data(), 1, nullptr, 0), KVT_ERR_INVALID_ARGUMENT);
-  EXPECT_KVT(kvt_onboard(&x, m.get(), g1.data(), nullptr, 1, nullptr, 0), KVT_ERR_INVALID_ARGUMENT);
+  EXPECT_KVT(kvt_xfer_offload(nullptr, m.get(), g1.data(), 1, KVT_TIER_G2, nullptr, 0),
+             KVT_ERR_INVALID_ARGUMENT);
+  EXPECT_KVT(kvt_xfer_offload(&x, nullptr, g1.data(), 1, KVT_TIER_G2, nullptr, 0),
+             KVT_ERR_INVALID_ARGUMENT);
+  EXPECT_KVT(kvt_xfer_offload(&x, m.get(), nullptr, 1, KVT_TIER_G2, nullptr, 0),
+             KVT_ERR_INVALID_ARGUMENT);
+  EXPECT_KVT(kvt_xfer_offload(&x, m.get(), &bad, 1, KVT_TIER_G2, nullptr, 0),
+             KVT_ERR_INVALID_HANDLE);
+  EXPECT_KVT(kvt_xfer_offload(&x, m.get(), empty.data(), 1, KVT_TIER_G2, nullptr, 0),
+             KVT_ERR_STATE);
+  EXPECT_KVT(kvt_xfer_offload(&x, m.get(), g1.data(), 1, KVT_TIER_G1, nullptr, 0),
+             KVT_ERR_INVALID_ARGUMENT);
+  EXPECT_KVT(kvt_xfer_offload(&x, m.get(), g1.data(), 1, kvt_tier(9), nullptr, 0),
+             KVT_ERR_INVALID_ARGUMENT);
+  EXPECT_KVT(kvt_xfer_offload(&x, m.get(), g1.data(), 1, KVT_TIER_G2,
+                              reinterpret_cast<kvt_fence *>(g1.data()), 0), KVT_ERR_INVALID_HANDLE);
+  EXPECT_KVT(kvt_xfer_onboard(&x, m.get(), g1.data(), empty.data(), 1, nullptr, 0),
+             KVT_ERR_INVALID_ARGUMENT);
+  EXPECT_KVT(kvt_xfer_onboard(&x, m.get(), g1.data(), nullptr, 1, nullptr, 0),
+             KVT_ERR_INVALID_ARGUMENT);
   EXPECT_EQ(x, reinterpret_cast<kvt_xfer *>(0x1)) << "out touched on failure";
   EXPECT_KVT(kvt_xfer_cancel(nullptr), KVT_ERR_INVALID_ARGUMENT);
   EXPECT_KVT(kvt_xfer_wait(nullptr, 0), KVT_ERR_INVALID_ARGUMENT);
@@ -548,7 +558,7 @@ TEST(Pipeline, BadInput) {
   kvt_xfer_release(nullptr);
   kvt_fence_destroy(nullptr);
   // An offload of nothing ends at once with nothing moved.
-  ASSERT_KVT_OK(kvt_offload(&x, m.get(), nullptr, 0, KVT_TIER_G2, nullptr, 0));
+  ASSERT_KVT_OK(kvt_xfer_offload(&x, m.get(), nullptr, 0, KVT_TIER_G2, nullptr, 0));
   ASSERT_KVT_OK(finish(x));
   kvt_xfer_release(x);
   EXPECT_KVT(kvt_manager_check(m.get()), KVT_OK);
@@ -560,8 +570,8 @@ TEST(Pipeline, EmptyTransfersEndOkWithNothingMoved) {
   TempDir dir;
   auto m = make(pipe_config(dir));
   kvt_xfer *a = nullptr, *b = nullptr;
-  ASSERT_KVT_OK(kvt_offload(&a, m.get(), nullptr, 0, KVT_TIER_G3, nullptr, 1));
-  ASSERT_KVT_OK(kvt_onboard(&b, m.get(), nullptr, nullptr, 0, nullptr, 2));
+  ASSERT_KVT_OK(kvt_xfer_offload(&a, m.get(), nullptr, 0, KVT_TIER_G3, nullptr, 1));
+  ASSERT_KVT_OK(kvt_xfer_onboard(&b, m.get(), nullptr, nullptr, 0, nullptr, 2));
   for (kvt_xfer *x : {a, b}) {
     ASSERT_KVT_OK(finish(x));
     uint64_t count = 99;

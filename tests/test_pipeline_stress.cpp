@@ -38,7 +38,7 @@ TEST(Threads, PipelineStressEveryTransferEndsOnce) {
       size_t from = rng() % 8, len = 1 + rng() % (8 - from);
       kvt_tier dst = rng() % 2 ? KVT_TIER_G2 : KVT_TIER_G3;
       kvt_xfer *x = nullptr;
-      if (kvt_offload(&x, m.get(), base.data() + from, len, dst, f, uint64_t(id) << 32 | i) !=
+      if (kvt_xfer_offload(&x, m.get(), base.data() + from, len, dst, f, uint64_t(id) << 32 | i) !=
           KVT_OK) {
         ++failures;
       } else {
@@ -69,7 +69,7 @@ TEST(Threads, PipelineStressEveryTransferEndsOnce) {
   std::vector<kvt_xfer *> seen;
   auto pump = [&] {
     kvt_event ev[512];
-    size_t n = kvt_poll(m.get(), ev, 512);
+    size_t n = kvt_manager_poll(m.get(), ev, 512);
     for (size_t i = 0; i < n; ++i) {
       if (ev[i].type != KVT_EVENT_XFER_DONE) continue;
       std::lock_guard lock(mu);

@@ -41,14 +41,14 @@ TEST(Registry, PrefixMatchFullPartialAndMiss) {
   kvt_block out[5] = {};
   size_t n = 99;
   const uint64_t full[3] = {1, 2, 3}, partial[5] = {1, 2, 9, 3, 4}, miss[2] = {9, 1};
-  ASSERT_KVT_OK(kvt_match_prefix(&n, out, m.get(), KVT_TIER_G1, full, 3));
+  ASSERT_KVT_OK(kvt_tier_match_prefix(&n, out, m.get(), KVT_TIER_G1, full, 3));
   EXPECT_EQ(n, 3u);
   for (int i = 0; i < 3; ++i) EXPECT_EQ(out[i], blocks[i]);
-  ASSERT_KVT_OK(kvt_match_prefix(&n, out, m.get(), KVT_TIER_G1, partial, 5));
+  ASSERT_KVT_OK(kvt_tier_match_prefix(&n, out, m.get(), KVT_TIER_G1, partial, 5));
   EXPECT_EQ(n, 2u);  // stops at the first hash not present, even if later ones are
-  ASSERT_KVT_OK(kvt_match_prefix(&n, out, m.get(), KVT_TIER_G1, miss, 2));
+  ASSERT_KVT_OK(kvt_tier_match_prefix(&n, out, m.get(), KVT_TIER_G1, miss, 2));
   EXPECT_EQ(n, 0u);
-  ASSERT_KVT_OK(kvt_match_prefix(&n, nullptr, m.get(), KVT_TIER_G1, nullptr, 0));
+  ASSERT_KVT_OK(kvt_tier_match_prefix(&n, nullptr, m.get(), KVT_TIER_G1, nullptr, 0));
   EXPECT_EQ(n, 0u);
   // Pins: 1 from store + 2 matches for blocks 0 and 1, 1 + 1 for block 2.
   EXPECT_EQ(info(m.get(), blocks[0]).refs, 3u);
@@ -69,7 +69,7 @@ TEST(Registry, MatchPinsInactiveBlocksAndMissesAfterEviction) {
   kvt_block out[4];
   size_t n = 0;
   const uint64_t h[4] = {1, 2, 3, 4};
-  ASSERT_KVT_OK(kvt_match_prefix(&n, out, m.get(), KVT_TIER_G1, h, 4));
+  ASSERT_KVT_OK(kvt_tier_match_prefix(&n, out, m.get(), KVT_TIER_G1, h, 4));
   EXPECT_EQ(n, 2u);
   EXPECT_EQ(out[0], blocks[0]);
   EXPECT_EQ(out[1], blocks[1]);
@@ -89,7 +89,8 @@ TEST(Registry, ReferenceCountsAcrossMatchAndRelease) {
   kvt_block out[1];
   size_t n;
   const uint64_t h = 7;
-  for (int i = 0; i < 3; ++i) ASSERT_KVT_OK(kvt_match_prefix(&n, out, m.get(), KVT_TIER_G1, &h, 1));
+  for (int i = 0; i < 3; ++i)
+    ASSERT_KVT_OK(kvt_tier_match_prefix(&n, out, m.get(), KVT_TIER_G1, &h, 1));
   EXPECT_EQ(info(m.get(), b).refs, 4u);
   ASSERT_KVT_OK(kvt_block_retain(m.get(), b));
   EXPECT_EQ(info(m.get(), b).refs, 5u);
@@ -201,7 +202,7 @@ TEST(Eviction, RematchedBlockMovesToTheBackOfTheQueue) {
   kvt_block out;
   size_t n;
   const uint64_t h = 1;
-  ASSERT_KVT_OK(kvt_match_prefix(&n, &out, m.get(), KVT_TIER_G1, &h, 1));
+  ASSERT_KVT_OK(kvt_tier_match_prefix(&n, &out, m.get(), KVT_TIER_G1, &h, 1));
   ASSERT_KVT_OK(kvt_block_release(m.get(), &out, 1));
   drain(m.get());
   alloc(m.get(), 3);
@@ -268,9 +269,9 @@ TEST(Tiers, EachTierHasItsOwnRegistry) {
   kvt_block out;
   size_t n;
   const uint64_t h = 5;
-  ASSERT_KVT_OK(kvt_match_prefix(&n, &out, m.get(), KVT_TIER_G2, &h, 1));
+  ASSERT_KVT_OK(kvt_tier_match_prefix(&n, &out, m.get(), KVT_TIER_G2, &h, 1));
   EXPECT_EQ(n, 0u);
-  ASSERT_KVT_OK(kvt_match_prefix(&n, &out, m.get(), KVT_TIER_G3, &h, 1));
+  ASSERT_KVT_OK(kvt_tier_match_prefix(&n, &out, m.get(), KVT_TIER_G3, &h, 1));
   EXPECT_EQ(n, 1u);
   EXPECT_EQ(out, g3);
   EXPECT_EQ(info(m.get(), g3).tier, uint32_t(KVT_TIER_G3));
@@ -353,7 +354,7 @@ TEST(Registry, RegisterHashesWithOutShiftedOverBlocks) {
   EXPECT_KVT(kvt_manager_check(m.get()), KVT_OK);
   size_t n = 0;
   kvt_block got[3];
-  ASSERT_KVT_OK(kvt_match_prefix(&n, got, m.get(), KVT_TIER_G1, h, 3));
+  ASSERT_KVT_OK(kvt_tier_match_prefix(&n, got, m.get(), KVT_TIER_G1, h, 3));
   EXPECT_EQ(n, 3u);
   EXPECT_EQ(info(m.get(), b[2]).parent_hash, 101u);
   ASSERT_KVT_OK(kvt_block_release(m.get(), got, 3));

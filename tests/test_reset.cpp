@@ -178,7 +178,7 @@ TEST(Reset, HeldBlocksStayReadableUntilReleased) {
   // No longer registered: neither retained nor transferred.
   EXPECT_KVT(kvt_block_retain(m.get(), g1[0]), KVT_ERR_STATE);
   kvt_xfer *x = nullptr;
-  EXPECT_KVT(kvt_offload(&x, m.get(), &g1[0], 1, KVT_TIER_G2, nullptr, 0), KVT_ERR_STATE);
+  EXPECT_KVT(kvt_xfer_offload(&x, m.get(), &g1[0], 1, KVT_TIER_G2, nullptr, 0), KVT_ERR_STATE);
   // A registration of the same hash is a new block, not the held one.
   auto again = alloc(m.get(), 1);
   fill_for(m.get(), again[0], 1);
@@ -245,9 +245,9 @@ TEST(Reset, CancelsTransfersNotYetCommitted) {
   kvt_fence *f = nullptr;
   ASSERT_KVT_OK(kvt_fence_create(&f, m.get()));
   kvt_xfer *batched = nullptr, *parked = nullptr, *onboard = nullptr;
-  ASSERT_KVT_OK(kvt_offload(&batched, m.get(), g1.data(), 2, KVT_TIER_G2, nullptr, 1));
-  ASSERT_KVT_OK(kvt_offload(&parked, m.get(), g1.data(), 2, KVT_TIER_G3, f, 2));
-  ASSERT_KVT_OK(kvt_onboard(&onboard, m.get(), src.data(), dst.data(), 1, f, 3));
+  ASSERT_KVT_OK(kvt_xfer_offload(&batched, m.get(), g1.data(), 2, KVT_TIER_G2, nullptr, 1));
+  ASSERT_KVT_OK(kvt_xfer_offload(&parked, m.get(), g1.data(), 2, KVT_TIER_G3, f, 2));
+  ASSERT_KVT_OK(kvt_xfer_onboard(&onboard, m.get(), src.data(), dst.data(), 1, f, 3));
   wait_state(batched, KVT_XFER_BATCHED);
   wait_state(parked, KVT_XFER_WAITING);
   wait_state(onboard, KVT_XFER_WAITING);
@@ -287,8 +287,8 @@ TEST(Reset, OfOneTierCancelsOnlyTheTransfersTouchingIt) {
   kvt_fence *f = nullptr;
   ASSERT_KVT_OK(kvt_fence_create(&f, m.get()));
   kvt_xfer *to_g2 = nullptr, *to_g3 = nullptr;
-  ASSERT_KVT_OK(kvt_offload(&to_g2, m.get(), g1.data(), 2, KVT_TIER_G2, f, 1));
-  ASSERT_KVT_OK(kvt_offload(&to_g3, m.get(), g1.data(), 2, KVT_TIER_G3, f, 2));
+  ASSERT_KVT_OK(kvt_xfer_offload(&to_g2, m.get(), g1.data(), 2, KVT_TIER_G2, f, 1));
+  ASSERT_KVT_OK(kvt_xfer_offload(&to_g3, m.get(), g1.data(), 2, KVT_TIER_G3, f, 2));
   wait_state(to_g2, KVT_XFER_WAITING);
   wait_state(to_g3, KVT_XFER_WAITING);
   ASSERT_KVT_OK(kvt_manager_reset(m.get(), KVT_TIER_G3));
@@ -324,7 +324,7 @@ TEST(Threads, ResetWaitsForACopyInFlight) {
   int caught = 0;
   for (int round = 0; round < 20 && caught < 2; ++round) {
     kvt_xfer *x = nullptr;
-    ASSERT_KVT_OK(kvt_offload(&x, m.get(), g1.data(), n, KVT_TIER_G3, nullptr, 7));
+    ASSERT_KVT_OK(kvt_xfer_offload(&x, m.get(), g1.data(), n, KVT_TIER_G3, nullptr, 7));
     uint32_t st = 0;
     while ((st = state_of_xfer(x)) < KVT_XFER_INFLIGHT) std::this_thread::yield();
     ASSERT_KVT_OK(kvt_manager_reset(m.get(), KVT_TIER_G3));
@@ -385,7 +385,7 @@ TEST(Threads, ResetWhileOtherThreadsOffloadOnboardAndMatch) {
       for (size_t i = 0; i < b.size(); ++i) fill_for(m.get(), b[i], h[i]);
       kvt_block_register_hashes(b.data(), m.get(), b.data(), h.data(), b.size(), 0);
       kvt_xfer *x = nullptr;
-      if (kvt_offload(&x, m.get(), b.data(), b.size(), dst_of(r), nullptr, r) == KVT_OK) {
+      if (kvt_xfer_offload(&x, m.get(), b.data(), b.size(), dst_of(r), nullptr, r) == KVT_OK) {
         keep(x);
         kvt_status s = finish(x);
         if (s != KVT_OK && s != KVT_ERR_CANCELLED) bad("offload", s);
@@ -415,7 +415,7 @@ TEST(Threads, ResetWhileOtherThreadsOffloadOnboardAndMatch) {
         continue;
       }
       kvt_xfer *x = nullptr;
-      if (kvt_onboard(&x, m.get(), src.data(), dst.data(), n, nullptr, 1000 + r) != KVT_OK) {
+      if (kvt_xfer_onboard(&x, m.get(), src.data(), dst.data(), n, nullptr, 1000 + r) != KVT_OK) {
         kvt_block_release(m.get(), src.data(), n);
         kvt_block_release(m.get(), dst.data(), n);
         continue;

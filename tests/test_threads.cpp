@@ -32,7 +32,7 @@ TEST(Threads, FourThreadsKeepTheManagerConsistent) {
       for (size_t i = 0; i < len; ++i) chain[i] = root * 100 + i + 1;
       std::vector<kvt_block> got(len);
       size_t hit = 0;
-      if (kvt_match_prefix(&hit, got.data(), m.get(), tier, chain.data(), len) != KVT_OK)
+      if (kvt_tier_match_prefix(&hit, got.data(), m.get(), tier, chain.data(), len) != KVT_OK)
         ++failures;
       got.resize(hit);
       size_t need = len - hit;
@@ -63,7 +63,7 @@ TEST(Threads, FourThreadsKeepTheManagerConsistent) {
       }
       if (id == 0 && iter % 50 == 0) {
         kvt_event ev[256];
-        kvt_poll(m.get(), ev, 256);
+        kvt_manager_poll(m.get(), ev, 256);
       }
       ++ops;
     }
@@ -190,9 +190,9 @@ void run_engine(kvt_manager *sm, kvt_tier store, kvt_connector *sc, kvt_connecto
 
   // The observe stream on: the copy thread and the scheduler's callers emit into it, and
   // the ring keeps the calls' arguments.
-  ASSERT_KVT_OK(kvt_recorder_ring(sm, 4096));
+  ASSERT_KVT_OK(kvt_manager_recorder_ring(sm, 4096));
   kvt_subscription *sub = nullptr;
-  ASSERT_KVT_OK(kvt_subscribe(&sub, sm, 1024));
+  ASSERT_KVT_OK(kvt_subscription_create(&sub, sm, 1024));
   std::unique_ptr<kvt_subscription, void (*)(kvt_subscription *)> sub_owner(
       sub, kvt_subscription_destroy);
 
@@ -342,7 +342,7 @@ void run_engine(kvt_manager *sm, kvt_tier store, kvt_connector *sc, kvt_connecto
     for (uint32_t i = 0; !stop; ++i) {
       uint64_t id = 0;
       if (i % 2)
-        v.check(kvt_breakpoint_add(&id, sc, KVT_SLOT_DECODING, nullptr), {KVT_OK}, "add");
+        v.check(kvt_connector_breakpoint_add(&id, sc, KVT_SLOT_DECODING, nullptr), {KVT_OK}, "add");
       else
         v.check(kvt_connector_pause(sc), {KVT_OK}, "pause");
       kvt_pause_info info{};
@@ -365,7 +365,7 @@ void run_engine(kvt_manager *sm, kvt_tier store, kvt_connector *sc, kvt_connecto
           v.fail("a call waited for the paused scheduler");
         v.check(kvt_connector_resume(sc), {KVT_OK, KVT_ERR_STATE}, "resume");
       }
-      if (id) v.check(kvt_breakpoint_remove(sc, id), {KVT_OK}, "breakpoint_remove");
+      if (id) v.check(kvt_connector_breakpoint_remove(sc, id), {KVT_OK}, "breakpoint_remove");
       std::this_thread::sleep_for(std::chrono::milliseconds(3));
     }
     // A pause asked for and not taken yet ends at once; one taken already is resumed.

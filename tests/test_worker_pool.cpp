@@ -85,7 +85,8 @@ TEST(Threads, ConcurrentSplitCopiesKeepEveryByte) {
   for (uint32_t t = 0; t < kXfers; ++t)
     ts.emplace_back([&, t] {
       kvt_xfer *x = nullptr;
-      if (kvt_offload(&x, m.get(), g1.data() + t * kPer, kPer, KVT_TIER_G2, nullptr, t) != KVT_OK ||
+      if (kvt_xfer_offload(&x, m.get(), g1.data() + t * kPer, kPer, KVT_TIER_G2, nullptr, t) !=
+              KVT_OK ||
           kvt_xfer_wait(x, -1) != KVT_OK)
         ++failed;
       kvt_xfer_release(x);
@@ -94,7 +95,7 @@ TEST(Threads, ConcurrentSplitCopiesKeepEveryByte) {
   EXPECT_EQ(failed.load(), 0);
   std::vector<kvt_block> g2(kN);
   size_t hit = 0;
-  ASSERT_KVT_OK(kvt_match_prefix(&hit, g2.data(), m.get(), KVT_TIER_G2, h.data(), kN));
+  ASSERT_KVT_OK(kvt_tier_match_prefix(&hit, g2.data(), m.get(), KVT_TIER_G2, h.data(), kN));
   ASSERT_EQ(hit, kN);
   for (uint32_t i = 0; i < kN; ++i) {
     void *p;

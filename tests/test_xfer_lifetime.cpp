@@ -43,7 +43,7 @@ TEST(Threads, ReleaseWhileAnotherThreadWaitsOnAParkedTransfer) {
   kvt_fence *f = nullptr;
   ASSERT_KVT_OK(kvt_fence_create(&f, m.get()));
   kvt_xfer *x = nullptr;
-  ASSERT_KVT_OK(kvt_offload(&x, m.get(), g1.data(), 2, KVT_TIER_G2, f, 0));
+  ASSERT_KVT_OK(kvt_xfer_offload(&x, m.get(), g1.data(), 2, KVT_TIER_G2, f, 0));
   for (int i = 0; i < 1000 && state_of_xfer(x) != KVT_XFER_WAITING; ++i)
     std::this_thread::sleep_for(1ms);
   ASSERT_EQ(state_of_xfer(x), uint32_t(KVT_XFER_WAITING));
@@ -63,7 +63,7 @@ TEST(Threads, ReleaseWhileAnotherThreadWaitsOnABatchedTransfer) {
   auto m = make(c);
   auto g1 = filled(m.get(), {1, 2});
   kvt_xfer *x = nullptr;
-  ASSERT_KVT_OK(kvt_offload(&x, m.get(), g1.data(), 2, KVT_TIER_G2, nullptr, 0));
+  ASSERT_KVT_OK(kvt_xfer_offload(&x, m.get(), g1.data(), 2, KVT_TIER_G2, nullptr, 0));
   for (int i = 0; i < 1000 && state_of_xfer(x) != KVT_XFER_BATCHED; ++i)
     std::this_thread::sleep_for(1ms);
   ASSERT_EQ(state_of_xfer(x), uint32_t(KVT_XFER_BATCHED));
@@ -88,7 +88,7 @@ TEST(Threads, ReleaseWhileAnotherThreadWaitsOnATransferInFlight) {
   int caught = 0;
   for (int round = 0; round < 10 && caught < 2; ++round) {
     kvt_xfer *x = nullptr;
-    ASSERT_KVT_OK(kvt_offload(&x, m.get(), g1.data(), n, KVT_TIER_G3, nullptr, 0));
+    ASSERT_KVT_OK(kvt_xfer_offload(&x, m.get(), g1.data(), n, KVT_TIER_G3, nullptr, 0));
     auto waited = wait_in_thread(x);
     uint32_t st = 0;
     while ((st = state_of_xfer(x)) < KVT_XFER_INFLIGHT) std::this_thread::yield();
@@ -119,7 +119,7 @@ TEST(Threads, ConcurrentReleasesAndCallsOnOneTransferAreSafe) {
     kvt_fence *f = nullptr;
     ASSERT_KVT_OK(kvt_fence_create(&f, m.get()));
     kvt_xfer *x = nullptr;
-    ASSERT_KVT_OK(kvt_offload(&x, m.get(), g1.data(), 1, KVT_TIER_G2, f, 0));
+    ASSERT_KVT_OK(kvt_xfer_offload(&x, m.get(), g1.data(), 1, KVT_TIER_G2, f, 0));
     std::atomic<bool> go{false};
     std::vector<std::thread> ts;
     for (int t = 0; t < 4; ++t)
@@ -148,7 +148,7 @@ TEST(XferHandles, DoubleReleaseStaleForgedAndForeignHandlesAreRefused) {
   auto other = make(xfer_config(dir, 8, 8, 0));
   auto g1 = filled(m.get(), {1});
   kvt_xfer *x = nullptr;
-  ASSERT_KVT_OK(kvt_offload(&x, m.get(), g1.data(), 1, KVT_TIER_G2, nullptr, 0));
+  ASSERT_KVT_OK(kvt_xfer_offload(&x, m.get(), g1.data(), 1, KVT_TIER_G2, nullptr, 0));
   ASSERT_KVT_OK(finish(x));
   kvt_xfer_release(x);
   kvt_xfer_release(x);  // ignored
@@ -164,7 +164,8 @@ TEST(XferHandles, DoubleReleaseStaleForgedAndForeignHandlesAreRefused) {
   kvt_fence_destroy(f);  // ignored
   EXPECT_KVT(kvt_fence_signal(f), KVT_ERR_INVALID_HANDLE);
   kvt_xfer *y = nullptr;
-  EXPECT_KVT(kvt_offload(&y, m.get(), g1.data(), 1, KVT_TIER_G2, f, 0), KVT_ERR_INVALID_HANDLE);
+  EXPECT_KVT(kvt_xfer_offload(&y, m.get(), g1.data(), 1, KVT_TIER_G2, f, 0),
+             KVT_ERR_INVALID_HANDLE);
 
   // Forged: an address of live memory, a block handle, another object type.
   uint64_t local[8] = {};
@@ -180,7 +181,7 @@ TEST(XferHandles, DoubleReleaseStaleForgedAndForeignHandlesAreRefused) {
   // A fence of another manager.
   kvt_fence *foreign = nullptr;
   ASSERT_KVT_OK(kvt_fence_create(&foreign, other.get()));
-  EXPECT_KVT(kvt_offload(&y, m.get(), g1.data(), 1, KVT_TIER_G2, foreign, 0),
+  EXPECT_KVT(kvt_xfer_offload(&y, m.get(), g1.data(), 1, KVT_TIER_G2, foreign, 0),
              KVT_ERR_INVALID_HANDLE);
   kvt_fence_destroy(foreign);
   kvt_fence_destroy(f);
@@ -194,7 +195,7 @@ TEST(XferHandles, TokensAreNeverReused) {
   std::set<uintptr_t> seen;
   for (int i = 0; i < 2000; ++i) {
     kvt_xfer *x = nullptr;
-    ASSERT_KVT_OK(kvt_offload(&x, m.get(), nullptr, 0, KVT_TIER_G2, nullptr, 0));
+    ASSERT_KVT_OK(kvt_xfer_offload(&x, m.get(), nullptr, 0, KVT_TIER_G2, nullptr, 0));
     kvt_fence *f = nullptr;
     ASSERT_KVT_OK(kvt_fence_create(&f, m.get()));
     EXPECT_TRUE(seen.insert(uintptr_t(x)).second);
@@ -215,7 +216,7 @@ TEST(XferHandles, HandlesOfADestroyedManagerAreRefused) {
   kvt_fence *f = nullptr;
   ASSERT_KVT_OK(kvt_fence_create(&f, m));
   kvt_xfer *x = nullptr;
-  ASSERT_KVT_OK(kvt_offload(&x, m, g1.data(), 1, KVT_TIER_G2, f, 0));
+  ASSERT_KVT_OK(kvt_xfer_offload(&x, m, g1.data(), 1, KVT_TIER_G2, f, 0));
   kvt_manager_destroy(m);
   EXPECT_KVT(kvt_xfer_wait(x, 0), KVT_ERR_INVALID_HANDLE);
   EXPECT_KVT(kvt_fence_signal(f), KVT_ERR_INVALID_HANDLE);
@@ -230,7 +231,7 @@ TEST(XferHandles, TimeoutSetsItsOwnMessageAndEventsCarryTheToken) {
   kvt_fence *f = nullptr;
   ASSERT_KVT_OK(kvt_fence_create(&f, m.get()));
   kvt_xfer *x = nullptr;
-  ASSERT_KVT_OK(kvt_offload(&x, m.get(), g1.data(), 1, KVT_TIER_G2, f, 42));
+  ASSERT_KVT_OK(kvt_xfer_offload(&x, m.get(), g1.data(), 1, KVT_TIER_G2, f, 42));
   std::vector<kvt_block> big(100000);
   EXPECT_NE(kvt_block_alloc(big.data(), big.size(), m.get(), KVT_TIER_G1), KVT_OK);  // a message
   EXPECT_KVT(kvt_xfer_wait(x, 1000), KVT_TIMEOUT);

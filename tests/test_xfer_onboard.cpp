@@ -22,7 +22,7 @@ Onboard prepare(kvt_manager *m, size_t n) {
   for (size_t i = 0; i < n; ++i) o.h.push_back(500 + i);
   o.g1 = filled(m, o.h, 9);
   kvt_xfer *x = nullptr;
-  EXPECT_KVT(kvt_offload(&x, m, o.g1.data(), n, KVT_TIER_G2, nullptr, 0), KVT_OK);
+  EXPECT_KVT(kvt_xfer_offload(&x, m, o.g1.data(), n, KVT_TIER_G2, nullptr, 0), KVT_OK);
   EXPECT_KVT(finish(x), KVT_OK);
   kvt_xfer_release(x);
   EXPECT_EQ(matched(m, KVT_TIER_G2, o.h, &o.g2), n);
@@ -58,7 +58,7 @@ TEST(XferOnboard, ReleasedOnboardIntoHashesG1HoldsPinsNothing) {
   for (int round = 0; round < 6; ++round) {
     Onboard o = prepare(m.get(), n);
     kvt_xfer *x = nullptr;
-    ASSERT_KVT_OK(kvt_onboard(&x, m.get(), o.g2.data(), o.dst.data(), n, nullptr, 0));
+    ASSERT_KVT_OK(kvt_xfer_onboard(&x, m.get(), o.g2.data(), o.dst.data(), n, nullptr, 0));
     uint32_t st = 0;
     if (round % 3 == 0) {  // in flight
       while ((st = state_of_xfer(x)) < KVT_XFER_INFLIGHT) std::this_thread::yield();
@@ -113,7 +113,7 @@ TEST(XferOnboard, OneDestinationInTwoOnboardsIsWrittenOnce) {
   ASSERT_KVT_OK(kvt_fence_create(&f, m.get()));
   kvt_xfer *x[2] = {}, *third = nullptr;
   for (int i = 0; i < 2; ++i)
-    ASSERT_KVT_OK(kvt_onboard(&x[i], m.get(), o.g2.data(), o.dst.data(), 1, f, i));
+    ASSERT_KVT_OK(kvt_xfer_onboard(&x[i], m.get(), o.g2.data(), o.dst.data(), 1, f, i));
   ASSERT_KVT_OK(kvt_fence_signal(f));
   uint64_t counts[2] = {9, 9};
   kvt_block got[2] = {1, 1};
@@ -125,7 +125,7 @@ TEST(XferOnboard, OneDestinationInTwoOnboardsIsWrittenOnce) {
   EXPECT_EQ(counts[0] + counts[1], 1u) << "one block, written by both onboards";
   EXPECT_EQ(got[0] + got[1], o.dst[0]) << "one final handle is the block, the other 0";
   EXPECT_KVT(kvt_manager_check(m.get()), KVT_OK);
-  EXPECT_KVT(kvt_onboard(&third, m.get(), o.g2.data(), o.dst.data(), 1, nullptr, 3),
+  EXPECT_KVT(kvt_xfer_onboard(&third, m.get(), o.g2.data(), o.dst.data(), 1, nullptr, 3),
              KVT_ERR_STATE);
   for (kvt_xfer *t : x) kvt_xfer_release(t);
   kvt_fence_destroy(f);
@@ -141,7 +141,7 @@ TEST(XferOnboard, ReadFinalBlocksAreTheHeldOnesAndEveryReferenceReturns) {
   auto m = make(onboard_config(dir, n));
   Onboard o = prepare(m.get(), n);
   kvt_xfer *x = nullptr;
-  ASSERT_KVT_OK(kvt_onboard(&x, m.get(), o.g2.data(), o.dst.data(), n, nullptr, 0));
+  ASSERT_KVT_OK(kvt_xfer_onboard(&x, m.get(), o.g2.data(), o.dst.data(), n, nullptr, 0));
   ASSERT_KVT_OK(finish(x));
   uint64_t count = 0;
   ASSERT_KVT_OK(kvt_xfer_status(nullptr, nullptr, &count, x));
@@ -177,7 +177,7 @@ TEST(XferOnboard, RegisteringADestinationInFlightIsRefused) {
     auto all = alloc(m.get(), g1s.free + g1s.inactive);
     ASSERT_KVT_OK(kvt_block_release(m.get(), all.data(), all.size()));
     kvt_xfer *x = nullptr;
-    ASSERT_KVT_OK(kvt_onboard(&x, m.get(), o.g2.data(), o.dst.data(), n, nullptr, 0));
+    ASSERT_KVT_OK(kvt_xfer_onboard(&x, m.get(), o.g2.data(), o.dst.data(), n, nullptr, 0));
     while (state_of_xfer(x) < KVT_XFER_INFLIGHT) std::this_thread::yield();
     kvt_block out = 0;
     kvt_status s = kvt_block_register_hash(&out, m.get(), o.dst[0], 0xdead, 0);
@@ -212,7 +212,7 @@ TEST(XferOnboard, CorruptG3CopyLeavesTheRegistryAndIsRecomputedOnce) {
   std::vector<uint64_t> h = {11, 12};
   auto g1 = filled(m.get(), h, 4);
   kvt_xfer *x = nullptr;
-  ASSERT_KVT_OK(kvt_offload(&x, m.get(), g1.data(), 2, KVT_TIER_G3, nullptr, 0));
+  ASSERT_KVT_OK(kvt_xfer_offload(&x, m.get(), g1.data(), 2, KVT_TIER_G3, nullptr, 0));
   ASSERT_KVT_OK(finish(x));
   kvt_xfer_release(x);
   ASSERT_KVT_OK(kvt_block_release(m.get(), g1.data(), 2));
@@ -233,7 +233,7 @@ TEST(XferOnboard, CorruptG3CopyLeavesTheRegistryAndIsRecomputedOnce) {
   ASSERT_EQ(matched(m.get(), KVT_TIER_G3, h, &src), 2u);
   drain(m.get());
   auto dst = alloc(m.get(), 2);
-  ASSERT_KVT_OK(kvt_onboard(&x, m.get(), src.data(), dst.data(), 2, nullptr, 0));
+  ASSERT_KVT_OK(kvt_xfer_onboard(&x, m.get(), src.data(), dst.data(), 2, nullptr, 0));
   EXPECT_KVT(finish(x), KVT_ERR_CORRUPT);
   kvt_xfer_release(x);
   size_t removed = 0;
@@ -246,7 +246,7 @@ TEST(XferOnboard, CorruptG3CopyLeavesTheRegistryAndIsRecomputedOnce) {
   EXPECT_EQ(removed, 1u);
   EXPECT_EQ(matched(m.get(), KVT_TIER_G3, h), 1u) << "the corrupt copy is still matched";
   kvt_xfer *y = nullptr;
-  EXPECT_KVT(kvt_onboard(&y, m.get(), &src[1], &dst[1], 1, nullptr, 0), KVT_ERR_STATE);
+  EXPECT_KVT(kvt_xfer_onboard(&y, m.get(), &src[1], &dst[1], 1, nullptr, 0), KVT_ERR_STATE);
   EXPECT_KVT(kvt_manager_check(m.get()), KVT_OK);
   ASSERT_KVT_OK(kvt_block_release(m.get(), src.data(), 2));  // frees the removed one
   ASSERT_KVT_OK(kvt_block_release(m.get(), dst.data(), 2));
@@ -254,7 +254,7 @@ TEST(XferOnboard, CorruptG3CopyLeavesTheRegistryAndIsRecomputedOnce) {
 
   // The engine recomputes block 12 once; it is stored and onboarded intact.
   auto again = filled(m.get(), {12}, 4);
-  ASSERT_KVT_OK(kvt_offload(&x, m.get(), again.data(), 1, KVT_TIER_G3, nullptr, 0));
+  ASSERT_KVT_OK(kvt_xfer_offload(&x, m.get(), again.data(), 1, KVT_TIER_G3, nullptr, 0));
   ASSERT_KVT_OK(finish(x));
   kvt_xfer_release(x);
   ASSERT_KVT_OK(kvt_block_release(m.get(), again.data(), 1));
@@ -263,7 +263,7 @@ TEST(XferOnboard, CorruptG3CopyLeavesTheRegistryAndIsRecomputedOnce) {
   std::vector<kvt_block> src2;
   ASSERT_EQ(matched(m.get(), KVT_TIER_G3, {12}, &src2), 1u);
   dst = alloc(m.get(), 1);
-  ASSERT_KVT_OK(kvt_onboard(&x, m.get(), src2.data(), dst.data(), 1, nullptr, 0));
+  ASSERT_KVT_OK(kvt_xfer_onboard(&x, m.get(), src2.data(), dst.data(), 1, nullptr, 0));
   ASSERT_KVT_OK(finish(x));
   kvt_block fin = 0;
   ASSERT_KVT_OK(kvt_xfer_blocks(&fin, 1, x));

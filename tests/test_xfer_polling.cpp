@@ -44,10 +44,10 @@ TEST(XferPolling, PollingNeverWaitsBehindAMillionBlockOffload) {
   kvt_fence *f = nullptr;
   ASSERT_KVT_OK(kvt_fence_create(&f, m.get()));
   kvt_xfer *parked = nullptr;  // waits on f all along
-  ASSERT_KVT_OK(kvt_offload(&parked, m.get(), small.data(), 1, KVT_TIER_G2, f, 0));
+  ASSERT_KVT_OK(kvt_xfer_offload(&parked, m.get(), small.data(), 1, KVT_TIER_G2, f, 0));
 
   kvt_xfer *big = nullptr;
-  ASSERT_KVT_OK(kvt_offload(&big, m.get(), blocks.data(), n, KVT_TIER_G2, nullptr, 0));
+  ASSERT_KVT_OK(kvt_xfer_offload(&big, m.get(), blocks.data(), n, KVT_TIER_G2, nullptr, 0));
   double worst[3] = {};
   size_t polls = 0;
   for (uint32_t st = 0; (st = state_of_xfer(big)) < KVT_XFER_DONE;) {
@@ -61,7 +61,7 @@ TEST(XferPolling, PollingNeverWaitsBehindAMillionBlockOffload) {
     EXPECT_EQ(ps, uint32_t(KVT_XFER_WAITING));
     // A fresh small transfer, cancelled at once: it queues behind the big one's evaluation.
     kvt_xfer *x = nullptr;
-    ASSERT_KVT_OK(kvt_offload(&x, m.get(), small.data(), 1, KVT_TIER_G2, f, 0));
+    ASSERT_KVT_OK(kvt_xfer_offload(&x, m.get(), small.data(), 1, KVT_TIER_G2, f, 0));
     t0 = Clock::now();
     ASSERT_KVT_OK(kvt_xfer_cancel(x));
     worst[2] = std::max(worst[2], ms_since(t0));
@@ -103,7 +103,7 @@ TEST(XferPolling, LargeContainersAreSplitIntoBatchesAndEndOnce) {
   auto g1 = filled(m.get(), h, 3);
   drain(m.get());
   kvt_xfer *x = nullptr;
-  ASSERT_KVT_OK(kvt_offload(&x, m.get(), g1.data(), h.size(), KVT_TIER_G2, nullptr, 5));
+  ASSERT_KVT_OK(kvt_xfer_offload(&x, m.get(), g1.data(), h.size(), KVT_TIER_G2, nullptr, 5));
   ASSERT_KVT_OK(finish(x));
   uint64_t count = 0;
   ASSERT_KVT_OK(kvt_xfer_status(nullptr, nullptr, &count, x));
@@ -116,7 +116,7 @@ TEST(XferPolling, LargeContainersAreSplitIntoBatchesAndEndOnce) {
   ASSERT_KVT_OK(kvt_block_release(m.get(), fill.data(), fill.size()));
   auto dst = alloc(m.get(), h.size());
   kvt_xfer *y = nullptr;
-  ASSERT_KVT_OK(kvt_onboard(&y, m.get(), g2.data(), dst.data(), h.size(), nullptr, 6));
+  ASSERT_KVT_OK(kvt_xfer_onboard(&y, m.get(), g2.data(), dst.data(), h.size(), nullptr, 6));
   ASSERT_KVT_OK(finish(y));
   std::vector<kvt_block> fin(h.size());
   ASSERT_KVT_OK(kvt_xfer_blocks(fin.data(), fin.size(), y));

@@ -415,7 +415,7 @@ func (m *Manager) MatchPrefix(hashes []uint64, tier Tier) ([]Block, error) {
 	out := make([]Block, len(hashes)+1)
 	var n C.size_t
 	err := m.with(func(c *C.kvt_manager) C.kvt_status {
-		return C.kvt_match_prefix(&n, blockPtr(out), c, C.kvt_tier(tier), u64ptr(hashes),
+		return C.kvt_tier_match_prefix(&n, blockPtr(out), c, C.kvt_tier(tier), u64ptr(hashes),
 			C.size_t(len(hashes)))
 	})
 	return out[:n], err
@@ -490,7 +490,7 @@ func (m *Manager) Poll(max int) ([]Event, error) {
 	buf := make([]C.kvt_event, max)
 	var n C.size_t
 	err := m.with(func(c *C.kvt_manager) C.kvt_status {
-		n = C.kvt_poll(c, &buf[0], C.size_t(max))
+		n = C.kvt_manager_poll(c, &buf[0], C.size_t(max))
 		return C.KVT_OK
 	})
 	return events(buf[:n]), err
@@ -513,7 +513,7 @@ func (m *Manager) EventFD() int {
 	if m.m == nil {
 		return -1
 	}
-	return int(C.kvt_event_fd(m.m))
+	return int(C.kvt_manager_event_fd(m.m))
 }
 
 // Transfer is an enqueued offload or onboard. Close releases it (cancelling it if it has
@@ -539,7 +539,7 @@ func (m *Manager) newTransfer(x *C.kvt_xfer, n int) *Transfer {
 func (m *Manager) Offload(blocks []Block, dst Tier, fence *Fence, userData uint64) (*Transfer, error) {
 	var x *C.kvt_xfer
 	err := m.with(func(c *C.kvt_manager) C.kvt_status {
-		return C.kvt_offload(&x, c, blockPtr(blocks), C.size_t(len(blocks)), C.kvt_tier(dst),
+		return C.kvt_xfer_offload(&x, c, blockPtr(blocks), C.size_t(len(blocks)), C.kvt_tier(dst),
 			fence.ptr(), C.uint64_t(userData))
 	})
 	if err != nil {
@@ -555,7 +555,7 @@ func (m *Manager) Onboard(src, dst []Block, fence *Fence, userData uint64) (*Tra
 	}
 	var x *C.kvt_xfer
 	err := m.with(func(c *C.kvt_manager) C.kvt_status {
-		return C.kvt_onboard(&x, c, blockPtr(src), blockPtr(dst), C.size_t(len(src)),
+		return C.kvt_xfer_onboard(&x, c, blockPtr(src), blockPtr(dst), C.size_t(len(src)),
 			fence.ptr(), C.uint64_t(userData))
 	})
 	if err != nil {

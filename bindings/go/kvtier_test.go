@@ -315,7 +315,7 @@ func TestGoroutinesShareOneManager(t *testing.T) {
 	}
 }
 
-// The cost of one kvt_match_prefix of one block through cgo (docs/BENCHMARKS.md). Each call
+// The cost of one kvt_tier_match_prefix of one block through cgo (docs/BENCHMARKS.md). Each call
 // pins the block once more; the manager's Close drops the pins.
 func BenchmarkMatchPrefix1(b *testing.B) {
 	m := newManager(b)

@@ -51,7 +51,7 @@ var errSubscriptionClosed = &Error{Status: StatusInvalidHandle, Message: "the su
 func (m *Manager) Subscribe(capacity int) (*Subscription, error) {
 	var s *C.kvt_subscription
 	if err := m.with(func(c *C.kvt_manager) C.kvt_status {
-		return C.kvt_subscribe(&s, c, C.size_t(capacity))
+		return C.kvt_subscription_create(&s, c, C.size_t(capacity))
 	}); err != nil {
 		return nil, err
 	}
@@ -103,12 +103,12 @@ func (s *Subscription) Close() {
 func (m *Manager) Record(path string) error {
 	p := C.CString(path)
 	defer C.free(unsafe.Pointer(p))
-	return m.with(func(c *C.kvt_manager) C.kvt_status { return C.kvt_recorder_open(c, p) })
+	return m.with(func(c *C.kvt_manager) C.kvt_status { return C.kvt_manager_recorder_open(c, p) })
 }
 
 // StopRecording writes what is buffered and closes the event log.
 func (m *Manager) StopRecording() error {
-	return m.with(func(c *C.kvt_manager) C.kvt_status { return C.kvt_recorder_close(c) })
+	return m.with(func(c *C.kvt_manager) C.kvt_status { return C.kvt_manager_recorder_close(c) })
 }
 
 // MetricsText is the Prometheus text exposition of the manager's counters.

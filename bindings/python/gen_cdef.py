@@ -5,11 +5,12 @@
     gen_cdef.py            rewrite kvtier/_cdef.py from the header
     gen_cdef.py --check    fail if the shipped kvtier/_cdef.py differs from the header's
 
-The header runs through the C preprocessor (`cc -E -P -DKVT_API= -DKVT_NO_INLINE`, $CC if
-set) without its #include lines: cffi knows the <stdint.h> and <stddef.h> types itself, and
-the system headers' own declarations are of no use to it. KVT_NO_INLINE leaves out the
-static inline wrappers, which cffi cannot declare (and ABI mode cannot call). The integer
-#defines become CONST, since the preprocessor consumes them.
+The header runs through the C preprocessor (`cc -E -P -DKVT_API= -DKVT_DEPRECATED(n)=
+-DKVT_NO_INLINE`, $CC if set) without its #include lines: cffi knows the <stdint.h> and
+<stddef.h> types itself, and the system headers' own declarations are of no use to it.
+KVT_NO_INLINE leaves out the static inline wrappers, which cffi cannot declare (and ABI mode
+cannot call); an empty KVT_DEPRECATED leaves out attributes that cffi cannot parse. The
+integer #defines become CONST, since the preprocessor consumes them.
 """
 import argparse
 import os
@@ -26,7 +27,7 @@ OUTPUT = os.path.join(HERE, "kvtier", "_cdef.py")
 def preprocess(text):
     body = "".join(l for l in text.splitlines(True) if not re.match(r"\s*#\s*include\b", l))
     cc = shlex.split(os.environ.get("CC") or "cc")
-    out = subprocess.run(cc + ["-E", "-P", "-DKVT_API=", "-DKVT_NO_INLINE", "-x", "c", "-"],
+    out = subprocess.run(cc + ["-E", "-P", "-DKVT_API=", "-DKVT_DEPRECATED(n)=", "-DKVT_NO_INLINE", "-x", "c", "-"],
                          input=body, capture_output=True, text=True)
     if out.returncode != 0:
         sys.exit("gen_cdef: %s -E failed: %s" % (" ".join(cc), out.stderr))

@@ -238,7 +238,7 @@ int main(void) {
   /* 4. G2 holds B's three blocks, with the bytes the engine computed. */
   kvt_block g2[MAX_HASHES];
   size_t hit, good = 0;
-  CHECK(kvt_match_prefix(&hit, g2, mgr, KVT_TIER_G2, hb, nb));
+  CHECK(kvt_tier_match_prefix(&hit, g2, mgr, KVT_TIER_G2, hb, nb));
   for (size_t i = 0; i < hit; ++i) {
     void *p;
     size_t n;

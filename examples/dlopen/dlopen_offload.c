@@ -75,8 +75,8 @@ int main(int argc, char **argv) {
            resolve(lib, "kvt_block_data", &k.data) &&
            resolve(lib, "kvt_block_register_hashes", &k.register_hashes) &&
            resolve(lib, "kvt_block_release", &k.release) &&
-           resolve(lib, "kvt_match_prefix", &k.match) &&
-           resolve(lib, "kvt_offload", &k.offload) &&
+           resolve(lib, "kvt_tier_match_prefix", &k.match) &&
+           resolve(lib, "kvt_xfer_offload", &k.offload) &&
            resolve(lib, "kvt_xfer_wait", &k.wait) &&
            resolve(lib, "kvt_xfer_release", &k.xfer_release);
   if (!ok) return 1;

@@ -64,7 +64,7 @@ int main(void) {
   CHECK(kvt_block_register_hashes(a, m, a, a_hash, a_full, 0));
   kvt_xfer *x;
   uint64_t moved = 0;
-  CHECK(kvt_offload(&x, m, a, a_full, KVT_TIER_G2, NULL, 1));
+  CHECK(kvt_xfer_offload(&x, m, a, a_full, KVT_TIER_G2, NULL, 1));
   CHECK(kvt_xfer_wait(x, -1));
   CHECK(kvt_xfer_status(NULL, NULL, &moved, x));
   kvt_xfer_release(x);
@@ -75,13 +75,13 @@ int main(void) {
 
   /* Evict G1: allocating all of it evicts A's inactive blocks. */
   kvt_event ev[64];
-  while (kvt_poll(m, ev, 64) > 0) {
+  while (kvt_manager_poll(m, ev, 64) > 0) {
   }
   kvt_block all[G1_BLOCKS];
   CHECK(kvt_block_alloc(all, G1_BLOCKS, m, KVT_TIER_G1));
   CHECK(kvt_block_release(m, all, G1_BLOCKS));
   size_t removed = 0, n;
-  while ((n = kvt_poll(m, ev, 64)) > 0)
+  while ((n = kvt_manager_poll(m, ev, 64)) > 0)
     for (size_t i = 0; i < n; ++i)
       removed += ev[i].type == KVT_EVENT_BLOCK_REMOVED && ev[i].tier == KVT_TIER_G1;
   printf("G1 evicted: %zu blocks removed\n", removed);
@@ -90,10 +90,10 @@ int main(void) {
   size_t b_tokens = tokenize(tokens, "Hello, world! How are you?"), b_full, g1_hit, g2_hit;
   CHECK(kvt_hash_sequence(b_hash, &b_full, 16, salt, tokens, b_tokens, PAGE));
   kvt_block g1[16], g2[16];
-  CHECK(kvt_match_prefix(&g1_hit, g1, m, KVT_TIER_G1, b_hash, b_full));
-  CHECK(kvt_match_prefix(&g2_hit, g2, m, KVT_TIER_G2, b_hash + g1_hit, b_full - g1_hit));
+  CHECK(kvt_tier_match_prefix(&g1_hit, g1, m, KVT_TIER_G1, b_hash, b_full));
+  CHECK(kvt_tier_match_prefix(&g2_hit, g2, m, KVT_TIER_G2, b_hash + g1_hit, b_full - g1_hit));
   CHECK(kvt_block_alloc(g1 + g1_hit, g2_hit, m, KVT_TIER_G1));
-  CHECK(kvt_onboard(&x, m, g2, g1 + g1_hit, g2_hit, NULL, 2));
+  CHECK(kvt_xfer_onboard(&x, m, g2, g1 + g1_hit, g2_hit, NULL, 2));
   CHECK(kvt_xfer_wait(x, -1));
   CHECK(kvt_xfer_status(NULL, NULL, &moved, x));
   CHECK(kvt_xfer_blocks(g1 + g1_hit, g2_hit, x));

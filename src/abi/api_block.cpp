@@ -225,9 +225,9 @@ KVT_API kvt_status kvt_block_register_hashes(kvt_block *out, kvt_manager *m,
   });
 }
 
-KVT_API kvt_status kvt_match_prefix(size_t *out_n, kvt_block *out_blocks, kvt_manager *m,
-                                    kvt_tier tier, const uint64_t *seq_hashes, size_t n) {
-  static constexpr const char *fn = "kvt_match_prefix";
+KVT_API kvt_status kvt_tier_match_prefix(size_t *out_n, kvt_block *out_blocks, kvt_manager *m,
+                                         kvt_tier tier, const uint64_t *seq_hashes, size_t n) {
+  static constexpr const char *fn = "kvt_tier_match_prefix";
   return on_manager(fn, m, [&](Manager &mgr) {
     if (out_n == nullptr) return null_arg(fn, "out_n");
     if (kvt_status s = check_array(fn, "out_blocks", out_blocks, n); s != KVT_OK) return s;

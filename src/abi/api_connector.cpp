@@ -385,7 +385,7 @@ KVT_API kvt_status kvt_connector_stats_get(kvt_connector_stats *out, kvt_connect
 KVT_API size_t kvt_connector_take_events(kvt_event *out, size_t max, kvt_connector *c) {
   kvt_status st;
   if (connector("kvt_connector_take_events", c, &st) == nullptr) return 0;
-  return kvt_poll(c->manager, out, max);
+  return kvt_manager_poll(c->manager, out, max);
 }
 
 KVT_API kvt_status kvt_connector_register_kv_caches(kvt_connector *c,
@@ -493,9 +493,9 @@ KVT_API kvt_status kvt_connector_batches(kvt_batch_info *out, size_t cap, size_t
   });
 }
 
-KVT_API kvt_status kvt_breakpoint_add(uint64_t *id, kvt_connector *c, uint32_t state,
-                                      const char *req_id) {
-  static constexpr const char *fn = "kvt_breakpoint_add";
+KVT_API kvt_status kvt_connector_breakpoint_add(uint64_t *id, kvt_connector *c, uint32_t state,
+                                                const char *req_id) {
+  static constexpr const char *fn = "kvt_connector_breakpoint_add";
   if (id == nullptr) return null_arg(fn, "id");
   return on_breakpoints(fn, c, [&](Breakpoints &bp) {
     if (state > KVT_SLOT_FINISHED)
@@ -513,8 +513,8 @@ KVT_API kvt_status kvt_breakpoint_add(uint64_t *id, kvt_connector *c, uint32_t s
   });
 }
 
-KVT_API kvt_status kvt_breakpoint_remove(kvt_connector *c, uint64_t id) {
-  static constexpr const char *fn = "kvt_breakpoint_remove";
+KVT_API kvt_status kvt_connector_breakpoint_remove(kvt_connector *c, uint64_t id) {
+  static constexpr const char *fn = "kvt_connector_breakpoint_remove";
   return on_breakpoints(fn, c, [&](Breakpoints &bp) {
     if (!bp.remove(id))
       return fail(KVT_ERR_NOT_FOUND, "%s: no breakpoint %llu", fn, (unsigned long long)id);

@@ -1,5 +1,5 @@
 // G4, the remote tier on Redis: kvt_g4_match, kvt_g4_onboard, kvt_g4_stats_get. Offload to
-// G4 is kvt_offload's (api_xfer.cpp); onboards run through the pipeline like kvt_onboard.
+// G4 is kvt_xfer_offload's (api_xfer.cpp); onboards run through the pipeline like kvt_xfer_onboard.
 #include "abi/guard.hpp"
 #include "abi/objects.hpp"
 #include "abi/xfer_table.hpp"

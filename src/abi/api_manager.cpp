@@ -143,8 +143,8 @@ KVT_API kvt_status kvt_transfer_stats_get(kvt_transfer_stats *out, kvt_manager *
   });
 }
 
-KVT_API size_t kvt_poll(kvt_manager *m, kvt_event *out, size_t max) {
-  static constexpr const char *fn = "kvt_poll";
+KVT_API size_t kvt_manager_poll(kvt_manager *m, kvt_event *out, size_t max) {
+  static constexpr const char *fn = "kvt_manager_poll";
   size_t n = 0;
   on_manager(fn, m, [&](Manager &mgr) {
     if (kvt_status s = check_array(fn, "out", out, max); s != KVT_OK) return s;
@@ -154,9 +154,9 @@ KVT_API size_t kvt_poll(kvt_manager *m, kvt_event *out, size_t max) {
   return n;
 }
 
-KVT_API int kvt_event_fd(kvt_manager *m) {
+KVT_API int kvt_manager_event_fd(kvt_manager *m) {
   kvt_status st;
-  Manager *mgr = manager("kvt_event_fd", m, &st);
+  Manager *mgr = manager("kvt_manager_event_fd", m, &st);
   return mgr ? mgr->events().fd() : -1;
 }
 

@@ -76,8 +76,9 @@ T *live(const char *fn, T *p, const char *type, kvt_status *st) noexcept {
 
 extern "C" {
 
-KVT_API kvt_status kvt_subscribe(kvt_subscription **out, kvt_manager *m, size_t capacity) {
-  static constexpr const char *fn = "kvt_subscribe";
+KVT_API kvt_status kvt_subscription_create(kvt_subscription **out, kvt_manager *m,
+                                           size_t capacity) {
+  static constexpr const char *fn = "kvt_subscription_create";
   if (out == nullptr) return null_arg(fn, "out");
   return on_manager(fn, m, [&](Manager &mgr) {
     if (capacity == 0 || capacity > kMaxEvents)
@@ -116,8 +117,8 @@ KVT_API void kvt_subscription_destroy(kvt_subscription *s) {
   delete s;
 }
 
-KVT_API kvt_status kvt_recorder_ring(kvt_manager *m, size_t events) {
-  static constexpr const char *fn = "kvt_recorder_ring";
+KVT_API kvt_status kvt_manager_recorder_ring(kvt_manager *m, size_t events) {
+  static constexpr const char *fn = "kvt_manager_recorder_ring";
   return on_manager(fn, m, [&](Manager &mgr) {
     if (events > kMaxEvents)
       return fail(KVT_ERR_INVALID_ARGUMENT, "%s: %zu events is more than %zu", fn, events,
@@ -126,8 +127,8 @@ KVT_API kvt_status kvt_recorder_ring(kvt_manager *m, size_t events) {
   });
 }
 
-KVT_API kvt_status kvt_recorder_dump(kvt_manager *m, const char *path) {
-  static constexpr const char *fn = "kvt_recorder_dump";
+KVT_API kvt_status kvt_manager_recorder_dump(kvt_manager *m, const char *path) {
+  static constexpr const char *fn = "kvt_manager_recorder_dump";
   if (path == nullptr) return null_arg(fn, "path");
   return on_manager(fn, m, [&](Manager &mgr) {
     if (kvt_status st = mgr.bus().dump_ring(path); st != KVT_OK)
@@ -136,8 +137,8 @@ KVT_API kvt_status kvt_recorder_dump(kvt_manager *m, const char *path) {
   });
 }
 
-KVT_API kvt_status kvt_recorder_open(kvt_manager *m, const char *path) {
-  static constexpr const char *fn = "kvt_recorder_open";
+KVT_API kvt_status kvt_manager_recorder_open(kvt_manager *m, const char *path) {
+  static constexpr const char *fn = "kvt_manager_recorder_open";
   if (path == nullptr) return null_arg(fn, "path");
   return on_manager(fn, m, [&](Manager &mgr) {
     if (kvt_status st = mgr.bus().open_log(path); st != KVT_OK)
@@ -146,8 +147,8 @@ KVT_API kvt_status kvt_recorder_open(kvt_manager *m, const char *path) {
   });
 }
 
-KVT_API kvt_status kvt_recorder_close(kvt_manager *m) {
-  static constexpr const char *fn = "kvt_recorder_close";
+KVT_API kvt_status kvt_manager_recorder_close(kvt_manager *m) {
+  static constexpr const char *fn = "kvt_manager_recorder_close";
   return on_manager(fn, m, [&](Manager &mgr) {
     if (kvt_status st = mgr.bus().close_log(); st != KVT_OK)
       return fail(st, "%s: %s", fn, std::string(kvt_last_error()).c_str());

@@ -1,5 +1,5 @@
-// Transfers and fences: kvt_offload, kvt_onboard, kvt_xfer_*, kvt_fence_*. The handles are
-// tokens (abi/xfer_table.hpp); each call looks its object up and keeps it alive while it runs.
+// Transfers and fences: kvt_xfer_offload, kvt_xfer_onboard, kvt_xfer_*, kvt_fence_*. The handles
+// are tokens (abi/xfer_table.hpp); each call looks its object up and keeps it alive while it runs.
 #include "abi/guard.hpp"
 #include "abi/objects.hpp"
 #include "abi/xfer_table.hpp"
@@ -99,9 +99,9 @@ KVT_API void kvt_fence_destroy(kvt_fence *f) {
   });
 }
 
-KVT_API kvt_status kvt_offload(kvt_xfer **out, kvt_manager *m, const kvt_block *src, size_t n,
-                               kvt_tier dst, kvt_fence *precondition, uint64_t user_data) {
-  static constexpr const char *fn = "kvt_offload";
+KVT_API kvt_status kvt_xfer_offload(kvt_xfer **out, kvt_manager *m, const kvt_block *src, size_t n,
+                                    kvt_tier dst, kvt_fence *precondition, uint64_t user_data) {
+  static constexpr const char *fn = "kvt_xfer_offload";
   return on_manager(fn, m, [&](Manager &mgr) {
     if (out == nullptr) return null_arg(fn, "out");
     if (kvt_status s = check_array(fn, "src", src, n); s != KVT_OK) return s;
@@ -115,10 +115,10 @@ KVT_API kvt_status kvt_offload(kvt_xfer **out, kvt_manager *m, const kvt_block *
   });
 }
 
-KVT_API kvt_status kvt_onboard(kvt_xfer **out, kvt_manager *m, const kvt_block *src,
-                               const kvt_block *dst_g1, size_t n, kvt_fence *precondition,
-                               uint64_t user_data) {
-  static constexpr const char *fn = "kvt_onboard";
+KVT_API kvt_status kvt_xfer_onboard(kvt_xfer **out, kvt_manager *m, const kvt_block *src,
+                                    const kvt_block *dst_g1, size_t n, kvt_fence *precondition,
+                                    uint64_t user_data) {
+  static constexpr const char *fn = "kvt_xfer_onboard";
   return on_manager(fn, m, [&](Manager &mgr) {
     if (out == nullptr) return null_arg(fn, "out");
     if (kvt_status s = check_array(fn, "src", src, n); s != KVT_OK) return s;

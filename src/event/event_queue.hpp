@@ -1,4 +1,4 @@
-// The bounded event queue drained by kvt_poll, with an eventfd readable while it is
+// The bounded event queue drained by kvt_manager_poll, with an eventfd readable while it is
 // non-empty. Full queue: the oldest BLOCK_* event gives way and is counted; the count is
 // reported by one EVENTS_DROPPED event at the head of the next poll. XFER_DONE and
 // TIER_CLEARED events are never dropped (a host that lost BLOCK_* events still learns that a

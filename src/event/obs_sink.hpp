@@ -45,7 +45,7 @@ class ObsSink {
   // Stamps e with the next sequence number and the time, and hands it to every reader.
   // Never waits for a reader; may be called under a tier's lock.
   virtual void emit(ObsEvent &e) noexcept = 0;
-  // A tier's BLOCK_* and TIER_CLEARED events (kvt_poll's), in order, under one stamp.
+  // A tier's BLOCK_* and TIER_CLEARED events (kvt_manager_poll's), in order, under one stamp.
   virtual void emit_tier_events(const kvt_event *ev, size_t n) noexcept = 0;
 
  protected:

@@ -164,7 +164,7 @@ void Manager::announce_start(const std::vector<Tier::Recovered> &recovered) {
 Tier *Manager::tier(int t) noexcept {
   if (t == KVT_TIER_G4) {
     fail(KVT_ERR_INVALID_ARGUMENT,
-         "tier G4 (4) holds no blocks of its own: use kvt_offload to G4, kvt_g4_match and "
+         "tier G4 (4) holds no blocks of its own: use kvt_xfer_offload to G4, kvt_g4_match and "
          "kvt_g4_onboard");
     return nullptr;
   }

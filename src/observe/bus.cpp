@@ -114,7 +114,7 @@ kvt_status Bus::dump_ring(const std::string &path) {
   {
     std::lock_guard lock(mu_);
     if (ring_.empty())
-      return fail(KVT_ERR_STATE, "the recorder keeps no ring; kvt_recorder_ring first");
+      return fail(KVT_ERR_STATE, "the recorder keeps no ring; kvt_manager_recorder_ring first");
     const size_t n = std::min<uint64_t>(ring_filled_, ring_.size());
     copy.reserve(n);
     const size_t first = (ring_next_ + ring_.size() - n) % ring_.size();

@@ -45,10 +45,10 @@ std::string metrics_text(const MetricsInput &in) {
         o.line("%s{tier=\"%s\"} %llu\n", name, kTierNames[t],
                (unsigned long long)field(in.tier[t]));
   };
-  per_tier("kvtier_tier_hits_total", "counter", "Hashes kvt_match_prefix found in the tier.",
+  per_tier("kvtier_tier_hits_total", "counter", "Hashes kvt_tier_match_prefix found in the tier.",
            [](const kvt_tier_stats &s) { return s.match_hit; });
   per_tier("kvtier_tier_misses_total", "counter",
-           "Hashes kvt_match_prefix asked the tier for and did not find.",
+           "Hashes kvt_tier_match_prefix asked the tier for and did not find.",
            [](const kvt_tier_stats &s) { return s.match_queried - s.match_hit; });
   per_tier("kvtier_tier_capacity_blocks", "gauge", "Blocks the tier can hold.",
            [](const kvt_tier_stats &s) { return s.capacity; });
@@ -147,8 +147,9 @@ std::string metrics_text(const MetricsInput &in) {
   o.family("kvtier_events_emitted_total", "counter",
            "Observe events numbered while someone read the stream.");
   o.line("kvtier_events_emitted_total %llu\n", (unsigned long long)in.events_emitted);
-  o.family("kvtier_events_dropped_total", "counter",
-           "Events lost by readers that fell behind: subscriptions, the event log, kvt_poll.");
+  o.family(
+      "kvtier_events_dropped_total", "counter",
+      "Events lost by readers that fell behind: subscriptions, the event log, kvt_manager_poll.");
   o.line("kvtier_events_dropped_total{reader=\"subscription\"} %llu\n",
          (unsigned long long)in.subscriber_drops);
   o.line("kvtier_events_dropped_total{reader=\"log\"} %llu\n", (unsigned long long)in.log_drops);

@@ -99,9 +99,10 @@ kvt_status Pipeline::offload(std::shared_ptr<Transfer> *out, const kvt_block *sr
   if (n > 0) {
     t->dir = direction(t->src_tier, dst);
     if (!t->dir || info(*t->dir).src > info(*t->dir).dst)
-      return fail(KVT_ERR_INVALID_ARGUMENT,
-                  "offload goes down the tiers: G%d to G%d is not an offload (use kvt_onboard)",
-                  int(t->src_tier), dst);
+      return fail(
+          KVT_ERR_INVALID_ARGUMENT,
+          "offload goes down the tiers: G%d to G%d is not an offload (use kvt_xfer_onboard)",
+          int(t->src_tier), dst);
   }
   *out = std::move(t);
   return KVT_OK;

@@ -8,7 +8,7 @@ int main(void) {
   kvt_manager_config_init(&cfg); /* the header's inline wrapper over the exported sized init */
   kvt_manager_config_init_sized(&cfg, sizeof cfg);
   if (kvt_manager_create(&m, &cfg) != KVT_OK) return 1;
-  (void)kvt_poll(m, &ev, 1);
+  (void)kvt_manager_poll(m, &ev, 1);
   kvt_manager_destroy(m);
   return kvt_status_str(KVT_ERR_INTERNAL)[0] == 'K' ? 0 : 1;
 }

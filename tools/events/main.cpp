@@ -1,4 +1,4 @@
-// kvtier-events: reads an event log (kvt_recorder_open, kvtier-replay --record) and prints
+// kvtier-events: reads an event log (kvt_manager_recorder_open, kvtier-replay --record) and prints
 // it as text or as one JSON object per line, for every request or one; with --request and
 // without --json, that request's timeline and the time it spent in each slot state. A log
 // whose tail a killed writer tore is read to its last whole record: the cut is reported on

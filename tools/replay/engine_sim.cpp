@@ -678,7 +678,7 @@ std::map<std::string, std::array<uint64_t, 5>> slots_of(kvt_connector *c) {
 // slots, registry and counters.
 bool Engine::verify_record(std::string *error) {
   auto &v = res_.record_replay;
-  if (kvt_recorder_close(m_) != KVT_OK) {
+  if (kvt_manager_recorder_close(m_) != KVT_OK) {
     *error = std::string("--verify-record: closing the log: ") + kvt_last_error();
     return false;
   }

@@ -212,15 +212,15 @@ bool Replayer::write_back(kvt_tier tier, size_t n) {
     if (k == 0) return true;
     if (dst == KVT_TIER_G2 && !write_back(KVT_TIER_G2, k)) return false;
     kvt_xfer *x = nullptr, *x4 = nullptr;
-    kvt_status st = kvt_offload(&x, m_, victims.data(), k, dst, nullptr, 0);
+    kvt_status st = kvt_xfer_offload(&x, m_, victims.data(), k, dst, nullptr, 0);
     if (st == KVT_ERR_INVALID_HANDLE && o_.concurrency > 1) continue;
-    if (st != KVT_OK) return lib_failed("kvt_offload (write-back)", st);
+    if (st != KVT_OK) return lib_failed("kvt_xfer_offload (write-back)", st);
     // What leaves G1 goes to G4 too (a G2 victim went there when it left G1).
     if (!o_.g4_url.empty() && tier == KVT_TIER_G1 &&
-        (st = kvt_offload(&x4, m_, victims.data(), k, KVT_TIER_G4, nullptr, 0)) != KVT_OK &&
+        (st = kvt_xfer_offload(&x4, m_, victims.data(), k, KVT_TIER_G4, nullptr, 0)) != KVT_OK &&
         st != KVT_ERR_INVALID_HANDLE) {
       kvt_xfer_release(x);
-      return lib_failed("kvt_offload to G4 (write-back)", st);
+      return lib_failed("kvt_xfer_offload to G4 (write-back)", st);
     }
     for (kvt_xfer *w : {x, x4}) {
       if (w == nullptr) continue;
@@ -256,8 +256,8 @@ bool Replayer::alloc_g1(kvt_block *out, size_t n) {
 bool Replayer::onboard(kvt_xfer **x, const kvt_block *src, kvt_block *dst, size_t n) {
   *x = nullptr;
   if (n == 0) return true;
-  if (kvt_status st = kvt_onboard(x, m_, src, dst, n, nullptr, 0); st != KVT_OK)
-    return lib_failed("kvt_onboard", st);
+  if (kvt_status st = kvt_xfer_onboard(x, m_, src, dst, n, nullptr, 0); st != KVT_OK)
+    return lib_failed("kvt_xfer_onboard", st);
   return true;
 }
 
@@ -269,9 +269,9 @@ bool Replayer::offload_async(const kvt_block *src, size_t n, kvt_tier dst, size_
   pending_cv_.wait(lock, [&] { return pending_blocks_ + n <= limit || pending_.empty(); });
   kvt_xfer *x = nullptr;
   const uint64_t id = next_id_++;
-  if (kvt_status st = kvt_offload(&x, m_, src, n, dst, nullptr, id); st != KVT_OK) {
+  if (kvt_status st = kvt_xfer_offload(&x, m_, src, n, dst, nullptr, id); st != KVT_OK) {
     lock.unlock();
-    return lib_failed("kvt_offload", st);
+    return lib_failed("kvt_xfer_offload", st);
   }
   pending_.emplace(id, Pending{x, interval, n});
   pending_blocks_ += n;
@@ -281,14 +281,14 @@ bool Replayer::offload_async(const kvt_block *src, size_t n, kvt_tier dst, size_
 // Finishes the asynchronous offloads: accounts what each moved and releases it.
 void Replayer::poller() {
   std::vector<kvt_event> ev(256);
-  pollfd pfd{kvt_event_fd(m_), POLLIN, 0};
+  pollfd pfd{kvt_manager_event_fd(m_), POLLIN, 0};
   for (;;) {
     {
       std::lock_guard lock(mu_);
       if (stop_poller_ && pending_.empty()) return;
     }
     ::poll(&pfd, 1, 20);
-    size_t n = kvt_poll(m_, ev.data(), ev.size());
+    size_t n = kvt_manager_poll(m_, ev.data(), ev.size());
     std::lock_guard lock(mu_);
     for (size_t i = 0; i < n; ++i) {
       if (ev[i].type != KVT_EVENT_XFER_DONE) continue;
@@ -333,18 +333,18 @@ bool Replayer::serve(size_t i, Scratch &s) {
 
   // The longest prefix in G1, continued in G2, then in G3. Every match pins its blocks.
   size_t h1 = 0, h2 = 0, h3 = 0;
-  if (kvt_status st = kvt_match_prefix(&h1, s.table.data(), m_, KVT_TIER_G1, h, n);
+  if (kvt_status st = kvt_tier_match_prefix(&h1, s.table.data(), m_, KVT_TIER_G1, h, n);
       st != KVT_OK)
-    return lib_failed("kvt_match_prefix in G1", st);
+    return lib_failed("kvt_tier_match_prefix in G1", st);
   if (o_.g2_blocks)
-    if (kvt_status st = kvt_match_prefix(&h2, s.src2.data(), m_, KVT_TIER_G2, h + h1, n - h1);
+    if (kvt_status st = kvt_tier_match_prefix(&h2, s.src2.data(), m_, KVT_TIER_G2, h + h1, n - h1);
         st != KVT_OK)
-      return lib_failed("kvt_match_prefix in G2", st);
+      return lib_failed("kvt_tier_match_prefix in G2", st);
   if (o_.g3_blocks)
-    if (kvt_status st = kvt_match_prefix(&h3, s.src3.data(), m_, KVT_TIER_G3, h + h1 + h2,
-                                         n - h1 - h2);
+    if (kvt_status st = kvt_tier_match_prefix(&h3, s.src3.data(), m_, KVT_TIER_G3, h + h1 + h2,
+                                              n - h1 - h2);
         st != KVT_OK)
-      return lib_failed("kvt_match_prefix in G3", st);
+      return lib_failed("kvt_tier_match_prefix in G3", st);
 
   // Then in G4, which Redis may evict from at any time: a lookup that fails is a miss.
   size_t h4 = 0;
@@ -545,7 +545,7 @@ bool Replayer::run(Result *out, std::string *error) {
 }  // namespace
 
 bool start_recording(kvt_manager *m, const Options &o, std::string *error) {
-  if (o.record.empty() || kvt_recorder_open(m, o.record.c_str()) == KVT_OK) return true;
+  if (o.record.empty() || kvt_manager_recorder_open(m, o.record.c_str()) == KVT_OK) return true;
   *error = std::string("--record: ") + kvt_last_error();
   return false;
 }

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""The cost of one kvt_match_prefix of one block from Python (docs/BENCHMARKS.md): median
+"""The cost of one kvt_tier_match_prefix of one block from Python (docs/BENCHMARKS.md): median
 over 5 rounds of ns per call, for a list argument and for an array('Q') argument."""
 import array
 import os

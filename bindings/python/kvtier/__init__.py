@@ -284,13 +284,13 @@ def _obs_event(e):
 
 
 class Subscription:
-    """A reader of a manager's observe events (kvt_subscribe) with a queue of `capacity`:
+    """A reader of a manager's observe events (kvt_subscription_create) with a queue of `capacity`:
     drain() returns the queued events as dicts, oldest first (a DROPPED event first when
     the queue overflowed); fileno() is readable while events are queued."""
 
     def __init__(self, manager, capacity):
         out = ffi.new("kvt_subscription **")
-        _check(C.kvt_subscribe(out, manager._live(), capacity))
+        _check(C.kvt_subscription_create(out, manager._live(), capacity))
         self._s = out[0]
 
     def _live(self):
@@ -322,7 +322,7 @@ class Subscription:
 
 
 class EventLog:
-    """Iterates the records of an event log (kvt_recorder_open, kvtier-replay --record) as
+    """Iterates the records of an event log (kvt_manager_recorder_open, kvtier-replay --record) as
     dicts. A torn tail ends the iteration; `torn` then says so and `why` where."""
 
     def __init__(self, path):
@@ -573,7 +573,7 @@ class Manager:
         else:
             h, n = _u64_array(seq_hashes, "seq_hashes")
             out, got = ffi.new("kvt_block[]", max(n, 1)), ffi.new("size_t *")
-        st = C.kvt_match_prefix(got, out, m, tier, h, n)
+        st = C.kvt_tier_match_prefix(got, out, m, tier, h, n)
         if st:
             _raise(st)
         return ffi.unpack(out, got[0])
@@ -620,10 +620,10 @@ class Manager:
 
     def record(self, path):
         """Appends every event from now on to a new event log at path."""
-        _check(C.kvt_recorder_open(self._live(), os.fsencode(path)))
+        _check(C.kvt_manager_recorder_open(self._live(), os.fsencode(path)))
 
     def stop_recording(self):
-        _check(C.kvt_recorder_close(self._live()))
+        _check(C.kvt_manager_recorder_close(self._live()))
 
     def metrics_text(self, connector=None):
         """Prometheus text of the counters (and of the connector's slots, when given)."""
@@ -652,7 +652,7 @@ class Manager:
     def offload(self, blocks, dst, fence=None, user_data=0):
         b, n = _u64_array(blocks, "blocks")
         out = ffi.new("kvt_xfer **")
-        _check(C.kvt_offload(out, self._live(), b, n, dst, self._fence(fence), user_data))
+        _check(C.kvt_xfer_offload(out, self._live(), b, n, dst, self._fence(fence), user_data))
         return Transfer(self, out[0], n)
 
     def onboard(self, src, dst_g1, fence=None, user_data=0):
@@ -662,7 +662,7 @@ class Manager:
             raise InvalidArgumentError("%d sources but %d destinations" % (n, nd),
                                        CONST["KVT_ERR_INVALID_ARGUMENT"])
         out = ffi.new("kvt_xfer **")
-        _check(C.kvt_onboard(out, self._live(), s, d, n, self._fence(fence), user_data))
+        _check(C.kvt_xfer_onboard(out, self._live(), s, d, n, self._fence(fence), user_data))
         return Transfer(self, out[0], n)
 
     def fence(self):
@@ -681,7 +681,7 @@ class Manager:
     # events
     def poll(self, max_events=256):
         buf = ffi.new("kvt_event[]", max_events)
-        n = C.kvt_poll(self._live(), buf, max_events)
+        n = C.kvt_manager_poll(self._live(), buf, max_events)
         return [Event(e.type, e.status, e.tier, e.user_data, e.hash, e.parent_hash, e.count)
                 for e in buf[0:n]]
 
@@ -695,7 +695,7 @@ class Manager:
 
     def fileno(self):
         """The event fd: readable while events are pending (select, poll, asyncio)."""
-        return C.kvt_event_fd(self._live())
+        return C.kvt_manager_event_fd(self._live())
 
     async def next_events(self):
         """Waits on the event fd in the running asyncio loop, then drains the events."""

@@ -164,7 +164,7 @@ kvt_status kvt_block_compute_done(kvt_manager *m, kvt_block b);
 kvt_status kvt_block_register(kvt_block *out, kvt_manager *m, kvt_block b);
 kvt_status kvt_block_register_hash(kvt_block *out, kvt_manager *m, kvt_block b, uint64_t seq_hash, uint64_t parent_seq_hash);
 kvt_status kvt_block_register_hashes(kvt_block *out, kvt_manager *m, const kvt_block *blocks, const uint64_t *seq_hashes, size_t n, uint64_t parent_seq_hash);
-kvt_status kvt_match_prefix(size_t *out_n, kvt_block *out_blocks, kvt_manager *m, kvt_tier tier, const uint64_t *seq_hashes, size_t n);
+kvt_status kvt_tier_match_prefix(size_t *out_n, kvt_block *out_blocks, kvt_manager *m, kvt_tier tier, const uint64_t *seq_hashes, size_t n);
 kvt_status kvt_hash_salt(uint64_t *out_salt_hash, const void *salt, size_t len);
 kvt_status kvt_hash_sequence(uint64_t *out_seq_hashes, size_t *out_n, size_t cap, uint64_t salt_hash, const uint32_t *tokens, size_t n_tokens, uint32_t page_size);
 kvt_status kvt_seq_create(kvt_seq **out, uint64_t salt_hash, uint32_t page_size);
@@ -179,8 +179,8 @@ void kvt_fence_destroy(kvt_fence *f);
 typedef enum kvt_xfer_state {
   KVT_XFER_QUEUED = 1, KVT_XFER_EVALUATING = 2, KVT_XFER_WAITING = 3, KVT_XFER_BATCHED = 4, KVT_XFER_INFLIGHT = 5, KVT_XFER_DONE = 6, KVT_XFER_CANCELLED = 7, KVT_XFER_FAILED = 8
 } kvt_xfer_state;
-kvt_status kvt_offload(kvt_xfer **out, kvt_manager *m, const kvt_block *src, size_t n, kvt_tier dst, kvt_fence *precondition, uint64_t user_data);
-kvt_status kvt_onboard(kvt_xfer **out, kvt_manager *m, const kvt_block *src, const kvt_block *dst_g1, size_t n, kvt_fence *precondition, uint64_t user_data);
+kvt_status kvt_xfer_offload(kvt_xfer **out, kvt_manager *m, const kvt_block *src, size_t n, kvt_tier dst, kvt_fence *precondition, uint64_t user_data);
+kvt_status kvt_xfer_onboard(kvt_xfer **out, kvt_manager *m, const kvt_block *src, const kvt_block *dst_g1, size_t n, kvt_fence *precondition, uint64_t user_data);
 kvt_status kvt_xfer_cancel(kvt_xfer *x);
 kvt_status kvt_xfer_wait(kvt_xfer *x, int64_t timeout_ns);
 kvt_status kvt_xfer_status(uint32_t *out_state, kvt_status *out_result, uint64_t *out_count, kvt_xfer *x);
@@ -211,8 +211,8 @@ typedef struct kvt_event {
   uint64_t parent_hash;
   uint64_t count;
 } kvt_event;
-size_t kvt_poll(kvt_manager *m, kvt_event *out, size_t max);
-int kvt_event_fd(kvt_manager *m);
+size_t kvt_manager_poll(kvt_manager *m, kvt_event *out, size_t max);
+int kvt_manager_event_fd(kvt_manager *m);
 kvt_status kvt_manager_note_tokens(kvt_manager *m, const uint64_t *seq_hashes, size_t n, const uint32_t *tokens);
 typedef enum kvt_obs_kind {
   KVT_OBS_SLOT = 1, KVT_OBS_CANDIDATE = 2, KVT_OBS_BLOCK_STORED = 3, KVT_OBS_BLOCK_REMOVED = 4, KVT_OBS_TIER_CLEARED = 5, KVT_OBS_TRANSFER = 6, KVT_OBS_DROPPED = 7, KVT_OBS_CALL = 8
@@ -245,17 +245,17 @@ typedef struct kvt_obs_event {
   uint64_t count;
   char req_id[255 + 1];
 } kvt_obs_event;
-kvt_status kvt_subscribe(kvt_subscription **out, kvt_manager *m, size_t capacity);
+kvt_status kvt_subscription_create(kvt_subscription **out, kvt_manager *m, size_t capacity);
 int kvt_subscription_fd(kvt_subscription *s);
 size_t kvt_subscription_drain(kvt_subscription *s, kvt_obs_event *out, size_t max);
 void kvt_subscription_destroy(kvt_subscription *s);
 const char *kvt_obs_kind_str(uint32_t kind);
 const char *kvt_candidate_state_str(uint32_t state);
 const char *kvt_obs_trigger_str(uint32_t trigger);
-kvt_status kvt_recorder_ring(kvt_manager *m, size_t events);
-kvt_status kvt_recorder_dump(kvt_manager *m, const char *path);
-kvt_status kvt_recorder_open(kvt_manager *m, const char *path);
-kvt_status kvt_recorder_close(kvt_manager *m);
+kvt_status kvt_manager_recorder_ring(kvt_manager *m, size_t events);
+kvt_status kvt_manager_recorder_dump(kvt_manager *m, const char *path);
+kvt_status kvt_manager_recorder_open(kvt_manager *m, const char *path);
+kvt_status kvt_manager_recorder_close(kvt_manager *m);
 kvt_status kvt_event_log_open(kvt_event_log **out, const char *path);
 kvt_status kvt_event_log_next(kvt_event_log *l, kvt_obs_event *out);
 void kvt_event_log_close(kvt_event_log *l);
@@ -394,8 +394,8 @@ typedef struct kvt_pause_info {
   uint64_t pauses;
   char req_id[255 + 1];
 } kvt_pause_info;
-kvt_status kvt_breakpoint_add(uint64_t *id, kvt_connector *c, uint32_t state, const char *req_id);
-kvt_status kvt_breakpoint_remove(kvt_connector *c, uint64_t id);
+kvt_status kvt_connector_breakpoint_add(uint64_t *id, kvt_connector *c, uint32_t state, const char *req_id);
+kvt_status kvt_connector_breakpoint_remove(kvt_connector *c, uint64_t id);
 kvt_status kvt_connector_pause(kvt_connector *c);
 kvt_status kvt_connector_resume(kvt_connector *c);
 kvt_status kvt_connector_wait_paused(kvt_pause_info *out, kvt_connector *c, uint32_t timeout_ms);
@@ -441,6 +441,18 @@ typedef struct kvt_g4_stats {
   uint64_t slot_map_reads;
 } kvt_g4_stats;
 kvt_status kvt_g4_stats_get(kvt_g4_stats *out, kvt_manager *m);
+size_t kvt_poll(kvt_manager *m, kvt_event *out, size_t max);
+int kvt_event_fd(kvt_manager *m);
+kvt_status kvt_offload(kvt_xfer **out, kvt_manager *m, const kvt_block *src, size_t n, kvt_tier dst, kvt_fence *precondition, uint64_t user_data);
+kvt_status kvt_onboard(kvt_xfer **out, kvt_manager *m, const kvt_block *src, const kvt_block *dst_g1, size_t n, kvt_fence *precondition, uint64_t user_data);
+kvt_status kvt_subscribe(kvt_subscription **out, kvt_manager *m, size_t capacity);
+kvt_status kvt_recorder_ring(kvt_manager *m, size_t events);
+kvt_status kvt_recorder_dump(kvt_manager *m, const char *path);
+kvt_status kvt_recorder_open(kvt_manager *m, const char *path);
+kvt_status kvt_recorder_close(kvt_manager *m);
+kvt_status kvt_breakpoint_add(uint64_t *id, kvt_connector *c, uint32_t state, const char *req_id);
+kvt_status kvt_breakpoint_remove(kvt_connector *c, uint64_t id);
+kvt_status kvt_match_prefix(size_t *out_n, kvt_block *out_blocks, kvt_manager *m, kvt_tier tier, const uint64_t *seq_hashes, size_t n);
 """
 
 CONST = {

@@ -347,11 +347,11 @@ class Connector:
         """A breakpoint on a slot entering `state` (0: any) and/or on a request; its id."""
         out = ffi.new("uint64_t *")
         rid = ffi.NULL if req_id is None else _req_id(req_id)
-        _call(C.kvt_breakpoint_add, out, self._live(), state, rid)
+        _call(C.kvt_connector_breakpoint_add, out, self._live(), state, rid)
         return out[0]
 
     def remove_breakpoint(self, breakpoint_id):
-        _call(C.kvt_breakpoint_remove, self._live(), breakpoint_id)
+        _call(C.kvt_connector_breakpoint_remove, self._live(), breakpoint_id)
 
     def pause(self):
         """Pauses the next scheduler call or transition."""

@@ -1,4 +1,4 @@
-//! The cost of one kvt_match_prefix of one block from Rust (docs/BENCHMARKS.md): prints
+//! The cost of one kvt_tier_match_prefix of one block from Rust (docs/BENCHMARKS.md): prints
 //! the median over 5 rounds of ns per call.
 use kvtier::{Config, Manager, Tier};
 use std::time::Instant;

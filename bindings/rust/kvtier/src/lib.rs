@@ -273,8 +273,8 @@ impl Manager {
         out.reserve(hashes.len());
         let mut n = 0usize;
         check(unsafe {
-            sys::kvt_match_prefix(&mut n, out.as_mut_ptr().cast(), self.m, tier as sys::kvt_tier,
-                                  hashes.as_ptr(), hashes.len())
+            sys::kvt_tier_match_prefix(&mut n, out.as_mut_ptr().cast(), self.m,
+                                       tier as sys::kvt_tier, hashes.as_ptr(), hashes.len())
         })?;
         // Safety: the library wrote n <= hashes.len() handles into the reserved space.
         unsafe { out.set_len(n) };
@@ -320,8 +320,8 @@ impl Manager {
                        user_data: u64) -> Result<Transfer<'m>> {
         let mut x = ptr::null_mut();
         check(unsafe {
-            sys::kvt_offload(&mut x, self.m, raw(blocks), blocks.len(), dst as sys::kvt_tier,
-                             fence.map_or(ptr::null_mut(), |f| f.f), user_data)
+            sys::kvt_xfer_offload(&mut x, self.m, raw(blocks), blocks.len(), dst as sys::kvt_tier,
+                                  fence.map_or(ptr::null_mut(), |f| f.f), user_data)
         })?;
         Ok(Transfer { x, n: blocks.len(), _m: PhantomData })
     }
@@ -334,8 +334,8 @@ impl Manager {
         }
         let mut x = ptr::null_mut();
         check(unsafe {
-            sys::kvt_onboard(&mut x, self.m, raw(src), raw(dst), src.len(),
-                             fence.map_or(ptr::null_mut(), |f| f.f), user_data)
+            sys::kvt_xfer_onboard(&mut x, self.m, raw(src), raw(dst), src.len(),
+                                  fence.map_or(ptr::null_mut(), |f| f.f), user_data)
         })?;
         Ok(Transfer { x, n: src.len(), _m: PhantomData })
     }
@@ -349,7 +349,7 @@ impl Manager {
     /// Moves up to `max` pending events out, oldest first.
     pub fn poll(&self, max: usize) -> Vec<Event> {
         let mut buf: Vec<sys::kvt_event> = Vec::with_capacity(max);
-        let n = unsafe { sys::kvt_poll(self.m, buf.as_mut_ptr(), max) };
+        let n = unsafe { sys::kvt_manager_poll(self.m, buf.as_mut_ptr(), max) };
         unsafe { buf.set_len(n) };
         buf.iter().map(Event::from_raw).collect()
     }
@@ -361,7 +361,7 @@ impl Manager {
 
     /// Readable while events are pending (epoll, mio, tokio's AsyncFd). Owned by the manager.
     pub fn event_fd(&self) -> i32 {
-        unsafe { sys::kvt_event_fd(self.m) }
+        unsafe { sys::kvt_manager_event_fd(self.m) }
     }
 }
 

@@ -95,19 +95,19 @@ impl Manager {
     /// A reader with room for `capacity` events (1 ..= 2^24).
     pub fn subscribe(&self, capacity: usize) -> Result<Subscription> {
         let mut s = ptr::null_mut();
-        check(unsafe { sys::kvt_subscribe(&mut s, self.m, capacity) })?;
+        check(unsafe { sys::kvt_subscription_create(&mut s, self.m, capacity) })?;
         Ok(Subscription { s })
     }
 
     /// Appends every event from now on to a new event log at `path`.
     pub fn record(&self, path: &Path) -> Result<()> {
         let p = c_path(path)?;
-        check(unsafe { sys::kvt_recorder_open(self.m, p.as_ptr()) })
+        check(unsafe { sys::kvt_manager_recorder_open(self.m, p.as_ptr()) })
     }
 
     /// Writes what is buffered and closes the event log.
     pub fn stop_recording(&self) -> Result<()> {
-        check(unsafe { sys::kvt_recorder_close(self.m) })
+        check(unsafe { sys::kvt_manager_recorder_close(self.m) })
     }
 
     /// The Prometheus text exposition of the manager's counters.
@@ -130,7 +130,7 @@ pub struct EventLog {
     pub torn: Option<String>,
 }
 
-/// Reads an event log (kvt_recorder_open, kvtier-replay --record).
+/// Reads an event log (kvt_manager_recorder_open, kvtier-replay --record).
 pub fn read_event_log(path: &Path) -> Result<EventLog> {
     let p = c_path(path)?;
     let mut l = ptr::null_mut();
