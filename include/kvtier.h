@@ -99,7 +99,7 @@ typedef enum kvt_log_level {
   KVT_LOG_OFF = 0, KVT_LOG_ERROR = 1, KVT_LOG_WARN = 2, KVT_LOG_INFO = 3, KVT_LOG_DEBUG = 4
 } kvt_log_level;
 typedef void (*kvt_log_fn)(int level, const char *message, void *user_data);
-KVT_API void kvt_set_log_callback(int level, kvt_log_fn fn, void *user_data);
+KVT_API void kvt_log_set_callback(int level, kvt_log_fn fn, void *user_data);
 
 /* A block handle names one block in one tier of one manager: tier, slot and generation.
  * 0 is never a valid handle. A handle goes stale when its block returns to the free pool
@@ -1575,6 +1575,8 @@ KVT_API kvt_status kvt_g4_stats_get(kvt_g4_stats *out, kvt_manager *m);
 #endif
 #endif
 
+KVT_DEPRECATED(kvt_log_set_callback)
+KVT_API void kvt_set_log_callback(int level, kvt_log_fn fn, void *user_data);
 KVT_DEPRECATED(kvt_manager_poll)
 KVT_API size_t kvt_poll(kvt_manager *m, kvt_event *out, size_t max);
 KVT_DEPRECATED(kvt_manager_event_fd)

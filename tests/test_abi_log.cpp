@@ -1,4 +1,4 @@
-// kvt_set_log_callback: messages at or below the level reach the host's callback with its
+// kvt_log_set_callback: messages at or below the level reach the host's callback with its
 // user_data; nothing below the level, nothing when off (level 0 or fn NULL). The message
 // provoked here is real: G3 removing a file left behind by a process that died without
 // destroying its manager (an unlocked G3 file), which the library reports at INFO.
@@ -47,7 +47,7 @@ class AbiLog : public ::testing::Test {
     dir_ = tmpl;
   }
   void TearDown() override {
-    kvt_set_log_callback(KVT_LOG_OFF, nullptr, nullptr);
+    kvt_log_set_callback(KVT_LOG_OFF, nullptr, nullptr);
     std::filesystem::remove_all(dir_);
   }
 
@@ -75,7 +75,7 @@ class AbiLog : public ::testing::Test {
 
 TEST_F(AbiLog, MessagesAtOrBelowTheLevelReachTheCallbackWithUserData) {
   Sink sink;
-  kvt_set_log_callback(KVT_LOG_INFO, &Sink::fn, &sink);
+  kvt_log_set_callback(KVT_LOG_INFO, &Sink::fn, &sink);
   const std::string name = provoke_stale_file_removal();
   ASSERT_EQ(sink.count_with(name), 1u);
   std::lock_guard lock(sink.mu);
@@ -91,7 +91,7 @@ TEST_F(AbiLog, MessagesAtOrBelowTheLevelReachTheCallbackWithUserData) {
 
 TEST_F(AbiLog, NothingBelowTheLevelIsDelivered) {
   Sink sink;
-  kvt_set_log_callback(KVT_LOG_WARN, &Sink::fn, &sink);
+  kvt_log_set_callback(KVT_LOG_WARN, &Sink::fn, &sink);
   const std::string name = provoke_stale_file_removal();
   EXPECT_EQ(sink.count_with(name), 0u);
   std::lock_guard lock(sink.mu);
@@ -100,14 +100,26 @@ TEST_F(AbiLog, NothingBelowTheLevelIsDelivered) {
 
 TEST_F(AbiLog, LevelZeroOrNoCallbackTurnsItOff) {
   Sink sink;
-  kvt_set_log_callback(KVT_LOG_OFF, &Sink::fn, &sink);
+  kvt_log_set_callback(KVT_LOG_OFF, &Sink::fn, &sink);
   provoke_stale_file_removal();
-  kvt_set_log_callback(KVT_LOG_DEBUG, nullptr, &sink);
+  kvt_log_set_callback(KVT_LOG_DEBUG, nullptr, &sink);
   provoke_stale_file_removal();
   // On, then off again.
-  kvt_set_log_callback(KVT_LOG_DEBUG, &Sink::fn, &sink);
-  kvt_set_log_callback(KVT_LOG_OFF, &Sink::fn, &sink);
+  kvt_log_set_callback(KVT_LOG_DEBUG, &Sink::fn, &sink);
+  kvt_log_set_callback(KVT_LOG_OFF, &Sink::fn, &sink);
   provoke_stale_file_removal();
   std::lock_guard lock(sink.mu);
   EXPECT_TRUE(sink.got.empty()) << sink.got.front().text;
 }
+
+// 0.4.0's name (kvtier.h, "Deprecated names") sets the same callback.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+TEST_F(AbiLog, TheDeprecatedNameSetsTheSameCallback) {
+  Sink sink;
+  kvt_set_log_callback(KVT_LOG_INFO, &Sink::fn, &sink);
+  EXPECT_EQ(sink.count_with(provoke_stale_file_removal()), 1u);
+  kvt_set_log_callback(KVT_LOG_OFF, nullptr, nullptr);
+  EXPECT_EQ(sink.count_with(provoke_stale_file_removal()), 1u) << "off, and still delivered";
+}
+#pragma GCC diagnostic pop

@@ -25,8 +25,8 @@ namespace kvt_test {
 // Every log message while it lives (process-wide: one at a time).
 class LogCapture {
  public:
-  LogCapture() { kvt_set_log_callback(KVT_LOG_DEBUG, &LogCapture::take, this); }
-  ~LogCapture() { kvt_set_log_callback(KVT_LOG_OFF, nullptr, nullptr); }
+  LogCapture() { kvt_log_set_callback(KVT_LOG_DEBUG, &LogCapture::take, this); }
+  ~LogCapture() { kvt_log_set_callback(KVT_LOG_OFF, nullptr, nullptr); }
   // Messages at `level` that contain `part`.
   std::vector<std::string> find(int level, const std::string &part) {
     std::lock_guard lock(mu_);

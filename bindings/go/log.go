@@ -30,12 +30,12 @@ var logHandler atomic.Pointer[func(LogLevel, string)]
 // return quickly (hand the message to a logger or a channel).
 func SetLogHandler(level LogLevel, fn func(level LogLevel, message string)) {
 	if fn == nil {
-		C.kvt_set_log_callback(C.KVT_LOG_OFF, nil, nil)
+		C.kvt_log_set_callback(C.KVT_LOG_OFF, nil, nil)
 		logHandler.Store(nil)
 		return
 	}
 	logHandler.Store(&fn)
-	C.kvt_set_log_callback(C.int(level), C.kvt_log_fn(C.kvtierGoLog), nil)
+	C.kvt_log_set_callback(C.int(level), C.kvt_log_fn(C.kvtierGoLog), nil)
 }
 
 //export kvtierGoLog

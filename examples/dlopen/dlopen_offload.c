@@ -67,7 +67,7 @@ int main(int argc, char **argv) {
   struct api k;
   int ok = resolve(lib, "kvt_version", &k.version) &&
            resolve(lib, "kvt_last_error", &k.last_error) &&
-           resolve(lib, "kvt_set_log_callback", &k.set_log_callback) &&
+           resolve(lib, "kvt_log_set_callback", &k.set_log_callback) &&
            resolve(lib, "kvt_manager_config_init_sized", &k.config_init_sized) &&
            resolve(lib, "kvt_manager_create", &k.create) &&
            resolve(lib, "kvt_manager_destroy", &k.destroy) &&

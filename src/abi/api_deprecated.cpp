@@ -4,6 +4,10 @@
 
 extern "C" {
 
+KVT_API void kvt_set_log_callback(int level, kvt_log_fn fn, void *user_data) {
+  kvt_log_set_callback(level, fn, user_data);
+}
+
 KVT_API size_t kvt_poll(kvt_manager *m, kvt_event *out, size_t max) {
   return kvt_manager_poll(m, out, max);
 }

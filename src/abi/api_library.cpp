@@ -23,7 +23,7 @@ KVT_API const char *kvt_status_str(kvt_status s) { return kvt::status_name(s); }
 
 KVT_API const char *kvt_last_error(void) { return kvt::last_error(); }
 
-KVT_API void kvt_set_log_callback(int level, kvt_log_fn fn, void *user_data) {
+KVT_API void kvt_log_set_callback(int level, kvt_log_fn fn, void *user_data) {
   kvt::set_log_callback(level, fn, user_data);
 }
 

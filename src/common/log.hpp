@@ -1,4 +1,4 @@
-// Diagnostics for a person, through the host's kvt_set_log_callback; off by default.
+// Diagnostics for a person, through the host's kvt_log_set_callback; off by default.
 #pragma once
 
 #include "kvtier.h"

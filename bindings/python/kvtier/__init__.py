@@ -88,16 +88,16 @@ def set_log_handler(handler, level=LOG_WARN):
             logger.log(_LOGGING_LEVELS.get(lvl, logging.DEBUG), "%s", msg)
     _log_handler = handler
     if handler is None:
-        C.kvt_set_log_callback(LOG_OFF, ffi.NULL, ffi.NULL)
+        C.kvt_log_set_callback(LOG_OFF, ffi.NULL, ffi.NULL)
     else:
-        C.kvt_set_log_callback(level, _log_callback, ffi.NULL)
+        C.kvt_log_set_callback(level, _log_callback, ffi.NULL)
 
 
 @atexit.register
 def _log_off():
     """No callback into an interpreter that is shutting down."""
     if _log_handler is not None:
-        C.kvt_set_log_callback(LOG_OFF, ffi.NULL, ffi.NULL)
+        C.kvt_log_set_callback(LOG_OFF, ffi.NULL, ffi.NULL)
 
 
 # ---- errors: one class per status, all under Error ----

@@ -9,7 +9,7 @@ typedef enum kvt_log_level {
   KVT_LOG_OFF = 0, KVT_LOG_ERROR = 1, KVT_LOG_WARN = 2, KVT_LOG_INFO = 3, KVT_LOG_DEBUG = 4
 } kvt_log_level;
 typedef void (*kvt_log_fn)(int level, const char *message, void *user_data);
-void kvt_set_log_callback(int level, kvt_log_fn fn, void *user_data);
+void kvt_log_set_callback(int level, kvt_log_fn fn, void *user_data);
 typedef uint64_t kvt_block;
 typedef enum kvt_tier {
   KVT_TIER_G1 = 1, KVT_TIER_G2 = 2, KVT_TIER_G3 = 3, KVT_TIER_G4 = 4
@@ -441,6 +441,7 @@ typedef struct kvt_g4_stats {
   uint64_t slot_map_reads;
 } kvt_g4_stats;
 kvt_status kvt_g4_stats_get(kvt_g4_stats *out, kvt_manager *m);
+void kvt_set_log_callback(int level, kvt_log_fn fn, void *user_data);
 size_t kvt_poll(kvt_manager *m, kvt_event *out, size_t max);
 int kvt_event_fd(kvt_manager *m);
 kvt_status kvt_offload(kvt_xfer **out, kvt_manager *m, const kvt_block *src, size_t n, kvt_tier dst, kvt_fence *precondition, uint64_t user_data);

@@ -42,11 +42,11 @@ unsafe extern "C" fn trampoline(level: c_int, message: *const c_char, _: *mut c_
 /// with the library's locks held: it must not call kvtier. A panic in it is dropped.
 pub fn set_log_handler(level: LogLevel, handler: impl Fn(LogLevel, &str) + Send + Sync + 'static) {
     *HANDLER.write().unwrap_or_else(|e| e.into_inner()) = Some(Box::new(handler));
-    unsafe { sys::kvt_set_log_callback(level as c_int, Some(trampoline), std::ptr::null_mut()) }
+    unsafe { sys::kvt_log_set_callback(level as c_int, Some(trampoline), std::ptr::null_mut()) }
 }
 
 /// Turns the library's diagnostics off (the default).
 pub fn clear_log_handler() {
-    unsafe { sys::kvt_set_log_callback(sys::KVT_LOG_OFF as c_int, None, std::ptr::null_mut()) }
+    unsafe { sys::kvt_log_set_callback(sys::KVT_LOG_OFF as c_int, None, std::ptr::null_mut()) }
     *HANDLER.write().unwrap_or_else(|e| e.into_inner()) = None;
 }
