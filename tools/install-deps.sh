@@ -8,7 +8,7 @@ pkgs=(build-essential cmake pkg-config
       libcli11-dev nlohmann-json3-dev libmsgpack-cxx-dev
       libzmq3-dev cppzmq-dev libsodium-dev libhiredis-dev redis-server redis-tools
       python3-cffi python3-pytest python3-zmq python3-msgpack python3-prometheus-client
-      python3-xxhash
+      python3-xxhash python3-pip python3-setuptools python3-wheel
       clang libclang-rt-14-dev valgrind libncurses-dev tmux
       cargo rustc librust-bindgen-dev librust-bindgen+runtime-dev golang-go)
 missing=()

@@ -6,7 +6,9 @@
 #   3. the unit tests and fuzz corpora under AddressSanitizer + UndefinedBehaviorSanitizer;
 #   4. the concurrency, transfer and versioned-struct tests under ThreadSanitizer;
 #   5. valgrind --leak-check=full on the unit tests and the fuzz corpora;
-#   6. each libFuzzer target for FUZZ_SECONDS (default 30) from its corpus, under ASan+UBSan.
+#   6. each libFuzzer target for FUZZ_SECONDS (default 30) from its corpus, under ASan+UBSan;
+#   7. the packages: the .deb (cpack) installed with apt, the examples built against it with
+#      pkg-config and find_package(kvtier), and `pip install ./bindings/python` on it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 tools/install-deps.sh
@@ -18,28 +20,30 @@ if [ -z "${VLLM_SRC:-}" ] && [ -d ../shared/vllm ]; then
   export VLLM_SRC
 fi
 fuzz_seconds=${FUZZ_SECONDS:-30}
+# Each stage says when it began, so that a slow stage shows in the log.
+stage() { echo "== $* (at ${SECONDS} s)"; }
 
-echo "== build and test (RelWithDebInfo)"
+stage "build and test (RelWithDebInfo)"
 tools/build.sh build > build.log 2>&1 || { tail -50 build.log; exit 1; }
 ctest --test-dir build --output-on-failure -j"$(nproc)"
 
-echo "== bindings"
+stage "bindings"
 tools/test-bindings.sh build
 
-echo "== ASan + UBSan"
+stage "ASan + UBSan"
 tools/build.sh build-asan -DKVT_SANITIZE=address,undefined -DKVT_BUILD_BENCH=OFF \
   -DKVT_BUILD_REPLAY=OFF > build-asan.log 2>&1 || { tail -50 build-asan.log; exit 1; }
 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
   ctest --test-dir build-asan --output-on-failure -j"$(nproc)" -R '^([A-Z][A-Za-z]+\.|fuzz_corpus_)'
 
-echo "== TSan (concurrency, transfer, observe, endpoint, parallel-connector and versioned-struct tests)"
+stage "TSan (concurrency, transfer, observe, endpoint, parallel-connector and versioned-struct tests)"
 tools/build.sh build-tsan -DKVT_SANITIZE=thread -DKVT_BUILD_BENCH=OFF -DKVT_BUILD_EXAMPLES=OFF \
   -DKVT_BUILD_REPLAY=OFF > build-tsan.log 2>&1 || { tail -50 build-tsan.log; exit 1; }
 TSAN_OPTIONS="halt_on_error=1 suppressions=$PWD/tools/tsan.supp" \
   ctest --test-dir build-tsan --output-on-failure \
   -R '^(Threads|AbiVersioned|Xfer[A-Za-z]*|Observe|Breakpoints|Replay|Endpoint|ConnectorParallel)\.'
 
-echo "== valgrind (memcheck, leaks)"
+stage "valgrind (memcheck, leaks)"
 # --max-threads: one test holds KVT_MAX_MANAGERS managers at once, each with its threads.
 # --fair-sched: valgrind runs one thread at a time, and its default lock let a busy thread
 # (Threads.ResetWhile...'s matcher) starve the others for up to minutes, past a 20 s wait.
@@ -78,5 +82,9 @@ for t in api config hash connector_meta g4_value resp_reader kv_events event_log
   echo "valgrind clean: replay_$t"
 done
 
-echo "== libFuzzer, ${fuzz_seconds} s per target (clang, ASan + UBSan)"
+stage "libFuzzer, ${fuzz_seconds} s per target (clang, ASan + UBSan)"
 tools/fuzz.sh "$fuzz_seconds"
+
+stage "packages (.deb, pip)"
+tools/test-packages.sh build
+stage "done"

@@ -122,10 +122,13 @@ std::string prompt(const char *what) {
 }  // namespace
 
 int main(int argc, char **argv) {
+  const bool help = argc == 2 && (std::strcmp(argv[1], "--help") == 0 ||
+                                  std::strcmp(argv[1], "-h") == 0);
   if (argc != 2 || argv[1][0] == '-') {
-    std::fprintf(stderr, "usage: kvtier-console PATH   (the socket of kvtier-replay "
-                         "--console-socket or kvt_endpoint_open)\n");
-    return 2;
+    std::fprintf(help ? stdout : stderr,
+                 "usage: kvtier-console PATH   (the socket of kvtier-replay "
+                 "--console-socket or kvt_endpoint_open)\n");
+    return help ? 0 : 2;
   }
   const std::string path = argv[1];
   Conn c;
