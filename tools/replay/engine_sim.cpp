@@ -25,7 +25,6 @@ namespace kvt::replay {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-constexpr uint32_t kTokensPerId = 512;  // the trace's block size, fixed by its README
 constexpr uint32_t kNil = UINT32_MAX;
 
 // The engine's G1 blocks, kept as vLLM's block pool keeps them: a free queue in eviction
@@ -306,13 +305,12 @@ bool Engine::append(Req &r, const uint32_t *tokens, size_t n) {
   return true;
 }
 
-// The request's prompt, as the trace's README says: token j of id h is h * 512 + j.
+// The request's prompt, as the trace's README says (prompt_tokens).
 bool Engine::start(Req &r) {
   if (kvt_status st = kvt_seq_create(&r.seq, salt_, ps_); st != KVT_OK)
     return failed("kvt_seq_create", st);
   std::vector<uint32_t> prompt(r.rq->input_length);
-  for (size_t k = 0; k < prompt.size(); ++k)
-    prompt[k] = t_.ids[r.rq->first_id + k / kTokensPerId] * kTokensPerId + k % kTokensPerId;
+  prompt_tokens(t_, *r.rq, prompt.size(), prompt.data());
   r.tokens.reserve(prompt.size() + r.rq->output_length);
   res_.prompt_tokens += prompt.size();
   return append(r, prompt.data(), prompt.size());

@@ -254,7 +254,7 @@ int main(int argc, char **argv) {
     if (trace.requests.empty()) return usage_error("--shard " + shard + " holds no requests");
   }
   for (const Request &r : trace.requests) {
-    uint64_t need = r.n_ids * 512 / o.page_size;
+    uint64_t need = r.n_ids * kTokensPerId / o.page_size;
     if (o.mode == Mode::Engine) {
       if (r.n_ids == 0)
         return usage_error("--mode engine: the request on line " + std::to_string(r.line) +

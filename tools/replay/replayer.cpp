@@ -22,7 +22,6 @@ namespace kvt::replay {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-constexpr uint32_t kTokensPerId = 512;  // the trace's block size, fixed by its README
 
 int direction(kvt_tier src, kvt_tier dst) {
   if (src == KVT_TIER_G1) return dst == KVT_TIER_G2 ? G1G2 : G1G3;
@@ -309,11 +308,7 @@ bool Replayer::serve(size_t i, Scratch &s) {
 
   // The request's tokens, then kvtier's own chained hashes of its full blocks.
   s.tokens.resize(rq.n_ids * kTokensPerId);
-  for (size_t k = 0; k < rq.n_ids; ++k) {
-    uint32_t base = t_.ids[rq.first_id + k] * kTokensPerId;
-    uint32_t *t = s.tokens.data() + k * kTokensPerId;
-    for (uint32_t j = 0; j < kTokensPerId; ++j) t[j] = base + j;
-  }
+  prompt_tokens(t_, rq, s.tokens.size(), s.tokens.data());
   size_t n = s.tokens.size() / o_.page_size;
   s.hashes.resize(n);
   if (kvt_status st = kvt_hash_sequence(s.hashes.data(), &n, n, salt_, s.tokens.data(),

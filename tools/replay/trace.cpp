@@ -38,9 +38,10 @@ bool load_trace(const std::string &path, Trace *out, std::string *error) {
     Request r{ts->get<uint64_t>(), t.ids.size(), ids->size(), line};
     // Lenient, so that --mode blocks reads every trace it read before: a length that does
     // not fit the ids is replaced by the ids' own.
-    r.input_length = r.n_ids * 512;
+    const uint64_t all = r.n_ids * kTokensPerId;
+    r.input_length = all;
     if (auto il = j.find("input_length"); il != j.end() && il->is_number_unsigned() &&
-        il->get<uint64_t>() <= r.n_ids * 512 && il->get<uint64_t>() + 512 > r.n_ids * 512)
+        il->get<uint64_t>() <= all && il->get<uint64_t>() + kTokensPerId > all)
       r.input_length = il->get<uint64_t>();
     if (auto out = j.find("output_length"); out != j.end() && out->is_number_unsigned())
       r.output_length = std::clamp<uint64_t>(out->get<uint64_t>(), 1, 1u << 24);
