@@ -4,7 +4,10 @@
 #      through pkg-config and through find_package(kvtier) and print what they print from the
 #      build tree, and the tools run from PATH;
 #   2. the Python package: pip installs bindings/python (pyproject.toml), which then finds the
-#      installed library through pkg-config, with no KVTIER_LIB_DIR.
+#      installed library through pkg-config, with no KVTIER_LIB_DIR;
+#   3. the Rust crates: `cargo package` makes kvtier-sys and kvtier, and builds each from its
+#      .crate alone (kvtier from a registry of Debian's crates plus kvtier-sys's .crate), on
+#      the installed library and header.
 # The package is removed at the end. It needs root and apt, and a machine where kvtier is not
 # installed already: anywhere else it says SKIPPED, and why.
 set -euo pipefail
@@ -79,4 +82,21 @@ print(kvtier.version())' "$tmp/py") || fail "the pip-installed package: $got"
 [ "$got" = "$(dpkg-deb -f "$deb" Version)" ] || fail "the pip-installed package loaded kvtier $got"
 [ "$(cd "$tmp" && env -u KVTIER_LIB_DIR PYTHONPATH="$tmp/py" /usr/bin/python3 connector_seed003.py)" = "$want" ] ||
   fail "the pip-installed package's connector_seed003 printed otherwise"
-echo "packages: the .deb ($(du -h "$deb" | cut -f1)) and the Python package install and work"
+echo "-- cargo package"
+export CARGO_TARGET_DIR="$tmp/cargo"
+cargo_package() {
+  (cd "$src/bindings/rust" && cargo package -q --offline --allow-dirty -p "$@") \
+    > "$tmp/cargo.log" 2>&1 || { cat "$tmp/cargo.log"; exit 1; }
+}
+cargo_package kvtier-sys
+sys_crate=$(ls "$CARGO_TARGET_DIR"/package/kvtier-sys-*.crate)
+# kvtier names kvtier-sys by version: a directory registry holds Debian's crates and it.
+mkdir "$tmp/registry"
+ln -s /usr/share/cargo/registry/* "$tmp/registry/"
+tar xzf "$sys_crate" -C "$tmp/registry"
+sys_dir=$(basename "$sys_crate" .crate)
+echo "{\"files\":{},\"package\":\"$(sha256sum "$sys_crate" | cut -d' ' -f1)\"}" \
+  > "$tmp/registry/$sys_dir/.cargo-checksum.json"
+cargo_package kvtier --config "source.debian.directory=\"$tmp/registry\""
+unset CARGO_TARGET_DIR
+echo "packages: the .deb ($(du -h "$deb" | cut -f1)), the Python package and both crates install and build"
