@@ -101,6 +101,10 @@ typedef enum kvt_log_level {
 typedef void (*kvt_log_fn)(int level, const char *message, void *user_data);
 KVT_API void kvt_log_set_callback(int level, kvt_log_fn fn, void *user_data);
 
+/* ---------------------------------------------------------------------------------------
+ * Handles: blocks, tiers and the objects
+ * ------------------------------------------------------------------------------------ */
+
 /* A block handle names one block in one tier of one manager: tier, slot and generation.
  * 0 is never a valid handle. A handle goes stale when its block returns to the free pool
  * or is evicted; stale, forged and foreign handles are refused with KVT_ERR_INVALID_HANDLE.
@@ -152,7 +156,7 @@ typedef struct kvt_endpoint     kvt_endpoint;      /* the management socket */
 #define KVT_REQ_ID_MAX 255
 
 /* ---------------------------------------------------------------------------------------
- * Configuration
+ * Manager: configuration and lifetime
  * ------------------------------------------------------------------------------------ */
 
 /* Where G1 lives when the engine registers no memory of its own. */
