@@ -2,8 +2,9 @@
 # Fails if libkvtier.so exports a symbol outside the kvt_ prefix (the version nodes aside),
 # misses the SONAME or a call the header declares (HEADER, the second argument: a call that
 # src/kvtier.map lists in no node is not exported), or lacks either config init:
-# kvt_manager_config_init_sized, and kvt_manager_config_init, which binaries built against the 0.1.0 header still call (the
-# header's inline wrapper of that name replaces it for newer sources).
+# kvt_manager_config_init_sized, and kvt_manager_config_init, which binaries built against
+# the 0.1.0 header still call (the header's inline wrapper of that name replaces it for
+# newer sources).
 lib="$1" header="$2"
 syms=$(nm -D --defined-only "$lib" | awk '{print $NF}' | sed 's/@.*//')  # names without @@KVTIER_x
 bad=$(echo "$syms" | grep -v -e '^kvt_' -e '^KVTIER_[0-9.]*$')
