@@ -36,12 +36,12 @@ tools/build.sh build-asan -DKVT_SANITIZE=address,undefined -DKVT_BUILD_BENCH=OFF
 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
   ctest --test-dir build-asan --output-on-failure -j"$(nproc)" -R '^([A-Z][A-Za-z]+\.|fuzz_corpus_)'
 
-stage "TSan (concurrency, transfer, observe, endpoint, parallel-connector and versioned-struct tests)"
+stage "TSan (concurrency, transfer, observe, endpoint, parallel-connector, G4 name lookup and versioned-struct tests)"
 tools/build.sh build-tsan -DKVT_SANITIZE=thread -DKVT_BUILD_BENCH=OFF -DKVT_BUILD_EXAMPLES=OFF \
   -DKVT_BUILD_REPLAY=OFF > build-tsan.log 2>&1 || { tail -50 build-tsan.log; exit 1; }
 TSAN_OPTIONS="halt_on_error=1 suppressions=$PWD/tools/tsan.supp" \
   ctest --test-dir build-tsan --output-on-failure \
-  -R '^(Threads|AbiVersioned|Xfer[A-Za-z]*|Observe|Breakpoints|Replay|Endpoint|ConnectorParallel)\.'
+  -R '^(Threads|AbiVersioned|Xfer[A-Za-z]*|Observe|Breakpoints|Replay|Endpoint|ConnectorParallel|G4Resolve)\.'
 
 stage "valgrind (memcheck, leaks)"
 # --max-threads: one test holds KVT_MAX_MANAGERS managers at once, each with its threads.

@@ -15,6 +15,7 @@
 #include <string>
 
 #include "common/error.hpp"
+#include "remote/resolve.hpp"
 
 namespace kvt::remote {
 namespace {
@@ -84,14 +85,9 @@ kvt_status dial(int *out, const Endpoint &e, Deadline d) {
     close(fd);
     return fail(KVT_ERR_IO, "cannot connect: %s", why.c_str());
   }
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  addrinfo *res = nullptr;
-  if (int rc = getaddrinfo(e.host.c_str(), std::to_string(e.port).c_str(), &hints, &res))
-    return fail(KVT_ERR_IO, "cannot connect: cannot resolve %s: %s", e.host.c_str(),
-                rc == EAI_SYSTEM ? strerror(errno) : gai_strerror(rc));
-  for (const addrinfo *ai = res; ai != nullptr; ai = ai->ai_next) {
+  Addresses addrs;
+  if (kvt_status st = resolve(&addrs, e.host, e.port, d); st != KVT_OK) return st;
+  for (const addrinfo *ai = addrs.get(); ai != nullptr; ai = ai->ai_next) {
     int fd = socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC,
                     ai->ai_protocol);
     if (fd < 0) {
@@ -101,13 +97,11 @@ kvt_status dial(int *out, const Endpoint &e, Deadline d) {
     if (connect_by(fd, ai->ai_addr, ai->ai_addrlen, d, &why)) {
       int one = 1;  // pipelined batches are written whole: nothing to gather
       setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-      freeaddrinfo(res);
       *out = fd;
       return KVT_OK;
     }
     close(fd);
   }
-  freeaddrinfo(res);
   return fail(KVT_ERR_IO, "cannot connect: %s", why.c_str());
 }
 

@@ -11,10 +11,9 @@
 #include "kvtier.h"
 #include "remote/endpoint.hpp"
 #include "remote/reply_reader.hpp"
+#include "remote/resolve.hpp"
 
 namespace kvt::remote {
-
-using Deadline = std::chrono::steady_clock::time_point;
 
 // Connects to e by the deadline: *fd is a non-blocking, close-on-exec stream socket
 // (TCP_NODELAY for TCP). KVT_ERR_IO with the reason ("cannot connect: ...") otherwise.
