@@ -1263,8 +1263,8 @@ typedef struct kvt_connector_stats {
 /* Fills *out up to out->struct_size (set by the caller). */
 KVT_API kvt_status kvt_connector_stats_get(kvt_connector_stats *out, kvt_connector *c);
 
-/* The manager's pending events (BLOCK_STORED/REMOVED of G2 and G3), as kvt_manager_poll gives them:
- * vLLM's take_events. */
+/* The manager's pending events (BLOCK_STORED/REMOVED of G2 and G3), as kvt_manager_poll
+ * gives them: vLLM's take_events. */
 KVT_API size_t kvt_connector_take_events(kvt_event *out, size_t max, kvt_connector *c);
 
 /* --- worker half --- */
