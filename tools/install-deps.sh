@@ -2,7 +2,7 @@
 # Installs from Debian's repositories whatever kvtier's build and tests need and the
 # machine lacks. Safe to run again: it installs nothing when everything is there.
 set -euo pipefail
-pkgs=(build-essential cmake pkg-config
+pkgs=(build-essential cmake pkg-config file
       libxxhash-dev libabsl-dev liburing-dev
       libgtest-dev libbenchmark-dev
       libcli11-dev nlohmann-json3-dev libmsgpack-cxx-dev
