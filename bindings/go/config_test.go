@@ -7,7 +7,7 @@ import (
 	"testing"
 	"unsafe"
 
-	"kvtier"
+	kvtier "github.com/kvtier/kvtier/bindings/go"
 )
 
 const chunk, slots = 64, 4

@@ -7,9 +7,13 @@ package kvtier
 import "C"
 
 import (
+	"context"
+	"errors"
 	"fmt"
+	"math"
 	"runtime"
 	"sync"
+	"time"
 	"unsafe"
 )
 
@@ -181,17 +185,27 @@ func (m *Manager) NewConnector(cfg ConnectorConfig) (*Connector, error) {
 	return conn, nil
 }
 
-// Close waits for the worker's copies in flight, releases every pin and destroys the
-// connector. Calling it again, or after the manager's Close, is a no-op.
+// Close closes the endpoints that serve the connector, waits for the worker's copies in
+// flight, releases every pin and destroys the connector. Calling it again, or after the manager's Close, is a no-op.
 func (c *Connector) Close() error {
 	c.m.mu.RLock()
 	defer c.m.mu.RUnlock()
-	c.s.close()
+	var eps []*endpointState
 	c.m.waitMu.Lock()
+	for e := range c.m.eps {
+		if e.conn == c.s {
+			eps = append(eps, e)
+			delete(c.m.eps, e)
+		}
+	}
 	if c.m.conn == c.s {
 		c.m.conn = nil
 	}
 	c.m.waitMu.Unlock()
+	for _, e := range eps { // they serve the connector: closed first
+		e.close()
+	}
+	c.s.close()
 	runtime.SetFinalizer(c, nil)
 	return nil
 }
@@ -202,6 +216,7 @@ func (s *connState) close() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.c != nil {
+		hooks.Delete(unsafe.Pointer(s.c)) // before its address can be another connector's
 		C.kvt_connector_destroy(s.c)
 	}
 	s.c = nil
@@ -538,5 +553,168 @@ func (c *Connector) HandlePreemptions(reqIDs []string) error {
 	defer free()
 	return c.with(func(cc *C.kvt_connector) C.kvt_status {
 		return C.kvt_connector_handle_preemptions(cc, ids, C.size_t(len(reqIDs)))
+	})
+}
+
+// GetNumNewMatchedTokensMax is GetNumNewMatchedTokensSalted with the hit capped at
+// maxTokens: an engine with several KV cache groups (a connector each) lowers the cap to
+// the smallest group's hit and asks each group again, until all agree.
+func (c *Connector) GetNumNewMatchedTokensMax(reqID string, saltHash uint64, tokens []uint32, numComputedTokens, maxTokens uint64) (uint64, bool, error) {
+	var n C.uint64_t
+	var async C.int32_t
+	err := c.withID(reqID, func(cc *C.kvt_connector, id *C.char) C.kvt_status {
+		return C.kvt_connector_get_num_new_matched_tokens_max(&n, &async, cc, id, C.uint64_t(saltHash),
+			u32ptr(tokens), C.size_t(len(tokens)), C.uint64_t(numComputedTokens), C.uint64_t(maxTokens))
+	})
+	return uint64(n), async != 0, err
+}
+
+// --- inspection and breakpoints (docs/EVENTS.md) ---
+
+// SlotInfo is one live slot as the scheduler half sees it (kvt_slot_info).
+type SlotInfo struct {
+	ReqID    string
+	State    SlotState
+	Age      time.Duration // since its slot was created
+	Tokens   uint64        // the request's tokens
+	Computed uint64        // tokens computed or loaded
+	Blocks   uint64        // its G1 blocks
+	Batches  uint64        // its loads and stores not yet reported
+}
+
+// BatchInfo is one batch in flight, planned or sent and not yet reported (kvt_batch_info).
+type BatchInfo struct {
+	ReqID    string
+	Src, Dst Tier // a load is G2/G3 -> G1, a store G1 -> G2/G3
+	Batch    uint64
+	Blocks   uint64
+	Step     uint64 // the metadata that carried it; 0: planned for the next one
+}
+
+// list fills a C array that the library sizes: fill(out, cap, &n) until n fits.
+func list[T any](c *Connector, fill func(*T, C.size_t, *C.size_t, *C.kvt_connector) C.kvt_status) ([]T, error) {
+	var buf []T
+	for {
+		var n C.size_t
+		err := c.with(func(cc *C.kvt_connector) C.kvt_status {
+			var p *T
+			if len(buf) > 0 {
+				p = &buf[0]
+			}
+			return fill(p, C.size_t(len(buf)), &n, cc)
+		})
+		if err != nil || int(n) <= len(buf) {
+			return buf[:n:n], err
+		}
+		buf = make([]T, n+n/8+1) // slots may come meanwhile: room for some
+	}
+}
+
+// Slots lists the live slots; while the scheduler is paused, as they were at the pause.
+func (c *Connector) Slots() ([]SlotInfo, error) {
+	raw, err := list(c, func(p *C.kvt_slot_info, cap C.size_t, n *C.size_t, cc *C.kvt_connector) C.kvt_status {
+		return C.kvt_connector_slots(p, cap, n, cc)
+	})
+	out := make([]SlotInfo, len(raw))
+	for i, s := range raw {
+		out[i] = SlotInfo{C.GoString(&s.req_id[0]), SlotState(s.state), time.Duration(s.age_ns),
+			uint64(s.tokens), uint64(s.computed), uint64(s.blocks), uint64(s.batches)}
+	}
+	return out, err
+}
+
+// Batches lists the batches in flight; while the scheduler is paused, as they were at the
+// pause.
+func (c *Connector) Batches() ([]BatchInfo, error) {
+	raw, err := list(c, func(p *C.kvt_batch_info, cap C.size_t, n *C.size_t, cc *C.kvt_connector) C.kvt_status {
+		return C.kvt_connector_batches(p, cap, n, cc)
+	})
+	out := make([]BatchInfo, len(raw))
+	for i, b := range raw {
+		out[i] = BatchInfo{C.GoString(&b.req_id[0]), Tier(b.src), Tier(b.dst), uint64(b.batch),
+			uint64(b.blocks), uint64(b.step)}
+	}
+	return out, err
+}
+
+// AddBreakpoint pauses the thread inside a scheduler call when a slot has entered state (0:
+// any), for request reqID ("": any; with state 0, at the start of every call naming it).
+// It returns the breakpoint's id (1, 2, ...).
+func (c *Connector) AddBreakpoint(state SlotState, reqID string) (uint64, error) {
+	var id C.uint64_t
+	add := func(cc *C.kvt_connector, p *C.char) C.kvt_status {
+		return C.kvt_connector_breakpoint_add(&id, cc, C.uint32_t(state), p)
+	}
+	var err error
+	if reqID == "" {
+		err = c.with(func(cc *C.kvt_connector) C.kvt_status { return add(cc, nil) })
+	} else {
+		err = c.withID(reqID, add)
+	}
+	return uint64(id), err
+}
+
+// RemoveBreakpoint removes a breakpoint (ErrNotFound for an unknown id); a thread paused at
+// it stays paused until resumed.
+func (c *Connector) RemoveBreakpoint(id uint64) error {
+	return c.with(func(cc *C.kvt_connector) C.kvt_status {
+		return C.kvt_connector_breakpoint_remove(cc, C.uint64_t(id))
+	})
+}
+
+// Pause pauses the scheduler at its next call or transition.
+func (c *Connector) Pause() error {
+	return c.with(func(cc *C.kvt_connector) C.kvt_status { return C.kvt_connector_pause(cc) })
+}
+
+// Resume lets the paused thread go on; ErrState when none is paused.
+func (c *Connector) Resume() error {
+	return c.with(func(cc *C.kvt_connector) C.kvt_status { return C.kvt_connector_resume(cc) })
+}
+
+// PauseInfo says where the scheduler paused (kvt_pause_info).
+type PauseInfo struct {
+	Trigger     Trigger   // the call that paused
+	Prev, State SlotState // the transition; both 0 at a call's start
+	Breakpoint  uint64    // 0 for Pause
+	Pauses      uint64    // pauses so far, this one included
+	ReqID       string
+}
+
+// WaitPaused waits up to timeout (negative: forever) for a paused thread and says where it
+// paused; ErrTimeout when none paused in time. The connector's Close waits for it.
+func (c *Connector) WaitPaused(timeout time.Duration) (PauseInfo, error) {
+	ms := uint64((timeout + time.Millisecond - 1) / time.Millisecond)
+	if timeout < 0 || ms > math.MaxUint32 {
+		ms = math.MaxUint32
+	}
+	var p C.kvt_pause_info
+	p.struct_size = C.uint32_t(unsafe.Sizeof(p))
+	err := c.with(func(cc *C.kvt_connector) C.kvt_status { return C.kvt_connector_wait_paused(&p, cc, C.uint32_t(ms)) })
+	if errors.Is(err, ErrAgain) { // the library's one wait that says AGAIN, not TIMEOUT
+		err = &Error{Status: StatusTimeout, Message: fmt.Sprintf("no scheduler call paused within %v", timeout)}
+	}
+	return PauseInfo{Trigger(p.trigger), SlotState(p.prev), SlotState(p.state), uint64(p.breakpoint),
+		uint64(p.pauses), C.GoString(&p.req_id[0])}, err
+}
+
+// WaitPausedContext is WaitPaused until a thread pauses or ctx ends (then ctx.Err()).
+func (c *Connector) WaitPausedContext(ctx context.Context) (p PauseInfo, err error) {
+	err = waitSliced(ctx, func(slice time.Duration) error {
+		p, err = c.WaitPaused(slice)
+		return err
+	})
+	return p, err
+}
+
+// SetPauseTimeout sets how long a pause waits for Resume before it ends itself: 1 ms .. 1
+// hour, in whole milliseconds.
+func (c *Connector) SetPauseTimeout(timeout time.Duration) error {
+	ms := timeout / time.Millisecond
+	if timeout < 0 || ms > math.MaxUint32 {
+		return &Error{Status: StatusInvalidArgument, Message: fmt.Sprintf("pause timeout %v: 1ms .. 1h", timeout)}
+	}
+	return c.with(func(cc *C.kvt_connector) C.kvt_status {
+		return C.kvt_connector_set_pause_timeout(cc, C.uint32_t(ms))
 	})
 }

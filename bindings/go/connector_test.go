@@ -13,8 +13,8 @@ import (
 	"testing"
 	"time"
 
-	"kvtier"
-	"kvtier/internal/seed003"
+	kvtier "github.com/kvtier/kvtier/bindings/go"
+	"github.com/kvtier/kvtier/bindings/go/internal/seed003"
 )
 
 // transcriptFile is the transcript of seed 003 through the connector, as every language

@@ -1,3 +1,3 @@
-module kvtier
+module github.com/kvtier/kvtier/bindings/go
 
 go 1.19

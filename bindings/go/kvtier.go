@@ -4,6 +4,7 @@
 // directory holding kvtier.pc on PKG_CONFIG_PATH) or through CGO_CFLAGS and CGO_LDFLAGS.
 // Types that own C objects have Close(); finalizers only catch what a program forgot.
 // Errors are *Error values that keep the status: errors.Is(err, kvtier.ErrCancelled).
+// Waits take a time.Duration (negative: forever), and the blocking ones have a Context form.
 package kvtier
 
 /*
@@ -14,6 +15,7 @@ package kvtier
 import "C"
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"runtime"
@@ -29,6 +31,7 @@ const (
 	G1 Tier = C.KVT_TIER_G1 // GPU memory, or its host stand-in
 	G2 Tier = C.KVT_TIER_G2 // host memory
 	G3 Tier = C.KVT_TIER_G3 // local disk
+	G4 Tier = C.KVT_TIER_G4 // remote, on Redis: no blocks of its own (see G4Match)
 )
 
 // Block is a block handle; 0 is never valid.
@@ -39,6 +42,7 @@ type Status int32
 
 const (
 	StatusOK              Status = C.KVT_OK
+	StatusAgain           Status = C.KVT_AGAIN // nothing to do now; try again later
 	StatusTimeout         Status = C.KVT_TIMEOUT
 	StatusInvalidArgument Status = C.KVT_ERR_INVALID_ARGUMENT
 	StatusInvalidHandle   Status = C.KVT_ERR_INVALID_HANDLE
@@ -70,8 +74,9 @@ func (e *Error) Is(target error) bool {
 	return ok && t.Status == e.Status
 }
 
-// Sentinels for errors.Is.
+// Sentinels for errors.Is, one per status but StatusOK.
 var (
+	ErrAgain           = &Error{Status: StatusAgain}
 	ErrTimeout         = &Error{Status: StatusTimeout}
 	ErrInvalidArgument = &Error{Status: StatusInvalidArgument}
 	ErrInvalidHandle   = &Error{Status: StatusInvalidHandle}
@@ -82,6 +87,7 @@ var (
 	ErrIO              = &Error{Status: StatusIO}
 	ErrCorrupt         = &Error{Status: StatusCorrupt}
 	ErrNoMemory        = &Error{Status: StatusNoMemory}
+	ErrCUDA            = &Error{Status: StatusCUDA}
 	ErrNotFound        = &Error{Status: StatusNotFound}
 	ErrInternal        = &Error{Status: StatusInternal}
 )
@@ -125,6 +131,32 @@ func HashSequence(tokens []uint32, pageSize uint32, saltHash uint64) ([]uint64, 
 			u32ptr(tokens), C.size_t(len(tokens)), C.uint32_t(pageSize))
 	})
 	return out[:n], err
+}
+
+// cStrs holds C copies of strings until the call that borrows them has returned.
+type cStrs []unsafe.Pointer
+
+// str copies s; "" is NULL, the library's default.
+func (a *cStrs) str(s string) *C.char {
+	if s == "" {
+		return nil
+	}
+	p := C.CString(s)
+	*a = append(*a, unsafe.Pointer(p))
+	return p
+}
+
+func (a cStrs) free() {
+	for _, p := range a {
+		C.free(p)
+	}
+}
+
+func cBool(b bool) C.uint32_t {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 func u32ptr(v []uint32) *C.uint32_t {
@@ -185,6 +217,31 @@ const (
 	G3FaultRead  G3Fault = C.KVT_G3_FAULT_READ
 )
 
+// G3Mismatch says what NewManager does with a persistent G3 file it cannot read as its own
+// (kvt_g3_mismatch).
+type G3Mismatch uint32
+
+const (
+	G3Refuse G3Mismatch = C.KVT_G3_REFUSE // fail with ErrInvalidArgument naming the difference
+	G3Reset  G3Mismatch = C.KVT_G3_RESET  // start the file empty, with a log message
+)
+
+// Eviction says which inactive block a tier evicts first (kvt_eviction).
+type Eviction uint32
+
+const (
+	EvictLRU    Eviction = C.KVT_EVICT_LRU
+	EvictS3FIFO Eviction = C.KVT_EVICT_S3FIFO // scan-resistant, for the lower tiers
+)
+
+// KVEventsFormat is the vLLM wire format the KV events follow (kvt_kv_events_format).
+type KVEventsFormat uint32
+
+const (
+	KVEventsFormatCurrent    KVEventsFormat = C.KVT_KV_EVENTS_FORMAT_CURRENT
+	KVEventsFormatArrayV0_11 KVEventsFormat = C.KVT_KV_EVENTS_FORMAT_ARRAY_V0_11
+)
+
 // Policy flags: which blocks are worth offloading (kvt_policy); they combine as all-of.
 const (
 	PolicyPassAll   = C.KVT_POLICY_PASS_ALL
@@ -230,6 +287,29 @@ type Config struct {
 	G3FaultOp                 G3Fault
 	G3FaultErrno              int32
 	G3FaultSkip, G3FaultCount uint64
+	// A G3 that survives restarts: G3Path/kvtier-g3.bin (G3Path needed) outlives the
+	// manager, and the next one recovers its blocks.
+	G3Persist    bool
+	G3OnMismatch G3Mismatch
+	G3Namespace  uint64 // a persistent file's owner tag, e.g. the model's salt hash
+	G3KeyEnv     string // "": checksums; else the variable holding G3's MAC key (64 hex digits)
+	// Eviction: the order of each tier (G1, G2, G3), and the share of a tier pinned blocks
+	// may hold (0..100).
+	Eviction         [3]Eviction
+	MaxPinnedPercent uint32
+	// KV events in vLLM's ZMQ wire format; "" strings are NULL: no publisher, no replay
+	// socket, the topic "".
+	KVEventsEndpoint, KVEventsReplayEndpoint, KVEventsTopic string
+	KVEventsBuffer                                          uint64 // batches kept for replay
+	KVEventsDPRank                                          int32
+	KVEventsTiers                                           uint32 // bit 1<<tier: that tier is published
+	KVEventsFormat                                          KVEventsFormat
+	// G4, a tier on Redis: "redis://host:port[/db]", "unix:///path[?db=N]", shards separated
+	// by commas, or "redis+cluster://..."; "": no G4. The *Env fields name environment
+	// variables, read at NewManager; G4KeyPrefix "" is the library's "kvtier".
+	G4URL, G4PasswordEnv, G4KeyPrefix string
+	G4Namespace, G4TimeoutUs          uint64
+	G4KeyEnv                          string // "": checksums; else the variable holding the MAC key
 }
 
 func initConfig(c *C.kvt_manager_config) {
@@ -256,6 +336,12 @@ func DefaultConfig() Config {
 		PolicyG2G3: policy(c.policy_g2_g3), G3IO: IOEngine(c.g3_io), CUDACopy: CUDACopy(c.cuda_copy),
 		G3FaultOp: G3Fault(c.g3_fault_op), G3FaultErrno: int32(c.g3_fault_errno),
 		G3FaultSkip: uint64(c.g3_fault_skip), G3FaultCount: uint64(c.g3_fault_count),
+		G3Persist: c.g3_persist != 0, G3OnMismatch: G3Mismatch(c.g3_on_mismatch),
+		G3Namespace: uint64(c.g3_namespace), MaxPinnedPercent: uint32(c.max_pinned_percent),
+		Eviction:       [3]Eviction{Eviction(c.eviction[0]), Eviction(c.eviction[1]), Eviction(c.eviction[2])},
+		KVEventsDPRank: int32(c.kv_events_dp_rank), KVEventsTiers: uint32(c.kv_events_tiers),
+		KVEventsFormat: KVEventsFormat(c.kv_events_format), G4Namespace: uint64(c.g4_namespace),
+		G4TimeoutUs: uint64(c.g4_timeout_us), KVEventsBuffer: uint64(c.kv_events_buffer),
 	}
 }
 
@@ -265,10 +351,12 @@ func DefaultConfig() Config {
 type Manager struct {
 	mu      sync.RWMutex // Close takes it for writing, every call for reading
 	m       *C.kvt_manager
-	waitMu  sync.Mutex // guards waiting, closing and conn
+	waitMu  sync.Mutex // guards waiting, closing, conn and eps
 	waiting map[*C.kvt_xfer]int
 	closing bool
-	conn    *connState // its open connector, closed before the manager
+	conn    *connState              // its open connector, closed before the manager
+	eps     map[*endpointState]bool // its open endpoints, closed before the connector
+	pageSz  int                     // tokens per block, to size NoteTokens' array
 }
 
 // cLayout copies a layout into C memory (cgo forbids Go memory holding these pointers);
@@ -317,11 +405,23 @@ func NewManager(cfg Config) (*Manager, error) {
 	c.g3_io, c.cuda_copy = C.uint32_t(cfg.G3IO), C.uint32_t(cfg.CUDACopy)
 	c.g3_fault_op, c.g3_fault_errno = C.uint32_t(cfg.G3FaultOp), C.int32_t(cfg.G3FaultErrno)
 	c.g3_fault_skip, c.g3_fault_count = C.uint64_t(cfg.G3FaultSkip), C.uint64_t(cfg.G3FaultCount)
-	if cfg.G3Path != "" {
-		p := C.CString(cfg.G3Path)
-		defer C.free(unsafe.Pointer(p))
-		c.g3_path = p
+	c.g3_persist = cBool(cfg.G3Persist)
+	c.g3_on_mismatch, c.g3_namespace = C.uint32_t(cfg.G3OnMismatch), C.uint64_t(cfg.G3Namespace)
+	for i, e := range cfg.Eviction {
+		c.eviction[i] = C.uint32_t(e)
 	}
+	c.max_pinned_percent = C.uint32_t(cfg.MaxPinnedPercent)
+	c.kv_events_buffer, c.kv_events_dp_rank = C.uint64_t(cfg.KVEventsBuffer), C.int32_t(cfg.KVEventsDPRank)
+	c.kv_events_tiers, c.kv_events_format = C.uint32_t(cfg.KVEventsTiers), C.uint32_t(cfg.KVEventsFormat)
+	c.g4_namespace, c.g4_timeout_us = C.uint64_t(cfg.G4Namespace), C.uint64_t(cfg.G4TimeoutUs)
+	var strs cStrs
+	defer strs.free()
+	c.g3_path, c.g3_key_env = strs.str(cfg.G3Path), strs.str(cfg.G3KeyEnv)
+	c.kv_events_endpoint = strs.str(cfg.KVEventsEndpoint)
+	c.kv_events_replay_endpoint = strs.str(cfg.KVEventsReplayEndpoint)
+	c.kv_events_topic = strs.str(cfg.KVEventsTopic)
+	c.g4_url, c.g4_password_env = strs.str(cfg.G4URL), strs.str(cfg.G4PasswordEnv)
+	c.g4_key_prefix, c.g4_key_env = strs.str(cfg.G4KeyPrefix), strs.str(cfg.G4KeyEnv)
 	if l := cfg.G1Layout; l != nil {
 		if len(l.Bases) != len(l.Strides) {
 			return nil, &Error{Status: StatusInvalidArgument,
@@ -335,13 +435,14 @@ func NewManager(cfg Config) (*Manager, error) {
 	if err := call(func() C.kvt_status { return C.kvt_manager_create(&cm, &c) }); err != nil {
 		return nil, err
 	}
-	mgr := &Manager{m: cm, waiting: map[*C.kvt_xfer]int{}}
+	mgr := &Manager{m: cm, waiting: map[*C.kvt_xfer]int{}, eps: map[*endpointState]bool{},
+		pageSz: int(cfg.PageSize)}
 	runtime.SetFinalizer(mgr, (*Manager).Close)
 	return mgr, nil
 }
 
-// Close destroys the manager and everything it owns, its connector first; transfers and
-// fences of it become invalid. Calling it again is a no-op.
+// Close destroys the manager and everything it owns, its endpoints and connector first;
+// transfers and fences of it become invalid. Calling it again is a no-op.
 func (m *Manager) Close() error {
 	m.waitMu.Lock()
 	m.closing = true
@@ -352,9 +453,12 @@ func (m *Manager) Close() error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.waitMu.Lock()
-	conn := m.conn
-	m.conn = nil
+	conn, eps := m.conn, m.eps
+	m.conn, m.eps = nil, map[*endpointState]bool{}
 	m.waitMu.Unlock()
+	for e := range eps {
+		e.close()
+	}
 	if conn != nil {
 		conn.close()
 	}
@@ -593,9 +697,9 @@ func (t *Transfer) Cancel() error {
 	return t.with(func(x *C.kvt_xfer) C.kvt_status { return C.kvt_xfer_cancel(x) })
 }
 
-// Wait waits for the end (timeoutNs < 0: forever) and returns the blocks moved; a cancelled
-// transfer gives ErrCancelled, one that has not ended in time ErrTimeout.
-func (t *Transfer) Wait(timeoutNs int64) (uint64, error) {
+// Wait waits for the end (timeout < 0: forever, 0: only looks) and returns the blocks moved;
+// a cancelled transfer gives ErrCancelled, one that has not ended in time ErrTimeout.
+func (t *Transfer) Wait(timeout time.Duration) (uint64, error) {
 	t.mu.Lock()
 	x := t.x
 	t.waiters++
@@ -609,7 +713,7 @@ func (t *Transfer) Wait(timeoutNs int64) (uint64, error) {
 	var count C.uint64_t
 	err := t.m.withObject(x == nil, "transfer", func() C.kvt_status {
 		defer t.m.waitFor(x)()
-		s := C.kvt_xfer_wait(x, C.int64_t(timeoutNs))
+		s := C.kvt_xfer_wait(x, C.int64_t(timeout))
 		if s == C.KVT_OK {
 			s = C.kvt_xfer_status(nil, nil, &count, x)
 		}
@@ -617,9 +721,46 @@ func (t *Transfer) Wait(timeoutNs int64) (uint64, error) {
 	})
 	var e *Error
 	if errors.As(err, &e) && e.Status == StatusTimeout { // kvt_last_error may be older
-		e.Message = fmt.Sprintf("the transfer did not end within %v", time.Duration(timeoutNs))
+		e.Message = fmt.Sprintf("the transfer did not end within %v", timeout)
 	}
 	return uint64(count), err
+}
+
+// WaitContext is Wait until the transfer ends or ctx does (then ctx.Err(); the transfer
+// goes on).
+func (t *Transfer) WaitContext(ctx context.Context) (n uint64, err error) {
+	err = waitSliced(ctx, func(slice time.Duration) error {
+		n, err = t.Wait(slice)
+		return err
+	})
+	return n, err
+}
+
+// waitSlice bounds how late a Context form of a wait sees its context end: the library's
+// waits cannot be interrupted, so they wait in slices and look at the context in between.
+const waitSlice = 10 * time.Millisecond
+
+// waitSliced calls wait with slices of time until it returns anything but ErrTimeout, or
+// ctx ends.
+func waitSliced(ctx context.Context, wait func(time.Duration) error) error {
+	for {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		slice := waitSlice
+		if d, ok := ctx.Deadline(); ok {
+			left := time.Until(d)
+			if left <= 0 { // the context's timer may not have fired yet
+				return context.DeadlineExceeded
+			}
+			if left < slice {
+				slice = left
+			}
+		}
+		if err := wait(slice); !errors.Is(err, ErrTimeout) {
+			return err
+		}
+	}
 }
 
 // waitFor registers a wait on x, so that the manager's Close can cancel it; the function it

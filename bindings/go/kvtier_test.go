@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"kvtier"
+	kvtier "github.com/kvtier/kvtier/bindings/go"
 )
 
 // testConfig is the tests' small manager: 4 tokens a block, 128 bytes, 64 blocks in G1 and G2.

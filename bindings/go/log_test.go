@@ -7,7 +7,7 @@ import (
 	"sync"
 	"testing"
 
-	"kvtier"
+	kvtier "github.com/kvtier/kvtier/bindings/go"
 )
 
 // staleG3File leaves a G3 file as a process that died with its manager would.

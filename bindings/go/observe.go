@@ -12,8 +12,42 @@ import (
 	"unsafe"
 )
 
+// Trigger is the connector call behind a slot transition or a CALL event (kvt_obs_trigger);
+// String gives its name.
+type Trigger uint32
+
+const (
+	TriggerGetNumNewMatchedTokens Trigger = C.KVT_TRIGGER_GET_NUM_NEW_MATCHED_TOKENS
+	TriggerUpdateStateAfterAlloc  Trigger = C.KVT_TRIGGER_UPDATE_STATE_AFTER_ALLOC
+	TriggerBuildConnectorMeta     Trigger = C.KVT_TRIGGER_BUILD_CONNECTOR_META
+	TriggerUpdateConnectorOutput  Trigger = C.KVT_TRIGGER_UPDATE_CONNECTOR_OUTPUT
+	TriggerRequestFinished        Trigger = C.KVT_TRIGGER_REQUEST_FINISHED
+	TriggerRequestPreempted       Trigger = C.KVT_TRIGGER_REQUEST_PREEMPTED
+	TriggerResetCache             Trigger = C.KVT_TRIGGER_RESET_CACHE
+)
+
+func (t Trigger) String() string { return C.GoString(C.kvt_obs_trigger_str(C.uint32_t(t))) }
+
+// CandidateState is a transfer candidate's state in CANDIDATE events (kvt_candidate_state);
+// String gives its name.
+type CandidateState uint32
+
+const (
+	CandidatePendingEvaluation CandidateState = C.KVT_CANDIDATE_PENDING_EVALUATION
+	CandidatePromoted          CandidateState = C.KVT_CANDIDATE_PROMOTED
+	CandidateSkipped           CandidateState = C.KVT_CANDIDATE_SKIPPED
+	CandidateCompleted         CandidateState = C.KVT_CANDIDATE_COMPLETED
+	CandidateFailed            CandidateState = C.KVT_CANDIDATE_FAILED
+	CandidateCancelled         CandidateState = C.KVT_CANDIDATE_CANCELLED
+)
+
+func (s CandidateState) String() string {
+	return C.GoString(C.kvt_candidate_state_str(C.uint32_t(s)))
+}
+
 // ObsEvent is one event of the observe stream (docs/EVENTS.md); Kind is its kvt_obs_kind
-// by name ("SLOT", "CANDIDATE", "BLOCK_STORED", ...).
+// by name ("SLOT", "CANDIDATE", "BLOCK_STORED", ...). State is a SlotState in SLOT events
+// and a CandidateState in CANDIDATE events; Trigger is a Trigger.
 type ObsEvent struct {
 	Seq, TimeNs                     uint64
 	Kind                            string
@@ -79,8 +113,8 @@ func (s *Subscription) Drain(max int) ([]ObsEvent, error) {
 	return out, nil
 }
 
-// Fd is readable while events are queued; -1 once closed.
-func (s *Subscription) Fd() int {
+// FD is readable while events are queued; -1 once closed.
+func (s *Subscription) FD() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.s == nil {
@@ -89,27 +123,57 @@ func (s *Subscription) Fd() int {
 	return int(C.kvt_subscription_fd(s.s))
 }
 
+// Fd is FD.
+//
+// Deprecated: use FD.
+func (s *Subscription) Fd() int { return s.FD() }
+
 // Close ends the subscription; closing twice is a no-op.
-func (s *Subscription) Close() {
+func (s *Subscription) Close() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.s != nil {
-		C.kvt_subscription_destroy(s.s)
-		s.s = nil
-	}
+	C.kvt_subscription_destroy(s.s)
+	s.s = nil
+	return nil
 }
 
-// Record appends every event from now on to a new event log at path.
-func (m *Manager) Record(path string) error {
+func (m *Manager) withPath(path string, f func(*C.kvt_manager, *C.char) C.kvt_status) error {
 	p := C.CString(path)
 	defer C.free(unsafe.Pointer(p))
-	return m.with(func(c *C.kvt_manager) C.kvt_status { return C.kvt_manager_recorder_open(c, p) })
+	return m.with(func(c *C.kvt_manager) C.kvt_status { return f(c, p) })
 }
 
-// StopRecording writes what is buffered and closes the event log.
-func (m *Manager) StopRecording() error {
+// RecorderOpen appends every event from now on to a new event log at path (replaced if it
+// exists); ErrState while a log is open.
+func (m *Manager) RecorderOpen(path string) error {
+	return m.withPath(path, func(c *C.kvt_manager, p *C.char) C.kvt_status { return C.kvt_manager_recorder_open(c, p) })
+}
+
+// RecorderClose writes what is buffered and closes the event log.
+func (m *Manager) RecorderClose() error {
 	return m.with(func(c *C.kvt_manager) C.kvt_status { return C.kvt_manager_recorder_close(c) })
 }
+
+// RecorderRing keeps the manager's last events in memory (0: none, up to 2^24), for
+// RecorderDump.
+func (m *Manager) RecorderRing(events int) error {
+	return m.with(func(c *C.kvt_manager) C.kvt_status { return C.kvt_manager_recorder_ring(c, C.size_t(events)) })
+}
+
+// RecorderDump writes the events RecorderRing keeps to a new event log at path.
+func (m *Manager) RecorderDump(path string) error {
+	return m.withPath(path, func(c *C.kvt_manager, p *C.char) C.kvt_status { return C.kvt_manager_recorder_dump(c, p) })
+}
+
+// Record is RecorderOpen.
+//
+// Deprecated: use RecorderOpen.
+func (m *Manager) Record(path string) error { return m.RecorderOpen(path) }
+
+// StopRecording is RecorderClose.
+//
+// Deprecated: use RecorderClose.
+func (m *Manager) StopRecording() error { return m.RecorderClose() }
 
 // MetricsText is the Prometheus text exposition of the manager's counters.
 func (m *Manager) MetricsText() (string, error) {
@@ -126,30 +190,69 @@ func (m *Manager) MetricsText() (string, error) {
 	return C.GoStringN(buf, C.int(n)), nil
 }
 
-// Rerun is what Connector.Rerun made again: the calls, and the state the log's events leave.
-type Rerun struct {
-	Calls, Events, LiveSlots, FinishedSlots uint64
-	Registered                              [4]uint64 // hashes at the end, by tier (1 = G1 .. 3 = G3)
+// LogReplay is what a replay or rerun of an event log found (kvt_log_replay).
+type LogReplay struct {
+	Torn          bool   // the log ended in a torn record, where the replay stopped
+	Events        uint64 // records applied
+	Violations    uint64 // with ErrCorrupt: violations and differences found
+	LiveSlots     uint64 // slots not finished at the end
+	FinishedSlots uint64
+	OpenBatches   uint64         // promoted batches without an end
+	LoadedBlocks  uint64         // blocks of completed loads
+	Transitions   [11][11]uint64 // as ConnectorStats.Transitions
+	Registered    [4]uint64      // hashes registered at the end, by tier (1 = G1 .. 3 = G3)
+	Calls         uint64         // Rerun: the calls made again
+}
+
+// Rerun is LogReplay.
+//
+// Deprecated: use LogReplay.
+type Rerun = LogReplay
+
+func logReplay(r *C.kvt_log_replay) LogReplay {
+	out := LogReplay{Torn: r.torn != 0, Events: uint64(r.events), Violations: uint64(r.violations),
+		LiveSlots: uint64(r.live_slots), FinishedSlots: uint64(r.finished_slots),
+		OpenBatches: uint64(r.open_batches), LoadedBlocks: uint64(r.loaded_blocks), Calls: uint64(r.calls)}
+	for i := range out.Transitions {
+		for j := range out.Transitions[i] {
+			out.Transitions[i][j] = uint64(r.transitions[i][j])
+		}
+	}
+	for i := range out.Registered {
+		out.Registered[i] = uint64(r.registered[i])
+	}
+	return out
 }
 
 // Rerun (kvt_event_log_rerun) makes the recorded calls of the log at path again on this
-// fresh connector; an error (StatusCorrupt) names the first difference from the log.
-func (c *Connector) Rerun(path string) (Rerun, error) {
+// fresh connector; an ErrCorrupt error names the first difference from the log, and the
+// result counts them.
+func (c *Connector) Rerun(path string) (LogReplay, error) {
 	p := C.CString(path)
 	defer C.free(unsafe.Pointer(p))
 	var r C.kvt_log_replay
 	r.struct_size = C.uint32_t(unsafe.Sizeof(r))
-	if err := c.with(func(cc *C.kvt_connector) C.kvt_status {
-		return C.kvt_event_log_rerun(&r, cc, p)
-	}); err != nil {
-		return Rerun{}, err
+	err := c.with(func(cc *C.kvt_connector) C.kvt_status { return C.kvt_event_log_rerun(&r, cc, p) })
+	return logReplay(&r), err
+}
+
+// ReplayEventLog applies the events of the log at path, checking them as it goes, to m (a
+// fresh manager with the recorded one's tiers, which ends with its registry), or to
+// nothing when m is nil. An ErrCorrupt error names the first violation, and the result
+// counts them.
+func ReplayEventLog(m *Manager, path string) (LogReplay, error) {
+	p := C.CString(path)
+	defer C.free(unsafe.Pointer(p))
+	var r C.kvt_log_replay
+	r.struct_size = C.uint32_t(unsafe.Sizeof(r))
+	replay := func(c *C.kvt_manager) C.kvt_status { return C.kvt_event_log_replay(&r, c, p) }
+	var err error
+	if m == nil {
+		err = call(func() C.kvt_status { return replay(nil) })
+	} else {
+		err = m.with(replay)
 	}
-	out := Rerun{Calls: uint64(r.calls), Events: uint64(r.events), LiveSlots: uint64(r.live_slots),
-		FinishedSlots: uint64(r.finished_slots)}
-	for i := range out.Registered {
-		out.Registered[i] = uint64(r.registered[i])
-	}
-	return out, nil
+	return logReplay(&r), err
 }
 
 // ReadEventLog returns the records of an event log. A torn tail (a writer killed

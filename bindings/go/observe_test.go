@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"kvtier"
+	kvtier "github.com/kvtier/kvtier/bindings/go"
 )
 
 // A subscription sees G1's registrations and evictions in sequence; the event log holds the

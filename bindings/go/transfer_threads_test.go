@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"kvtier"
+	kvtier "github.com/kvtier/kvtier/bindings/go"
 )
 
 // waiting starts a goroutine in x.Wait(-1) and returns the channel of its outcome, once the

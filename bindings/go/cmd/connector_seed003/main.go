@@ -6,8 +6,8 @@ import (
 	"fmt"
 	"os"
 
-	"kvtier"
-	"kvtier/internal/seed003"
+	kvtier "github.com/kvtier/kvtier/bindings/go"
+	"github.com/kvtier/kvtier/bindings/go/internal/seed003"
 )
 
 func main() {

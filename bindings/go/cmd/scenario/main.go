@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"os"
 
-	"kvtier"
+	kvtier "github.com/kvtier/kvtier/bindings/go"
 )
 
 const page = 4

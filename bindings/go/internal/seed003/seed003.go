@@ -11,7 +11,7 @@ import (
 	"time"
 	"unsafe"
 
-	"kvtier"
+	kvtier "github.com/kvtier/kvtier/bindings/go"
 )
 
 const (

@@ -175,7 +175,7 @@ fn states(sched: &Connector, id: &str) -> Result<String, Error> {
 /// The scenario, from the scheduler's side (`sched` over manager `m`); returns the
 /// transcript's lines.
 pub fn run(m: &Manager, sched: &Connector, w: &mut dyn Worker) -> Result<Vec<String>, Error> {
-    let salt = kvtier::hash_salt(b"");
+    let salt = kvtier::try_hash_salt(b"")?;
     let a: Vec<u32> = (1000..1040).collect();
     let b: Vec<u32> = a[..32].iter().copied().chain(2000..2020).collect();
     let ha = kvtier::hash_sequence(&a, PAGE, salt)?;

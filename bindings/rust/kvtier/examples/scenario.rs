@@ -1,6 +1,6 @@
 //! Seed 003's two requests through the tiers: the scenario of examples/scenario/scenario.c,
 //! line for line the same output.
-use kvtier::{Config, Event, Manager, Tier};
+use kvtier::{Config, Manager, ManagerEvent, Tier};
 
 const PAGE: u32 = 4;
 
@@ -17,7 +17,7 @@ fn main() -> Result<(), kvtier::Error> {
         page_size: PAGE, num_layers: 1, num_outer: 2, chunk_bytes: 64, g1_blocks: 8,
         g2_blocks: 16, g3_blocks: 0, ..Default::default()
     })?;
-    let salt = kvtier::hash_salt(b"kvtier-scenario");
+    let salt = kvtier::try_hash_salt(b"kvtier-scenario")?;
 
     let a_tokens = tokenize("Hello, world!");
     let a_hash = kvtier::hash_sequence(&a_tokens, PAGE, salt)?;
@@ -36,10 +36,10 @@ fn main() -> Result<(), kvtier::Error> {
              a_tokens.len(), a_hash.len(), a_hash.len(), moved);
     println!("request A: first block hash 0x{:016x}", a_hash[0]);
 
-    m.events().for_each(drop);
+    m.pending_events().for_each(drop);
     m.release(&m.alloc(8, Tier::G1)?)?; // evicts A's blocks from G1
-    let removed = m.events()
-        .filter(|e| matches!(e, Event::BlockRemoved { tier, .. } if *tier == Tier::G1 as u32))
+    let removed = m.pending_events()
+        .filter(|e| matches!(e, ManagerEvent::BlockRemoved { tier: Tier::G1, .. }))
         .count();
     println!("G1 evicted: {removed} blocks removed");
 

@@ -1,4 +1,5 @@
 //! The whole `kvt_manager_config`, with the library's defaults.
+use std::ffi::CString;
 use std::path::PathBuf;
 use std::ptr;
 
@@ -50,6 +51,44 @@ c_enum!(
     G3Fault { Off = sys::KVT_G3_FAULT_OFF, Write = sys::KVT_G3_FAULT_WRITE, Read = sys::KVT_G3_FAULT_READ }
 );
 
+c_enum!(
+    /// What creating a manager does with a persistent G3 file it cannot read as its own
+    /// (another layout, namespace or format version).
+    G3Mismatch {
+        /// Fail with Status::InvalidArgument naming the difference.
+        Refuse = sys::KVT_G3_REFUSE,
+        /// Start the file empty, with a log message.
+        Reset = sys::KVT_G3_RESET,
+    }
+);
+c_enum!(
+    /// Which inactive block a tier evicts first, among those of equal priority.
+    Eviction {
+        /// Least recently released first.
+        Lru = sys::KVT_EVICT_LRU,
+        /// Scan-resistant, for the lower tiers.
+        S3Fifo = sys::KVT_EVICT_S3FIFO,
+    }
+);
+c_enum!(
+    /// Which vLLM wire format the KV events follow (docs/KV_EVENTS.md).
+    KvEventsFormat {
+        /// vLLM main: events are maps tagged by "type".
+        Current = sys::KVT_KV_EVENTS_FORMAT_CURRENT,
+        /// vLLM 0.10/0.11: events are tagged arrays.
+        ArrayV0_11 = sys::KVT_KV_EVENTS_FORMAT_ARRAY_V0_11,
+    }
+);
+
+impl Default for G3Mismatch {
+    fn default() -> Self { G3Mismatch::Refuse }
+}
+impl Default for Eviction {
+    fn default() -> Self { Eviction::Lru }
+}
+impl Default for KvEventsFormat {
+    fn default() -> Self { KvEventsFormat::Current }
+}
 impl Default for MemoryKind {
     fn default() -> Self { MemoryKind::Auto }
 }
@@ -163,6 +202,54 @@ pub struct Config {
     pub g3_fault_errno: i32,
     pub g3_fault_skip: u64,
     pub g3_fault_count: u64,
+    /// true: G3's file (in `g3_path`, required) outlives the manager, and the next manager
+    /// recovers the blocks it holds; false: a fresh file, removed at drop.
+    pub g3_persist: bool,
+    pub g3_on_mismatch: G3Mismatch,
+    /// A persistent file's owner tag (the salt hash of the model, say): a file of another
+    /// namespace is a mismatch.
+    pub g3_namespace: u64,
+    /// Eviction policy of G1, G2 and G3.
+    pub eviction: [Eviction; 3],
+    /// Share of a tier, 0 ..= 100, that pinned blocks may hold.
+    pub max_pinned_percent: u32,
+    /// The ZMQ endpoint of the KV events' PUB socket (vLLM's format); None: no publisher.
+    pub kv_events_endpoint: Option<String>,
+    /// A ROUTER socket there answers replay requests; None: none.
+    pub kv_events_replay_endpoint: Option<String>,
+    /// The first frame of every message; None: "".
+    pub kv_events_topic: Option<String>,
+    /// Batches kept for replay, 1 ..= 2^24.
+    pub kv_events_buffer: u64,
+    pub kv_events_dp_rank: i32,
+    /// The tiers whose events are published: bit `1 << tier` (by default G1 | G2 | G3).
+    pub kv_events_tiers: u32,
+    pub kv_events_format: KvEventsFormat,
+    /// The Redis of G4: "redis://host:port[/db]", "unix:///path[?db=N]", several separated
+    /// by commas (shards), or "redis+cluster://host:port[,...]"; None: no G4.
+    pub g4_url: Option<String>,
+    /// The name of an environment variable holding Redis's password, read at create.
+    pub g4_password_env: Option<String>,
+    /// Prefix of every key; None: "kvtier".
+    pub g4_key_prefix: Option<String>,
+    /// In every key (the salt hash of the model, say): namespaces never see each other's values.
+    pub g4_namespace: u64,
+    /// Connect and command timeout.
+    pub g4_timeout_us: u64,
+    /// The name of an environment variable holding G4's key (64 hex digits): values are
+    /// then authenticated, not only checksummed. None: checksums only.
+    pub g4_key_env: Option<String>,
+    /// The same for G3's slots, on a filesystem others can write.
+    pub g3_key_env: Option<String>,
+}
+
+fn c_string(field: &str, v: &Option<String>) -> Result<Option<CString>> {
+    v.as_deref().map(|v| CString::new(v).map_err(|_| invalid(format!("{field} holds a NUL byte"))))
+        .transpose()
+}
+
+fn ptr_of(s: &Option<CString>) -> *const std::os::raw::c_char {
+    s.as_ref().map_or(ptr::null(), |s| s.as_ptr())
 }
 
 fn defaults() -> sys::kvt_manager_config {
@@ -205,6 +292,25 @@ impl Default for Config {
             g3_fault_errno: c.g3_fault_errno,
             g3_fault_skip: c.g3_fault_skip,
             g3_fault_count: c.g3_fault_count,
+            g3_persist: c.g3_persist != 0,
+            g3_on_mismatch: G3Mismatch::from_raw(c.g3_on_mismatch),
+            g3_namespace: c.g3_namespace,
+            eviction: c.eviction.map(Eviction::from_raw),
+            max_pinned_percent: c.max_pinned_percent,
+            kv_events_endpoint: None,
+            kv_events_replay_endpoint: None,
+            kv_events_topic: None,
+            kv_events_buffer: c.kv_events_buffer,
+            kv_events_dp_rank: c.kv_events_dp_rank,
+            kv_events_tiers: c.kv_events_tiers,
+            kv_events_format: KvEventsFormat::from_raw(c.kv_events_format),
+            g4_url: None,
+            g4_password_env: None,
+            g4_key_prefix: None,
+            g4_namespace: c.g4_namespace,
+            g4_timeout_us: c.g4_timeout_us,
+            g4_key_env: None,
+            g3_key_env: None,
         }
     }
 }
@@ -240,15 +346,44 @@ impl Config {
         c.g3_fault_errno = self.g3_fault_errno;
         c.g3_fault_skip = self.g3_fault_skip;
         c.g3_fault_count = self.g3_fault_count;
+        c.g3_persist = self.g3_persist as u32;
+        c.g3_on_mismatch = self.g3_on_mismatch as u32;
+        c.g3_namespace = self.g3_namespace;
+        c.eviction = self.eviction.map(|e| e as u32);
+        c.max_pinned_percent = self.max_pinned_percent;
+        c.kv_events_buffer = self.kv_events_buffer;
+        c.kv_events_dp_rank = self.kv_events_dp_rank;
+        c.kv_events_tiers = self.kv_events_tiers;
+        c.kv_events_format = self.kv_events_format as u32;
+        c.g4_namespace = self.g4_namespace;
+        c.g4_timeout_us = self.g4_timeout_us;
         let path = match &self.g3_path {
             Some(p) => {
                 use std::os::unix::ffi::OsStrExt;
-                Some(std::ffi::CString::new(p.as_os_str().as_bytes())
+                Some(CString::new(p.as_os_str().as_bytes())
                     .map_err(|_| invalid("g3_path holds a NUL byte"))?)
             }
             None => None,
         };
         c.g3_path = path.as_ref().map_or(ptr::null(), |p| p.as_ptr());
+        // The strings live until create returns, which copies them.
+        let kv_events_endpoint = c_string("kv_events_endpoint", &self.kv_events_endpoint)?;
+        let kv_events_replay_endpoint =
+            c_string("kv_events_replay_endpoint", &self.kv_events_replay_endpoint)?;
+        let kv_events_topic = c_string("kv_events_topic", &self.kv_events_topic)?;
+        let g4_url = c_string("g4_url", &self.g4_url)?;
+        let g4_password_env = c_string("g4_password_env", &self.g4_password_env)?;
+        let g4_key_prefix = c_string("g4_key_prefix", &self.g4_key_prefix)?;
+        let g4_key_env = c_string("g4_key_env", &self.g4_key_env)?;
+        let g3_key_env = c_string("g3_key_env", &self.g3_key_env)?;
+        c.kv_events_endpoint = ptr_of(&kv_events_endpoint);
+        c.kv_events_replay_endpoint = ptr_of(&kv_events_replay_endpoint);
+        c.kv_events_topic = ptr_of(&kv_events_topic);
+        c.g4_url = ptr_of(&g4_url);
+        c.g4_password_env = ptr_of(&g4_password_env);
+        c.g4_key_prefix = ptr_of(&g4_key_prefix);
+        c.g4_key_env = ptr_of(&g4_key_env);
+        c.g3_key_env = ptr_of(&g3_key_env);
         let layout = self.g1_layout.as_ref().map(G1Layout::raw).transpose()?;
         c.g1_layout = layout.as_ref().map_or(ptr::null(), |l| l as *const _);
         let mut m = ptr::null_mut();

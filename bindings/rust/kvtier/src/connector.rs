@@ -5,12 +5,19 @@
 use std::ffi::{CStr, CString};
 use std::fmt;
 use std::marker::PhantomData;
+use std::os::raw::{c_char, c_void};
 use std::ptr;
 use std::sync::Mutex;
+use std::time::Duration;
 
 use kvtier_sys as sys;
 
-use crate::{check, invalid, Event, G1Layout, Manager, Result, Tier};
+#[allow(deprecated)]
+use crate::Event;
+use crate::{
+    c_name, check, drain_events, fill_sized, invalid, outcome, G1Layout, Manager, ManagerEvent,
+    Result, Status, Tier,
+};
 
 /// Which half (or both) a connector plays.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -71,6 +78,176 @@ impl fmt::Display for SlotState {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.name())
     }
+}
+
+/// A C enumeration with printable names: `from_raw`, `name` (its kvt_*_str) and Display.
+macro_rules! named_enum {
+    ($(#[$doc:meta])* $name:ident, $str_fn:path { $($variant:ident = $value:path),+ $(,)? }) => {
+        $(#[$doc])*
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+        #[repr(u32)]
+        pub enum $name { $($variant = $value),+ }
+
+        impl $name {
+            /// The variant of a raw C value; None for a value this crate does not know.
+            pub fn from_raw(v: u32) -> Option<$name> {
+                [$($name::$variant),+].into_iter().find(|x| *x as u32 == v)
+            }
+
+            /// The C name.
+            pub fn name(self) -> &'static str {
+                c_name(unsafe { $str_fn(self as u32) })
+            }
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(self.name())
+            }
+        }
+    };
+}
+
+named_enum!(
+    /// The scheduler call that moved a slot or paused (kvt_obs_trigger); Display gives the C
+    /// name, e.g. `UPDATE_STATE_AFTER_ALLOC`.
+    Trigger, sys::kvt_obs_trigger_str {
+        GetNumNewMatchedTokens = sys::KVT_TRIGGER_GET_NUM_NEW_MATCHED_TOKENS,
+        UpdateStateAfterAlloc = sys::KVT_TRIGGER_UPDATE_STATE_AFTER_ALLOC,
+        BuildConnectorMeta = sys::KVT_TRIGGER_BUILD_CONNECTOR_META,
+        UpdateConnectorOutput = sys::KVT_TRIGGER_UPDATE_CONNECTOR_OUTPUT,
+        RequestFinished = sys::KVT_TRIGGER_REQUEST_FINISHED,
+        RequestPreempted = sys::KVT_TRIGGER_REQUEST_PREEMPTED,
+        ResetCache = sys::KVT_TRIGGER_RESET_CACHE,
+    }
+);
+
+named_enum!(
+    /// A transfer candidate's state in the observe stream (kvt_candidate_state); Display
+    /// gives the C name, e.g. `PROMOTED`.
+    CandidateState, sys::kvt_candidate_state_str {
+        PendingEvaluation = sys::KVT_CANDIDATE_PENDING_EVALUATION,
+        Promoted = sys::KVT_CANDIDATE_PROMOTED,
+        Skipped = sys::KVT_CANDIDATE_SKIPPED,
+        Completed = sys::KVT_CANDIDATE_COMPLETED,
+        Failed = sys::KVT_CANDIDATE_FAILED,
+        Cancelled = sys::KVT_CANDIDATE_CANCELLED,
+    }
+);
+
+/// A live slot as the scheduler half sees it (kvt_slot_info).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SlotInfo {
+    pub req_id: String,
+    pub state: SlotState,
+    /// Since get_num_new_matched_tokens created the slot.
+    pub age_ns: u64,
+    pub tokens: u64,
+    /// Tokens computed or loaded.
+    pub computed: u64,
+    /// Its G1 blocks.
+    pub blocks: u64,
+    /// Its loads and stores not yet reported.
+    pub batches: u64,
+}
+
+/// A batch in flight, planned or sent and not yet reported (kvt_batch_info).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BatchInfo {
+    pub req_id: String,
+    /// A load is G2/G3 -> G1, a store G1 -> G2/G3.
+    pub src: Tier,
+    pub dst: Tier,
+    pub batch: u64,
+    pub blocks: u64,
+    /// The metadata that carried it; 0: planned for the next one.
+    pub step: u64,
+}
+
+/// Where a scheduler thread paused (kvt_pause_info).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PauseInfo {
+    /// The call that paused.
+    pub trigger: Trigger,
+    /// The transition from `prev` (None: a new slot) to `state`; both None at a call's start.
+    pub prev: Option<SlotState>,
+    pub state: Option<SlotState>,
+    /// The breakpoint's id; 0 for [`Connector::pause`].
+    pub breakpoint: u64,
+    /// Pauses so far, this one included.
+    pub pauses: u64,
+    pub req_id: String,
+}
+
+/// Interceptors around the scheduler half's six calls, for tracing and tests
+/// ([`Connector::set_hooks`]). They run on the calling thread under the connector's lock:
+/// they must not call into this connector. A panic in one is dropped. Calls and states of
+/// a newer library than this crate knows are not passed on.
+pub trait ConnectorHooks: Send + Sync {
+    /// At the start of a call; `req_id` None for build_connector_meta and
+    /// update_connector_output.
+    fn will_call(&self, _trigger: Trigger, _req_id: Option<&str>) {}
+    /// At its end, with its outcome.
+    fn finished_call(&self, _trigger: Trigger, _req_id: Option<&str>,
+                     _result: std::result::Result<(), Status>) {}
+    /// After each slot transition; `from` None for a new slot.
+    fn transition(&self, _req_id: &str, _from: Option<SlotState>, _to: SlotState,
+                  _trigger: Trigger) {}
+}
+
+/// Shared hooks: the caller keeps a handle to read what they gathered.
+impl<T: ConnectorHooks + ?Sized> ConnectorHooks for std::sync::Arc<T> {
+    fn will_call(&self, trigger: Trigger, req_id: Option<&str>) {
+        (**self).will_call(trigger, req_id)
+    }
+    fn finished_call(&self, trigger: Trigger, req_id: Option<&str>,
+                     result: std::result::Result<(), Status>) {
+        (**self).finished_call(trigger, req_id, result)
+    }
+    fn transition(&self, req_id: &str, from: Option<SlotState>, to: SlotState, trigger: Trigger) {
+        (**self).transition(req_id, from, to, trigger)
+    }
+}
+
+// The hooks' user pointer is a Box<dyn ConnectorHooks> that the connector keeps; every
+// trampoline stops a panic before it unwinds into C.
+type Hooks = Box<dyn ConnectorHooks>;
+
+unsafe fn opt_str<'a>(p: *const c_char) -> Option<std::borrow::Cow<'a, str>> {
+    (!p.is_null()).then(|| CStr::from_ptr(p).to_string_lossy())
+}
+
+fn shielded(f: impl FnOnce()) {
+    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
+}
+
+unsafe extern "C" fn will_call(user: *mut c_void, trigger: u32, req_id: *const c_char) {
+    let hooks = &*(user as *const Hooks);
+    if let Some(t) = Trigger::from_raw(trigger) {
+        shielded(|| hooks.will_call(t, opt_str(req_id).as_deref()));
+    }
+}
+
+unsafe extern "C" fn finished_call(user: *mut c_void, trigger: u32, req_id: *const c_char,
+                                   status: sys::kvt_status) {
+    let hooks = &*(user as *const Hooks);
+    if let Some(t) = Trigger::from_raw(trigger) {
+        shielded(|| hooks.finished_call(t, opt_str(req_id).as_deref(), outcome(status)));
+    }
+}
+
+unsafe extern "C" fn transition(user: *mut c_void, req_id: *const c_char, from: u32, to: u32,
+                                trigger: u32) {
+    let hooks = &*(user as *const Hooks);
+    if let (Some(to), Some(t)) = (SlotState::from_raw(to), Trigger::from_raw(trigger)) {
+        let id = opt_str(req_id).unwrap_or_default();
+        shielded(|| hooks.transition(&id, SlotState::from_raw(from), to, t));
+    }
+}
+
+fn c_str(buf: &[c_char]) -> String {
+    // Safety: the library's fixed-size, NUL-terminated req_id fields.
+    unsafe { CStr::from_ptr(buf.as_ptr()) }.to_string_lossy().into_owned()
 }
 
 /// The whole `kvt_connector_config`; `Default` gives the library's defaults.
@@ -206,6 +383,8 @@ fn strings(p: *const *const std::os::raw::c_char, n: usize) -> Vec<String> {
 pub struct Connector<'m> {
     pub(crate) c: *mut sys::kvt_connector,
     buffers: Mutex<()>,
+    /// The hooks the library calls (their user pointer), kept until replaced or dropped.
+    hooks: Mutex<Option<Box<Hooks>>>,
     _m: PhantomData<&'m Manager>,
 }
 
@@ -232,7 +411,7 @@ impl<'m> Connector<'m> {
         }
         let mut out = ptr::null_mut();
         check(unsafe { sys::kvt_connector_create(&mut out, m.m, &c) })?;
-        Ok(Connector { c: out, buffers: Mutex::new(()), _m: PhantomData })
+        Ok(Connector { c: out, buffers: Mutex::new(()), hooks: Mutex::new(None), _m: PhantomData })
     }
 
     // --- scheduler half ---
@@ -263,6 +442,21 @@ impl<'m> Connector<'m> {
             sys::kvt_connector_get_num_new_matched_tokens_salted(
                 &mut n, &mut load_async, self.c, id.as_ptr(), salt_hash, ptr_or_null(tokens),
                 tokens.len(), num_computed_tokens)
+        })?;
+        Ok((n, load_async != 0))
+    }
+
+    /// The same, with the hit capped at `max_tokens`: an engine with several KV cache groups
+    /// lowers the cap to the smallest group's hit and asks each group again until all agree.
+    pub fn get_num_new_matched_tokens_max(&self, req_id: &str, salt_hash: u64, tokens: &[u32],
+                                          num_computed_tokens: u64, max_tokens: u64)
+                                          -> Result<(u64, bool)> {
+        let id = c_id(req_id)?;
+        let (mut n, mut load_async) = (0u64, 0i32);
+        check(unsafe {
+            sys::kvt_connector_get_num_new_matched_tokens_max(
+                &mut n, &mut load_async, self.c, id.as_ptr(), salt_hash, ptr_or_null(tokens),
+                tokens.len(), num_computed_tokens, max_tokens)
         })?;
         Ok((n, load_async != 0))
     }
@@ -371,11 +565,132 @@ impl<'m> Connector<'m> {
     }
 
     /// Moves up to `max` pending events (BLOCK_STORED/REMOVED of G2 and G3) out, oldest first.
+    #[deprecated(note = "use poll_events, whose events have typed tiers")]
+    #[allow(deprecated)]
     pub fn take_events(&self, max: usize) -> Vec<Event> {
-        let mut buf: Vec<sys::kvt_event> = Vec::with_capacity(max);
-        let n = unsafe { sys::kvt_connector_take_events(buf.as_mut_ptr(), max, self.c) };
-        unsafe { buf.set_len(n) };
-        buf.iter().map(Event::from_raw).collect()
+        drain_events(max, |out| unsafe { sys::kvt_connector_take_events(out, max, self.c) },
+                     Event::from_raw)
+    }
+
+    /// Moves up to `max` of the manager's pending events (BLOCK_STORED/REMOVED of G2 and
+    /// G3) out, oldest first: vLLM's take_events.
+    pub fn poll_events(&self, max: usize) -> Vec<ManagerEvent> {
+        drain_events(max, |out| unsafe { sys::kvt_connector_take_events(out, max, self.c) },
+                     ManagerEvent::from_raw)
+    }
+
+    // --- inspection and breakpoints (while paused, inspection answers from the pause) ---
+
+    /// The live slots.
+    pub fn slots(&self) -> Result<Vec<SlotInfo>> {
+        let raw = fill_sized(|out, cap, n| unsafe { sys::kvt_connector_slots(out, cap, n, self.c) })?;
+        raw.iter()
+            .map(|s| Ok(SlotInfo {
+                req_id: c_str(&s.req_id),
+                state: SlotState::from_raw(s.state)
+                    .ok_or_else(|| invalid(format!("unknown slot state {}", s.state)))?,
+                age_ns: s.age_ns,
+                tokens: s.tokens,
+                computed: s.computed,
+                blocks: s.blocks,
+                batches: s.batches,
+            }))
+            .collect()
+    }
+
+    /// The batches in flight: planned, or sent and not yet reported.
+    pub fn batches(&self) -> Result<Vec<BatchInfo>> {
+        let raw = fill_sized(|out, cap, n| unsafe { sys::kvt_connector_batches(out, cap, n, self.c) })?;
+        let tier = |t: u32| Tier::from_raw(t).ok_or_else(|| invalid(format!("unknown tier {t}")));
+        raw.iter()
+            .map(|b| Ok(BatchInfo { req_id: c_str(&b.req_id), src: tier(b.src)?, dst: tier(b.dst)?,
+                                    batch: b.batch, blocks: b.blocks, step: b.step }))
+            .collect()
+    }
+
+    /// Pauses the scheduler thread inside a call when a slot has entered `state` (None: any)
+    /// for `req_id` (None: any; with no state, at the start of every call that names it).
+    /// Returns the breakpoint's id.
+    pub fn breakpoint_add(&self, state: Option<SlotState>, req_id: Option<&str>) -> Result<u64> {
+        let id = req_id.map(c_id).transpose()?;
+        let mut out = 0u64;
+        check(unsafe {
+            sys::kvt_connector_breakpoint_add(&mut out, self.c, state.map_or(0, |s| s as u32),
+                                              id.as_ref().map_or(ptr::null(), |i| i.as_ptr()))
+        })?;
+        Ok(out)
+    }
+
+    /// Status::NotFound for an unknown id. A thread paused at it stays paused until resumed.
+    pub fn breakpoint_remove(&self, id: u64) -> Result<()> {
+        check(unsafe { sys::kvt_connector_breakpoint_remove(self.c, id) })
+    }
+
+    /// Pauses the scheduler at its next call or transition.
+    pub fn pause(&self) -> Result<()> {
+        check(unsafe { sys::kvt_connector_pause(self.c) })
+    }
+
+    /// Resumes the paused thread; Status::State when none is paused.
+    pub fn resume(&self) -> Result<()> {
+        check(unsafe { sys::kvt_connector_resume(self.c) })
+    }
+
+    /// Waits up to `timeout` for a paused thread and describes its pause; None when none
+    /// paused in time.
+    pub fn wait_paused(&self, timeout: Duration) -> Result<Option<PauseInfo>> {
+        let mut p: sys::kvt_pause_info = crate::versioned();
+        let ms = timeout.as_millis().min(u32::MAX as u128) as u32;
+        let s = unsafe { sys::kvt_connector_wait_paused(&mut p, self.c, ms) };
+        if s == sys::KVT_AGAIN as sys::kvt_status {
+            return Ok(None);
+        }
+        check(s)?;
+        Ok(Some(PauseInfo {
+            trigger: Trigger::from_raw(p.trigger)
+                .ok_or_else(|| invalid(format!("unknown trigger {}", p.trigger)))?,
+            prev: SlotState::from_raw(p.prev),
+            state: SlotState::from_raw(p.state),
+            breakpoint: p.breakpoint,
+            pauses: p.pauses,
+            req_id: c_str(&p.req_id),
+        }))
+    }
+
+    /// How long a pause waits for a resume before it ends itself: 1 ms ..= 1 hour.
+    pub fn set_pause_timeout(&self, timeout: Duration) -> Result<()> {
+        let ms = timeout.as_millis().min(u32::MAX as u128) as u32;
+        check(unsafe { sys::kvt_connector_set_pause_timeout(self.c, ms) })
+    }
+
+    /// Calls `hooks` around the scheduler half's calls from now on, in place of any before.
+    pub fn set_hooks(&self, hooks: impl ConnectorHooks + 'static) -> Result<()> {
+        self.install_hooks(Some(Box::new(Box::new(hooks))))
+    }
+
+    /// Removes the hooks.
+    pub fn clear_hooks(&self) -> Result<()> {
+        self.install_hooks(None)
+    }
+
+    fn install_hooks(&self, hooks: Option<Box<Hooks>>) -> Result<()> {
+        // Held across the call, so that concurrent installs keep the library's pointer and
+        // the kept box the same; the library swaps them under the lock its hooks run under,
+        // so the old box is unused once the call returns.
+        let mut kept = self.hooks.lock().unwrap_or_else(|e| e.into_inner());
+        let raw = hooks.as_ref().map(|h| sys::kvt_connector_hooks {
+            struct_size: std::mem::size_of::<sys::kvt_connector_hooks>() as u32,
+            reserved: 0,
+            will_call: Some(will_call),
+            finished_call: Some(finished_call),
+            transition: Some(transition),
+            user: &**h as *const Hooks as *mut c_void,
+        });
+        check(unsafe {
+            sys::kvt_connector_set_hooks(self.c, raw.as_ref().map_or(ptr::null(), |r| r as *const _))
+        })?;
+        *kept = hooks;
+        Ok(())
     }
 
     // --- worker half ---

@@ -3,7 +3,7 @@
 //! ```no_run
 //! use kvtier::{Config, Manager, Tier};
 //! let m = Manager::new(&Config { page_size: 16, g1_blocks: 4096, g2_blocks: 16384, ..Default::default() })?;
-//! let hashes = kvtier::hash_sequence(&[1, 2, 3, 4], 4, kvtier::hash_salt(b"model"))?;
+//! let hashes = kvtier::hash_sequence(&[1, 2, 3, 4], 4, kvtier::try_hash_salt(b"model")?)?;
 //! let blocks = m.alloc(hashes.len(), Tier::G1)?;
 //! let blocks = m.register_hashes(&blocks, &hashes, 0)?;
 //! m.offload(&blocks, Tier::G2, None, 0)?.wait(None)?;
@@ -12,26 +12,40 @@
 //! ```
 //!
 //! Ownership follows the C contract: a [`Manager`] owns everything; a [`Transfer`], a
-//! [`Fence`] and a [`Connector`] borrow their manager, so they cannot outlive it. Block handles are plain values
-//! ([`Block`]): the library itself refuses stale and foreign ones.
+//! [`Fence`], a [`Connector`] and an [`Endpoint`] borrow their manager, so they cannot outlive
+//! it. Block handles are plain values ([`Block`]): the library itself refuses stale and
+//! foreign ones.
 use std::ffi::CStr;
 use std::fmt;
 use std::marker::PhantomData;
+use std::os::unix::io::{AsFd, AsRawFd, BorrowedFd, RawFd};
 use std::ptr;
 
 use kvtier_sys as sys;
 
+mod block;
 mod config;
 mod connector;
+mod endpoint;
+mod g4;
 mod log;
 mod observe;
-pub use config::{Config, CudaCopy, G1Layout, G3Fault, IoEngine, MemoryKind, Policy};
-pub use connector::{
-    Connector, ConnectorConfig, ConnectorStats, Finished, OffloadMode, Role, ScheduledRequest,
-    SlotState,
+pub use block::{BlockInfo, BlockState, TierStats, TransferStats};
+pub use config::{
+    Config, CudaCopy, Eviction, G1Layout, G3Fault, G3Mismatch, IoEngine, KvEventsFormat,
+    MemoryKind, Policy,
 };
+pub use connector::{
+    BatchInfo, CandidateState, Connector, ConnectorConfig, ConnectorHooks, ConnectorStats,
+    Finished, OffloadMode, PauseInfo, Role, ScheduledRequest, SlotInfo, SlotState, Trigger,
+};
+pub use endpoint::{Endpoint, EndpointConfig, EndpointStats};
+pub use g4::G4Stats;
 pub use log::{clear_log_handler, set_log_handler, LogLevel};
-pub use observe::{read_event_log, EventLog, ObsEvent, Rerun, Subscription};
+pub use observe::{
+    read_event_log, replay_event_log, EventLog, EventLogReader, ObsEvent, Replay, Rerun,
+    Subscription,
+};
 
 /// A kvt_status that is an error, kept as an enum.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -73,6 +87,42 @@ impl Status {
             _ => Status::Other(s),
         }
     }
+
+    /// The C status code, e.g. -3 for `State`.
+    pub fn code(self) -> i32 {
+        match self {
+            Status::Timeout => sys::KVT_TIMEOUT as i32,
+            Status::InvalidArgument => sys::KVT_ERR_INVALID_ARGUMENT,
+            Status::InvalidHandle => sys::KVT_ERR_INVALID_HANDLE,
+            Status::State => sys::KVT_ERR_STATE,
+            Status::NoSpace => sys::KVT_ERR_NO_SPACE,
+            Status::Cancelled => sys::KVT_ERR_CANCELLED,
+            Status::Unsupported => sys::KVT_ERR_UNSUPPORTED,
+            Status::Io => sys::KVT_ERR_IO,
+            Status::Corrupt => sys::KVT_ERR_CORRUPT,
+            Status::NoMemory => sys::KVT_ERR_NO_MEMORY,
+            Status::Cuda => sys::KVT_ERR_CUDA,
+            Status::NotFound => sys::KVT_ERR_NOT_FOUND,
+            Status::Internal => sys::KVT_ERR_INTERNAL,
+            Status::Other(s) => s,
+        }
+    }
+
+    /// The C name (kvt_status_str), e.g. "KVT_ERR_STATE"; "KVT_UNKNOWN_STATUS" for `Other`
+    /// codes the library does not know.
+    pub fn name(self) -> &'static str {
+        c_name(unsafe { sys::kvt_status_str(self.code()) })
+    }
+}
+
+/// A static string of the library (the *_str calls), which are ASCII.
+pub(crate) fn c_name(p: *const std::os::raw::c_char) -> &'static str {
+    unsafe { CStr::from_ptr(p) }.to_str().unwrap_or("?")
+}
+
+/// An outcome carried in an event or a hook: Ok, or the error's status.
+pub(crate) fn outcome(s: sys::kvt_status) -> std::result::Result<(), Status> {
+    if s == sys::KVT_OK as sys::kvt_status { Ok(()) } else { Err(Status::from_raw(s)) }
 }
 
 /// A failed call: its status and the library's message.
@@ -105,6 +155,34 @@ fn invalid(message: impl Into<String>) -> Error {
     Error { status: Status::InvalidArgument, message: message.into() }
 }
 
+/// A struct of the library's that begins with struct_size, zeroed, with struct_size set.
+pub(crate) fn versioned<T>() -> T {
+    let mut v = std::mem::MaybeUninit::<T>::zeroed();
+    // Safety: the sys structs are plain C data, valid when zeroed; each begins with its
+    // uint32_t struct_size.
+    unsafe {
+        v.as_mut_ptr().cast::<u32>().write(std::mem::size_of::<T>() as u32);
+        v.assume_init()
+    }
+}
+
+/// Fills an array the library sizes (`call(out, cap, &mut n)`, CONVENTIONS.md): asks again
+/// with room for n until everything fitted. T is a plain C type, valid when zeroed.
+pub(crate) fn fill_sized<T: Copy>(call: impl Fn(*mut T, usize, &mut usize) -> sys::kvt_status)
+                                  -> Result<Vec<T>> {
+    let mut out: Vec<T> = Vec::new();
+    loop {
+        let mut n = 0usize;
+        check(call(out.as_mut_ptr(), out.len(), &mut n))?;
+        if n <= out.len() {
+            out.truncate(n);
+            return Ok(out);
+        }
+        // Asked for the count, or more came meanwhile: ask again with room for them.
+        out.resize(n, unsafe { std::mem::MaybeUninit::zeroed().assume_init() });
+    }
+}
+
 /// The library's version string.
 pub fn version() -> String {
     unsafe { CStr::from_ptr(sys::kvt_version()) }.to_string_lossy().into_owned()
@@ -117,6 +195,16 @@ pub enum Tier {
     G1 = sys::KVT_TIER_G1,
     G2 = sys::KVT_TIER_G2,
     G3 = sys::KVT_TIER_G3,
+    /// The remote tier on Redis (`Config::g4_url`): a destination of [`Manager::offload`]
+    /// and the source of [`Manager::g4_onboard`]; it holds no block handles.
+    G4 = sys::KVT_TIER_G4,
+}
+
+impl Tier {
+    /// The tier of a raw C value; None for 0 or a value this crate does not know.
+    pub fn from_raw(v: u32) -> Option<Tier> {
+        [Tier::G1, Tier::G2, Tier::G3, Tier::G4].into_iter().find(|t| *t as u32 == v)
+    }
 }
 
 /// A block handle. 0 is never valid; the library detects stale, forged and foreign ones.
@@ -130,10 +218,16 @@ fn raw(blocks: &[Block]) -> *const sys::kvt_block {
 }
 
 /// The salt hash for [`hash_sequence`].
+#[deprecated(note = "drops the call's status: use try_hash_salt")]
 pub fn hash_salt(salt: &[u8]) -> u64 {
+    try_hash_salt(salt).unwrap_or(0)
+}
+
+/// The salt hash for [`hash_sequence`] and the connector's salted calls.
+pub fn try_hash_salt(salt: &[u8]) -> Result<u64> {
     let mut out = 0u64;
-    unsafe { sys::kvt_hash_salt(&mut out, salt.as_ptr().cast(), salt.len()) };
-    out
+    check(unsafe { sys::kvt_hash_salt(&mut out, salt.as_ptr().cast(), salt.len()) })?;
+    Ok(out)
 }
 
 /// The sequence hashes of the full blocks of `tokens`.
@@ -184,7 +278,8 @@ impl Drop for Seq {
     }
 }
 
-/// One event from [`Manager::poll`].
+/// One event from [`Manager::poll`], its tiers as raw numbers.
+#[deprecated(note = "use ManagerEvent, whose tiers are typed (Manager::poll_events)")]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Event {
     XferDone { status: std::result::Result<(), Status>, tier: u32, user_data: u64, count: u64 },
@@ -195,11 +290,12 @@ pub enum Event {
     TierCleared { tier: u32 },
 }
 
+#[allow(deprecated)]
 impl Event {
     fn from_raw(e: &sys::kvt_event) -> Event {
         match e.type_ {
             sys::KVT_EVENT_XFER_DONE => Event::XferDone {
-                status: if e.status == 0 { Ok(()) } else { Err(Status::from_raw(e.status)) },
+                status: outcome(e.status),
                 tier: e.tier,
                 user_data: e.user_data,
                 count: e.count,
@@ -214,10 +310,67 @@ impl Event {
     }
 }
 
+/// One event of a manager's queue ([`Manager::poll_events`], [`Connector::poll_events`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ManagerEvent {
+    /// A transfer ended: its status, its destination tier, the user_data it was enqueued
+    /// with and the blocks it moved.
+    XferDone { status: std::result::Result<(), Status>, tier: Tier, user_data: u64, count: u64 },
+    BlockStored { tier: Tier, hash: u64, parent: u64 },
+    BlockRemoved { tier: Tier, hash: u64 },
+    /// The queue was full: `count` BLOCK_* events were lost before the next one.
+    EventsDropped { count: u64 },
+    /// [`Manager::reset`] emptied this tier's registry (after its `BlockRemoved` events).
+    TierCleared { tier: Tier },
+    /// An event type or tier of a newer library than this crate knows.
+    Unknown { kind: u32, tier: u32 },
+}
+
+impl ManagerEvent {
+    fn from_raw(e: &sys::kvt_event) -> ManagerEvent {
+        let unknown = ManagerEvent::Unknown { kind: e.type_, tier: e.tier };
+        if e.type_ == sys::KVT_EVENT_EVENTS_DROPPED {
+            return ManagerEvent::EventsDropped { count: e.count };
+        }
+        let tier = match Tier::from_raw(e.tier) {
+            Some(t) => t,
+            None => return unknown,
+        };
+        match e.type_ {
+            sys::KVT_EVENT_XFER_DONE => ManagerEvent::XferDone {
+                status: outcome(e.status),
+                tier,
+                user_data: e.user_data,
+                count: e.count,
+            },
+            sys::KVT_EVENT_BLOCK_STORED => {
+                ManagerEvent::BlockStored { tier, hash: e.hash, parent: e.parent_hash }
+            }
+            sys::KVT_EVENT_BLOCK_REMOVED => ManagerEvent::BlockRemoved { tier, hash: e.hash },
+            sys::KVT_EVENT_TIER_CLEARED => ManagerEvent::TierCleared { tier },
+            _ => unknown,
+        }
+    }
+}
+
+/// Moves up to `max` events out of a queue through `drain` (kvt_manager_poll,
+/// kvt_connector_take_events), which returns how many it wrote.
+pub(crate) fn drain_events<T>(max: usize, drain: impl FnOnce(*mut sys::kvt_event) -> usize,
+                              convert: fn(&sys::kvt_event) -> T) -> Vec<T> {
+    let mut buf: Vec<sys::kvt_event> = Vec::with_capacity(max);
+    let n = drain(buf.as_mut_ptr());
+    // Safety: the library wrote n <= max events into the reserved space.
+    unsafe { buf.set_len(n) };
+    buf.iter().map(convert).collect()
+}
+
 /// Owns a kvt_manager. Send and Sync: every function of a manager may be called from any
 /// thread at once (kvtier.h); destruction happens in Drop, which needs exclusive access.
 pub struct Manager {
     m: *mut sys::kvt_manager,
+    /// Tokens per block, to size the token arrays of [`Manager::note_tokens`].
+    page_size: u32,
 }
 
 unsafe impl Send for Manager {}
@@ -226,7 +379,7 @@ unsafe impl Sync for Manager {}
 impl Manager {
     /// Creates a manager. A `g1_layout`'s memory must outlive it (see [`G1Layout::new`]).
     pub fn new(cfg: &Config) -> Result<Manager> {
-        Ok(Manager { m: cfg.create()? })
+        Ok(Manager { m: cfg.create()?, page_size: cfg.page_size })
     }
 
     pub fn alloc(&self, n: usize, tier: Tier) -> Result<Vec<Block>> {
@@ -346,22 +499,71 @@ impl Manager {
         Ok(Fence { f, _m: PhantomData })
     }
 
+    /// A fence signalled when a CUDA event recorded on the host's stream completes.
+    /// Status::Unsupported without CUDA.
+    ///
+    /// # Safety
+    /// `cuda_event` is a live `cudaEvent_t` of this process, which the caller keeps alive
+    /// until the fence is signalled (the library borrows it until then).
+    pub unsafe fn fence_from_cuda_event(&self, cuda_event: *mut std::ffi::c_void) -> Result<Fence<'_>> {
+        let mut f = ptr::null_mut();
+        check(sys::kvt_fence_from_cuda_event(&mut f, self.m, cuda_event))?;
+        Ok(Fence { f, _m: PhantomData })
+    }
+
     /// Moves up to `max` pending events out, oldest first.
+    #[deprecated(note = "use poll_events, whose events have typed tiers")]
+    #[allow(deprecated)]
     pub fn poll(&self, max: usize) -> Vec<Event> {
-        let mut buf: Vec<sys::kvt_event> = Vec::with_capacity(max);
-        let n = unsafe { sys::kvt_manager_poll(self.m, buf.as_mut_ptr(), max) };
-        unsafe { buf.set_len(n) };
-        buf.iter().map(Event::from_raw).collect()
+        drain_events(max, |out| unsafe { sys::kvt_manager_poll(self.m, out, max) }, Event::from_raw)
+    }
+
+    /// Moves up to `max` pending events out, oldest first.
+    pub fn poll_events(&self, max: usize) -> Vec<ManagerEvent> {
+        drain_events(max, |out| unsafe { sys::kvt_manager_poll(self.m, out, max) },
+                     ManagerEvent::from_raw)
     }
 
     /// An iterator that drains the pending events.
+    #[deprecated(note = "use pending_events, whose events have typed tiers")]
+    #[allow(deprecated)]
     pub fn events(&self) -> Events<'_> {
         Events { m: self, buf: Vec::new().into_iter() }
     }
 
+    /// An iterator that drains the pending events; it ends when none is left.
+    pub fn pending_events(&self) -> PendingEvents<'_> {
+        PendingEvents { m: self, buf: Vec::new().into_iter() }
+    }
+
     /// Readable while events are pending (epoll, mio, tokio's AsyncFd). Owned by the manager.
+    #[deprecated(note = "use as_fd or as_raw_fd (AsFd, AsRawFd)")]
     pub fn event_fd(&self) -> i32 {
-        unsafe { sys::kvt_manager_event_fd(self.m) }
+        self.as_raw_fd()
+    }
+
+    /// Tells the KV events publisher the tokens of full blocks: `tokens[i * page_size..]`
+    /// are those of the block whose sequence hash is `seq_hashes[i]`. Note them before the
+    /// blocks are registered by hash; a no-op without a publisher.
+    pub fn note_tokens(&self, seq_hashes: &[u64], tokens: &[u32]) -> Result<()> {
+        // The library reads seq_hashes.len() * page_size tokens.
+        if tokens.len() as u64 != seq_hashes.len() as u64 * u64::from(self.page_size) {
+            return Err(invalid(format!("note_tokens: {} tokens for {} blocks of {}", tokens.len(),
+                                       seq_hashes.len(), self.page_size)));
+        }
+        check(unsafe {
+            sys::kvt_manager_note_tokens(self.m, seq_hashes.as_ptr(), seq_hashes.len(),
+                                         tokens.as_ptr())
+        })
+    }
+
+    /// Destroys the manager, returning what dropping it would lose: the status of closing
+    /// its recorder's event log (Status::Io when a write to it failed).
+    pub fn close(self) -> Result<()> {
+        let m = std::mem::ManuallyDrop::new(self);
+        let closed = check(unsafe { sys::kvt_manager_recorder_close(m.m) });
+        unsafe { sys::kvt_manager_destroy(m.m) };
+        closed
     }
 }
 
@@ -371,12 +573,31 @@ impl Drop for Manager {
     }
 }
 
+impl AsFd for Manager {
+    /// Readable while events are pending (epoll, mio, tokio's AsyncFd); owned by the
+    /// manager: never read or close it.
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        // Safety: the manager owns the descriptor and keeps it open until it is destroyed,
+        // which the borrow of self outlives.
+        unsafe { BorrowedFd::borrow_raw(self.as_raw_fd()) }
+    }
+}
+
+impl AsRawFd for Manager {
+    fn as_raw_fd(&self) -> RawFd {
+        unsafe { sys::kvt_manager_event_fd(self.m) }
+    }
+}
+
 /// Drains the manager's pending events; ends when none is left.
+#[deprecated(note = "use PendingEvents (Manager::pending_events)")]
+#[allow(deprecated)]
 pub struct Events<'m> {
     m: &'m Manager,
     buf: std::vec::IntoIter<Event>,
 }
 
+#[allow(deprecated)]
 impl Iterator for Events<'_> {
     type Item = Event;
     fn next(&mut self) -> Option<Event> {
@@ -384,6 +605,23 @@ impl Iterator for Events<'_> {
             return Some(e);
         }
         self.buf = self.m.poll(64).into_iter();
+        self.buf.next()
+    }
+}
+
+/// Drains the manager's pending events; ends when none is left.
+pub struct PendingEvents<'m> {
+    m: &'m Manager,
+    buf: std::vec::IntoIter<ManagerEvent>,
+}
+
+impl Iterator for PendingEvents<'_> {
+    type Item = ManagerEvent;
+    fn next(&mut self) -> Option<ManagerEvent> {
+        if let Some(e) = self.buf.next() {
+            return Some(e);
+        }
+        self.buf = self.m.poll_events(64).into_iter();
         self.buf.next()
     }
 }

@@ -1,12 +1,13 @@
 //! The observe stream (docs/EVENTS.md): subscriptions, the event log, metrics.
 use std::ffi::{CStr, CString};
 use std::os::unix::ffi::OsStrExt;
+use std::os::unix::io::{AsFd, AsRawFd, BorrowedFd, RawFd};
 use std::path::Path;
 use std::ptr;
 
 use kvtier_sys as sys;
 
-use crate::{check, invalid, Connector, Manager, Result, Status};
+use crate::{check, invalid, versioned, Connector, Manager, Result, Status, Tier};
 
 /// One event of the observe stream; `kind` is its kvt_obs_kind by name ("SLOT",
 /// "CANDIDATE", "BLOCK_STORED", ...), the other fields as in kvtier.h.
@@ -31,6 +32,18 @@ pub struct ObsEvent {
     pub duration_ns: u64,
     pub count: u64,
     pub req_id: String,
+}
+
+impl ObsEvent {
+    /// `src` as a tier (CANDIDATE, TRANSFER); None where the kind has none.
+    pub fn src_tier(&self) -> Option<Tier> {
+        Tier::from_raw(self.src)
+    }
+
+    /// `dst` as a tier (CANDIDATE, TRANSFER, BLOCK_*, TIER_CLEARED); None where the kind has none.
+    pub fn dst_tier(&self) -> Option<Tier> {
+        Tier::from_raw(self.dst)
+    }
 }
 
 fn obs_event(e: &sys::kvt_obs_event) -> ObsEvent {
@@ -80,7 +93,23 @@ impl Subscription {
     }
 
     /// Readable while events are queued.
+    #[deprecated(note = "use as_fd or as_raw_fd (AsFd, AsRawFd)")]
     pub fn fd(&self) -> i32 {
+        self.as_raw_fd()
+    }
+}
+
+impl AsFd for Subscription {
+    /// Readable while events are queued; owned by the subscription: never read or close it.
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        // Safety: the subscription keeps its descriptor open until it is destroyed, which
+        // the borrow of self outlives.
+        unsafe { BorrowedFd::borrow_raw(self.as_raw_fd()) }
+    }
+}
+
+impl AsRawFd for Subscription {
+    fn as_raw_fd(&self) -> RawFd {
         unsafe { sys::kvt_subscription_fd(self.s) }
     }
 }
@@ -110,17 +139,37 @@ impl Manager {
         check(unsafe { sys::kvt_manager_recorder_close(self.m) })
     }
 
+    /// Keeps the manager's last `events` events in memory (0: none, up to 2^24), for
+    /// [`Manager::dump_recorder`].
+    pub fn set_recorder_ring(&self, events: usize) -> Result<()> {
+        check(unsafe { sys::kvt_manager_recorder_ring(self.m, events) })
+    }
+
+    /// Writes the ring's events to a new event log at `path`.
+    pub fn dump_recorder(&self, path: &Path) -> Result<()> {
+        let p = c_path(path)?;
+        check(unsafe { sys::kvt_manager_recorder_dump(self.m, p.as_ptr()) })
+    }
+
     /// The Prometheus text exposition of the manager's counters.
     pub fn metrics_text(&self) -> Result<String> {
-        let mut n = 0usize;
-        unsafe { sys::kvt_metrics_text(ptr::null_mut(), 0, &mut n, self.m, ptr::null_mut()) };
-        let mut buf = vec![0u8; n + 4096];
-        check(unsafe {
-            sys::kvt_metrics_text(buf.as_mut_ptr().cast(), buf.len(), &mut n, self.m,
-                                  ptr::null_mut())
-        })?;
-        buf.truncate(n);
-        Ok(String::from_utf8_lossy(&buf).into_owned())
+        let mut buf: Vec<u8> = Vec::new();
+        loop {
+            let mut n = 0usize;
+            let s = unsafe {
+                sys::kvt_metrics_text(buf.as_mut_ptr().cast(), buf.len(), &mut n, self.m,
+                                      ptr::null_mut())
+            };
+            // A buffer too small (the first call's is empty) fails with the text's length
+            // in n: grow it, with room for counters that grow meanwhile, and ask again.
+            if s == sys::KVT_ERR_INVALID_ARGUMENT && n >= buf.len() {
+                buf.resize(n + 4096, 0);
+                continue;
+            }
+            check(s)?;
+            buf.truncate(n);
+            return Ok(String::from_utf8_lossy(&buf).into_owned());
+        }
     }
 }
 
@@ -130,26 +179,101 @@ pub struct EventLog {
     pub torn: Option<String>,
 }
 
-/// Reads an event log (kvt_manager_recorder_open, kvtier-replay --record).
+/// Reads an event log (kvt_manager_recorder_open, kvtier-replay --record) whole.
 pub fn read_event_log(path: &Path) -> Result<EventLog> {
-    let p = c_path(path)?;
-    let mut l = ptr::null_mut();
-    check(unsafe { sys::kvt_event_log_open(&mut l, p.as_ptr()) })?;
     let mut out = EventLog { events: Vec::new(), torn: None };
-    let mut e = std::mem::MaybeUninit::<sys::kvt_obs_event>::zeroed();
-    let result = loop {
-        match check(unsafe { sys::kvt_event_log_next(l, e.as_mut_ptr()) }) {
-            Ok(()) => out.events.push(obs_event(unsafe { e.assume_init_ref() })),
-            Err(err) if err.status == Status::NotFound => break Ok(()),
-            Err(err) if err.status == Status::Corrupt => {
-                out.torn = Some(err.message);
-                break Ok(());
-            }
-            Err(err) => break Err(err),
+    for e in EventLogReader::open(path)? {
+        match e {
+            Ok(e) => out.events.push(e),
+            Err(err) if err.status == Status::Corrupt => out.torn = Some(err.message),
+            Err(err) => return Err(err),
         }
-    };
-    unsafe { sys::kvt_event_log_close(l) };
-    result.map(|()| out)
+    }
+    Ok(out)
+}
+
+/// Reads an event log one record at a time: an iterator of its events, which ends after the
+/// last one, or after one Status::Corrupt error where a record is torn or damaged (a writer
+/// killed mid-write; the message says at which byte), or after any other error. Send, not
+/// Sync: a reader has a position.
+pub struct EventLogReader {
+    l: *mut sys::kvt_event_log,
+    done: bool,
+}
+
+unsafe impl Send for EventLogReader {}
+
+impl EventLogReader {
+    pub fn open(path: &Path) -> Result<EventLogReader> {
+        let p = c_path(path)?;
+        let mut l = ptr::null_mut();
+        check(unsafe { sys::kvt_event_log_open(&mut l, p.as_ptr()) })?;
+        Ok(EventLogReader { l, done: false })
+    }
+}
+
+impl Iterator for EventLogReader {
+    type Item = Result<ObsEvent>;
+
+    fn next(&mut self) -> Option<Result<ObsEvent>> {
+        if self.done {
+            return None;
+        }
+        let mut e = std::mem::MaybeUninit::<sys::kvt_obs_event>::zeroed();
+        match check(unsafe { sys::kvt_event_log_next(self.l, e.as_mut_ptr()) }) {
+            Ok(()) => Some(Ok(obs_event(unsafe { e.assume_init_ref() }))),
+            Err(err) => {
+                self.done = true;
+                (err.status != Status::NotFound).then_some(Err(err))
+            }
+        }
+    }
+}
+
+impl Drop for EventLogReader {
+    fn drop(&mut self) {
+        unsafe { sys::kvt_event_log_close(self.l) }
+    }
+}
+
+/// What [`replay_event_log`] found: a log whose events all followed the rules.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Replay {
+    /// A torn tail ended the replay early.
+    pub torn: bool,
+    /// Records applied.
+    pub events: u64,
+    /// Slots not finished at the end, and finished ones.
+    pub live_slots: u64,
+    pub finished_slots: u64,
+    /// Promoted batches without an end.
+    pub open_batches: u64,
+    /// Blocks of completed loads.
+    pub loaded_blocks: u64,
+    /// `[from][to]` by kvt_slot_state value, as [`crate::ConnectorStats::transitions`].
+    pub transitions: [[u64; 11]; 11],
+    /// Hashes registered at the end, by tier (index 1 = G1 .. 3 = G3).
+    pub registered: [u64; 4],
+}
+
+/// kvt_event_log_replay: applies the log's events in order and checks them (sequence
+/// numbers, slot transitions, batch ends, and with `into`, a fresh manager with the
+/// recorded one's tiers, every BLOCK_STORED and BLOCK_REMOVED, leaving it the recorded
+/// registry). A violation is a Status::Corrupt error naming the first one and their number.
+pub fn replay_event_log(path: &Path, into: Option<&Manager>) -> Result<Replay> {
+    let p = c_path(path)?;
+    let mut r: sys::kvt_log_replay = versioned();
+    let s = unsafe { sys::kvt_event_log_replay(&mut r, into.map_or(ptr::null_mut(), |m| m.m), p.as_ptr()) };
+    if let Err(mut err) = check(s) {
+        if err.status == Status::Corrupt && r.violations > 0 {
+            err.message = format!("{} ({} violations)", err.message, r.violations);
+        }
+        return Err(err);
+    }
+    Ok(Replay { torn: r.torn != 0, events: r.events, live_slots: r.live_slots,
+                finished_slots: r.finished_slots, open_batches: r.open_batches,
+                loaded_blocks: r.loaded_blocks, transitions: r.transitions,
+                registered: r.registered })
 }
 
 /// What [`Connector::rerun`] made again: the calls, and the state the log's events leave.
@@ -168,10 +292,8 @@ impl Connector<'_> {
     /// fresh connector; an error (Corrupt) names the first difference from the log.
     pub fn rerun(&self, path: &Path) -> Result<Rerun> {
         let p = c_path(path)?;
-        let mut r = std::mem::MaybeUninit::<sys::kvt_log_replay>::zeroed();
-        unsafe { (*r.as_mut_ptr()).struct_size = std::mem::size_of::<sys::kvt_log_replay>() as u32 };
-        check(unsafe { sys::kvt_event_log_rerun(r.as_mut_ptr(), self.c, p.as_ptr()) })?;
-        let r = unsafe { r.assume_init() };
+        let mut r: sys::kvt_log_replay = versioned();
+        check(unsafe { sys::kvt_event_log_rerun(&mut r, self.c, p.as_ptr()) })?;
         Ok(Rerun { calls: r.calls, events: r.events, live_slots: r.live_slots,
                    finished_slots: r.finished_slots, registered: r.registered })
     }

@@ -1,4 +1,6 @@
 //! The safe crate against the real library: real bytes, real threads.
+// These tests use the deprecated API on purpose: it must keep working.
+#![allow(deprecated)]
 use kvtier::{Block, Config, Event, Manager, Status, Tier};
 use std::time::Duration;
 

@@ -5,6 +5,8 @@
 //! test. Run with KVTIER_TEST_CONNECTOR_WORKER=1, it plays the worker half, reading commands
 //! as length-prefixed frames on stdin and answering on stdout, which libtest's own output
 //! would disturb.
+// These tests use the deprecated API on purpose: it must keep working.
+#![allow(deprecated)]
 use std::io::{BufReader, Read, Write};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 
