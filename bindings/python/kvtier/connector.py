@@ -17,25 +17,35 @@ metadata and reports are bytes in and out. Errors are kvtier.Error subclasses ca
 status and kvt_last_error(), as everywhere in the binding.
 """
 import collections
-import os
-import threading
+import dataclasses
 import types
+from typing import Callable, List, Optional, Tuple, Union
 
-from . import (CONST, Event, InvalidArgumentError, InvalidHandleError, _check, _fields,
-               _u32_array)
-from ._ffi import C, ffi
+from ._config import ConnectorConfig, _merged
+from ._enums import (OFFLOAD_EAGER, OFFLOAD_LAZY, ROLE_BOTH, ROLE_SCHEDULER, ROLE_WORKER,
+                     SLOT_DECODING, SLOT_FINISHED, SLOT_FINISHING, SLOT_INITIALIZED,
+                     SLOT_ONBOARD_STAGED, SLOT_ONBOARDING, SLOT_PREEMPTED, SLOT_PREFILLING,
+                     SLOT_SKIPPED_DECODE, SLOT_SKIPPED_PREFILL, ObsTrigger, SlotState, Tier,
+                     _member)
+from ._errors import _call, _check, _invalid
+from ._ffi import C, CONST, ffi
+from ._manager import Event
+from ._observe import LogReplay, _replayed
+from ._util import _Handle, _Record, _u32_array, _versioned
 
-ROLE_SCHEDULER, ROLE_WORKER, ROLE_BOTH = (
-    C.KVT_ROLE_SCHEDULER, C.KVT_ROLE_WORKER, C.KVT_ROLE_BOTH)
-OFFLOAD_EAGER, OFFLOAD_LAZY = C.KVT_OFFLOAD_EAGER, C.KVT_OFFLOAD_LAZY
+__all__ = ["Connector", "ConnectorConfig", "ScheduledRequest", "Finished", "ConnectorStats",
+           "SlotInfo", "BatchInfo", "PauseInfo", "Event", "slot_state_str", "BLOCK_ID_NONE",
+           "SLOT_STATES", "ROLE_SCHEDULER", "ROLE_WORKER", "ROLE_BOTH", "OFFLOAD_EAGER",
+           "OFFLOAD_LAZY", "SLOT_INITIALIZED", "SLOT_ONBOARD_STAGED", "SLOT_ONBOARDING",
+           "SLOT_PREFILLING", "SLOT_DECODING", "SLOT_SKIPPED_PREFILL", "SLOT_SKIPPED_DECODE",
+           "SLOT_PREEMPTED", "SLOT_FINISHING", "SLOT_FINISHED"]
+
 BLOCK_ID_NONE = CONST["KVT_BLOCK_ID_NONE"]  # a sliding window's null block
-SLOT_STATES = tuple(range(C.KVT_SLOT_INITIALIZED, C.KVT_SLOT_FINISHED + 1))
-(SLOT_INITIALIZED, SLOT_ONBOARD_STAGED, SLOT_ONBOARDING, SLOT_PREFILLING, SLOT_DECODING,
- SLOT_SKIPPED_PREFILL, SLOT_SKIPPED_DECODE, SLOT_PREEMPTED, SLOT_FINISHING,
- SLOT_FINISHED) = SLOT_STATES
+SLOT_STATES = tuple(SlotState)
+ReqId = Union[str, bytes]
 
 
-def slot_state_str(state):
+def slot_state_str(state: int) -> str:
     """The name of a slot state, e.g. "KVT_SLOT_DECODING" (kvt_slot_state_str)."""
     return ffi.string(C.kvt_slot_state_str(state)).decode()
 
@@ -56,14 +66,72 @@ class Finished(collections.namedtuple(
     scheduler's update_connector_output."""
 
 
+@dataclasses.dataclass(frozen=True)
+class ConnectorStats(_Record):
+    """The scheduler half's counters (kvt_connector_stats); transitions is an 11 x 11 list
+    of lists indexed [from][to] by slot state (from 0: slot created)."""
+    _ctype = "kvt_connector_stats"
+
+    transitions: List[List[int]]
+    preemptions: int
+    matched_tokens: int
+    loaded_blocks: int
+    load_errors: int
+    stored_blocks: int
+    store_failures: int
+
+
+@dataclasses.dataclass(frozen=True)
+class SlotInfo(_Record):
+    """A live slot (kvt_slot_info)."""
+    _ctype = "kvt_slot_info"
+    _enums = {"state": SlotState}
+
+    req_id: str
+    state: int
+    age_ns: int
+    tokens: int
+    computed: int
+    blocks: int
+    batches: int
+
+
+@dataclasses.dataclass(frozen=True)
+class BatchInfo(_Record):
+    """A batch in flight (kvt_batch_info): a load src -> G1 or a store G1 -> dst."""
+    _ctype = "kvt_batch_info"
+    _enums = {"src": Tier, "dst": Tier}
+
+    req_id: str
+    src: int
+    dst: int
+    batch: int
+    blocks: int
+    step: int
+
+
+@dataclasses.dataclass(frozen=True)
+class PauseInfo(_Record):
+    """A paused scheduler call (kvt_pause_info): the call, the transition (prev -> state; both
+    0 at a call's start), the breakpoint (0 for pause()), the pauses so far."""
+    _ctype = "kvt_pause_info"
+    _enums = {"trigger": ObsTrigger, "prev": SlotState, "state": SlotState}
+
+    trigger: int
+    prev: int
+    state: int
+    breakpoint: int
+    pauses: int
+    req_id: str
+
+
 def _req_id(req_id):
     """A request id as the NUL-terminated bytes the library reads (borrowed for the call)."""
     if isinstance(req_id, str):
         return req_id.encode()
     if isinstance(req_id, bytes):
         return req_id
-    raise InvalidArgumentError("a request id is a str or bytes, not %s" % type(req_id).__name__,
-                               CONST["KVT_ERR_INVALID_ARGUMENT"])
+    raise _invalid("a request id is a str or bytes, not %s" % type(req_id).__name__)
 
 
 def _bytes_in(data, what):
@@ -71,103 +139,56 @@ def _bytes_in(data, what):
     try:
         p = ffi.from_buffer(data)
     except TypeError as e:
-        raise InvalidArgumentError("%s must be bytes-like: %s" % (what, e),
-                                   CONST["KVT_ERR_INVALID_ARGUMENT"]) from None
+        raise _invalid("%s must be bytes-like: %s" % (what, e)) from None
     return p, len(p)
-
-
-def _call(fn, *args):
-    """Calls fn and raises the binding's error for its status; an argument C cannot take (a
-    negative count, a layer that is not an int) is an InvalidArgumentError, not a cffi one."""
-    try:
-        status = fn(*args)
-    except (OverflowError, TypeError) as e:
-        raise InvalidArgumentError("%s: %s" % (fn.__name__, e),
-                                   CONST["KVT_ERR_INVALID_ARGUMENT"]) from None
-    _check(status)
 
 
 def _strings(ptr, n):
     return [ffi.string(ptr[i]).decode(errors="replace") for i in range(n)]
 
 
-_CONFIG_FIELDS = frozenset(name for name, _ in ffi.typeof("kvt_connector_config").fields
-                           if name not in ("struct_size", "reserved", "reserved2"))
+def _opt_str(p) -> Optional[str]:
+    return None if p == ffi.NULL else ffi.string(p).decode(errors="replace")
 
 
-class Connector:
+class Connector(_Handle):
     """Owns a kvt_connector over a Manager, which must stay open while the connector is
     (closing the manager closes its connector first). Use as a context manager, or call
     close(). Calls from several threads are serialized by the library."""
+    _closed_message = "the connector is closed"
 
-    def __init__(self, manager, **config):
-        """config: any field of kvt_connector_config by name (role=ROLE_SCHEDULER,
-        offload=OFFLOAD_LAZY, store_tier=G3, num_gpu_blocks=100, salt_hash=...,
-        load_async=True, endpoint_path="/run/kvtier.sock", pause_timeout_ms=5000); the
-        others keep the library's defaults."""
-        cfg = ffi.new("kvt_connector_config *")
-        C.kvt_connector_config_init_sized(cfg, ffi.sizeof("kvt_connector_config"))
-        strings = []  # borrowed by the config until create returns
-        for k, v in config.items():
-            if k not in _CONFIG_FIELDS:
-                raise InvalidArgumentError("unknown connector config field %r" % k,
-                                           CONST["KVT_ERR_INVALID_ARGUMENT"])
-            if k == "endpoint_path":
-                if v is not None:
-                    strings.append(ffi.new("char[]", os.fsencode(v)))
-                    cfg.endpoint_path = strings[-1]
-                continue
-            try:
-                setattr(cfg, k, int(v))
-            except (OverflowError, TypeError, ValueError) as e:
-                raise InvalidArgumentError("connector config %s: %s" % (k, e),
-                                           CONST["KVT_ERR_INVALID_ARGUMENT"]) from None
+    def __init__(self, manager, config: Optional[ConnectorConfig] = None, **fields):
+        """config: a ConnectorConfig; fields: any of its fields by name, over config
+        (role=ROLE_SCHEDULER, offload=OFFLOAD_LAZY, store_tier=G3, num_gpu_blocks=100,
+        salt_hash=..., load_async=True, endpoint_path="/run/kvtier.sock",
+        pause_timeout_ms=5000, world_size=2, rank=1, sliding_window=4096); the others keep
+        ConnectorConfig's defaults."""
+        cfg, keep = _merged(ConnectorConfig, config, fields, "connector config")._cdata()
         out = ffi.new("kvt_connector **")
         _call(C.kvt_connector_create, out, manager._live(), cfg)
-        self._c = out[0]
         self.salt_hash = cfg.salt_hash
         self._m = manager
         self._keep = []  # the registered G1 buffers: the worker copies into them until close
-        self._lock = threading.Lock()  # guards close() against itself only
+        self._hooks = None  # the callbacks the library holds (set_hooks)
+        self._endpoints = set()  # closed before the connector (kvt_endpoint_close)
+        self._own(out[0])
         manager._connector = self
 
-    # lifetime
-    def _live(self):
-        c = self._c
-        if c is None:
-            raise InvalidHandleError("the connector is closed", CONST["KVT_ERR_INVALID_HANDLE"])
-        return c
+    def _close_first(self) -> None:
+        for e in list(self._endpoints):
+            e.close()
 
-    def close(self):
+    def _free(self, c) -> None:
         """Waits for the worker's copies in flight, releases every pin, frees the connector."""
-        with self._lock:
-            if self._c is None:
-                return
-            C.kvt_connector_destroy(self._c)
-            self._c = None
-            self._keep = None
-            if self._m._connector is self:
-                self._m._connector = None
-
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:
-            pass
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
-    @property
-    def closed(self):
-        return self._c is None
+        C.kvt_connector_destroy(c)
+        self._keep = self._hooks = None
+        if self._m._connector is self:
+            self._m._connector = None
 
     # scheduler half
-    def get_num_new_matched_tokens(self, req_id, tokens, num_computed_tokens=0, salt=None,
-                                   max_tokens=None):
+    def get_num_new_matched_tokens(self, req_id: ReqId, tokens, num_computed_tokens: int = 0,
+                                   salt: Optional[int] = None,
+                                   max_tokens: Optional[int] = None) -> Tuple[int, bool]:
         """(tokens kvtier can load beyond num_computed_tokens, whether the load is
         asynchronous). tokens: the request's tokens so far. salt: the request's own salt
         hash (an int from kvtier.hash_salt) naming its blocks; None: the connector's.
@@ -186,7 +207,8 @@ class Connector:
                   self._live(), _req_id(req_id), salt, toks, n, num_computed_tokens)
         return num[0], bool(is_async[0])
 
-    def update_state_after_alloc(self, req_id, block_ids, num_external_tokens):
+    def update_state_after_alloc(self, req_id: ReqId, block_ids,
+                                 num_external_tokens: int) -> None:
         """block_ids: all of the request's G1 blocks, in order (BLOCK_ID_NONE for a sliding
         window's null blocks); num_external_tokens: 0, or what get_num_new_matched_tokens
         reported."""
@@ -194,7 +216,7 @@ class Connector:
         _call(C.kvt_connector_update_state_after_alloc, self._live(), _req_id(req_id), ids, n,
               num_external_tokens)
 
-    def build_connector_meta(self, reqs):
+    def build_connector_meta(self, reqs) -> bytes:
         """One step's metadata (bytes) for the worker. reqs: ScheduledRequest tuples (or
         dicts with its field names), every live request the step schedules."""
         reqs = [r if isinstance(r, ScheduledRequest) else
@@ -214,32 +236,31 @@ class Connector:
                 e.num_computed_tokens = r.num_computed_tokens
                 e.num_scheduled_tokens = r.num_scheduled_tokens
             except (OverflowError, TypeError) as err:
-                raise InvalidArgumentError("request %r: %s" % (r.req_id, err),
-                                           CONST["KVT_ERR_INVALID_ARGUMENT"]) from None
+                raise _invalid("request %r: %s" % (r.req_id, err)) from None
         p, n = ffi.new("void **"), ffi.new("size_t *")
         _call(C.kvt_connector_build_connector_meta, p, n, self._live(), arr, len(reqs))
         return ffi.buffer(p[0], n[0])[:] if n[0] else b""  # a copy: valid past the next call
 
-    def update_connector_output(self, report):
+    def update_connector_output(self, report) -> None:
         """The worker's report (Finished.report, bytes)."""
         p, n = _bytes_in(report, "report")
         _call(C.kvt_connector_update_connector_output, self._live(), p, n)
 
-    def request_finished(self, req_id):
+    def request_finished(self, req_id: ReqId) -> bool:
         """True when stores still read the request's G1 blocks: keep them until the worker
         lists it in finished_sending."""
         delay = ffi.new("int32_t *")
         _call(C.kvt_connector_request_finished, delay, self._live(), _req_id(req_id))
         return bool(delay[0])
 
-    def request_preempted(self, req_id):
+    def request_preempted(self, req_id: ReqId) -> None:
         _call(C.kvt_connector_request_preempted, self._live(), _req_id(req_id))
 
-    def reset_cache(self):
+    def reset_cache(self) -> None:
         """Nothing stored so far is served again (kvt_connector_reset_cache)."""
         _call(C.kvt_connector_reset_cache, self._live())
 
-    def slot_state(self, req_id):
+    def slot_state(self, req_id: ReqId) -> Tuple[SlotState, List[SlotState]]:
         """(state, [states so far, from SLOT_INITIALIZED on]) of a request's slot."""
         rid = _req_id(req_id)
         state, n = ffi.new("uint32_t *"), ffi.new("size_t *")
@@ -248,28 +269,59 @@ class Connector:
             hist = ffi.new("uint32_t[]", cap)
             _call(C.kvt_connector_slot_state, state, hist, n, cap, self._live(), rid)
             if n[0] <= cap:
-                return state[0], ffi.unpack(hist, n[0])
+                return (_member(SlotState, state[0]),
+                        [_member(SlotState, h) for h in ffi.unpack(hist, n[0])])
             cap = n[0]
 
-    def stats(self):
-        """The scheduler half's counters (kvt_connector_stats) as a dict; transitions as an
-        11 x 11 list of lists indexed [from][to] by slot state (from 0: slot created)."""
-        s = ffi.new("kvt_connector_stats *")
-        s.struct_size = ffi.sizeof("kvt_connector_stats")
+    def stats(self) -> ConnectorStats:
+        """The scheduler half's counters (kvt_connector_stats)."""
+        s = _versioned("kvt_connector_stats")
         _call(C.kvt_connector_stats_get, s, self._live())
-        out = _fields(s)
-        out["transitions"] = [list(row) for row in s.transitions]
-        return out
+        return ConnectorStats._from_c(s)
 
-    def take_events(self, max_events=256):
+    def take_events(self, max_events: int = 256) -> List[Event]:
         """The manager's pending events (BLOCK_STORED/REMOVED of G2 and G3), oldest first."""
         buf = ffi.new("kvt_event[]", max_events)
         n = C.kvt_connector_take_events(buf, max_events, self._live())
-        return [Event(e.type, e.status, e.tier, e.user_data, e.hash, e.parent_hash, e.count)
-                for e in buf[0:n]]
+        return [Event._from_c(e) for e in buf[0:n]]
+
+    def set_hooks(self, will_call: Optional[Callable[[ObsTrigger, Optional[str]], None]] = None,
+                  finished_call: Optional[Callable[[ObsTrigger, Optional[str], int], None]]
+                  = None,
+                  transition: Optional[Callable[[str, int, SlotState, ObsTrigger], None]]
+                  = None) -> None:
+        """Interceptors around the scheduler half, for tracing and tests
+        (kvt_connector_set_hooks): will_call(trigger, req_id) at the start of each of its
+        calls, finished_call(trigger, req_id, status) at its end, transition(req_id, from,
+        to, trigger) after each slot transition (from 0 for a new slot). req_id is None for
+        build_connector_meta and update_connector_output. They run on the calling thread
+        under the connector's lock, so they must not call this connector; an exception they
+        raise is printed and dropped. Each call replaces the hooks set before; none
+        removes them."""
+        callbacks = []
+
+        def hook(field, signature, fn, convert):
+            if fn is not None:
+                callbacks.append(ffi.callback(signature, lambda _user, *a: fn(*convert(*a))))
+                setattr(hooks, field, callbacks[-1])
+
+        hooks = ffi.NULL
+        if any((will_call, finished_call, transition)):
+            hooks = _versioned("kvt_connector_hooks")
+            hook("will_call", "void(void *, uint32_t, const char *)", will_call,
+                 lambda t, r: (_member(ObsTrigger, t), _opt_str(r)))
+            hook("finished_call", "void(void *, uint32_t, const char *, int32_t)",
+                 finished_call, lambda t, r, st: (_member(ObsTrigger, t), _opt_str(r), st))
+            hook("transition", "void(void *, const char *, uint32_t, uint32_t, uint32_t)",
+                 transition, lambda r, a, b, t: (_opt_str(r), _member(SlotState, a),
+                                                 _member(SlotState, b), _member(ObsTrigger, t)))
+        _call(C.kvt_connector_set_hooks, self._live(), hooks)
+        # The library calls them until replaced or destroyed; the call took the connector's
+        # lock, so the hooks it replaced run no more.
+        self._hooks = (hooks, callbacks)
 
     # worker half
-    def register_kv_caches(self, layout, num_blocks):
+    def register_kv_caches(self, layout, num_blocks: int) -> None:
         """The engine's G1 memory: num_blocks blocks in a kvtier.G1Layout whose bases are
         writable buffers or (address, length) pairs; the buffers are kept alive until
         close()."""
@@ -280,37 +332,36 @@ class Connector:
         _call(C.kvt_connector_register_kv_caches, self._live(), cdata, num_blocks)
         self._keep.extend(held)
 
-    def bind_connector_metadata(self, meta):
+    def bind_connector_metadata(self, meta) -> None:
         """Holds a step's metadata (bytes from build_connector_meta) until
         clear_connector_metadata."""
         p, n = _bytes_in(meta, "meta")
         _call(C.kvt_connector_bind_connector_metadata, self._live(), p, n)
 
-    def clear_connector_metadata(self):
+    def clear_connector_metadata(self) -> None:
         _call(C.kvt_connector_clear_connector_metadata, self._live())
 
-    def start_load_kv(self):
+    def start_load_kv(self) -> None:
         _call(C.kvt_connector_start_load_kv, self._live())
 
-    def wait_for_layer_load(self, layer):
+    def wait_for_layer_load(self, layer: int) -> None:
         _call(C.kvt_connector_wait_for_layer_load, self._live(), layer)
 
-    def save_kv_layer(self, layer):
+    def save_kv_layer(self, layer: int) -> None:
         _call(C.kvt_connector_save_kv_layer, self._live(), layer)
 
-    def wait_for_save(self):
+    def wait_for_save(self) -> None:
         _call(C.kvt_connector_wait_for_save, self._live())
 
-    def handle_preemptions(self, req_ids):
+    def handle_preemptions(self, req_ids) -> None:
         """Waits until no copy in flight uses the G1 blocks of these requests."""
         ids = [ffi.new("char[]", _req_id(r)) for r in req_ids]
         arr = ffi.new("const char *[]", ids) if ids else ffi.NULL
         _call(C.kvt_connector_handle_preemptions, self._live(), arr, len(ids))
 
-    def get_finished(self):
+    def get_finished(self) -> Finished:
         """Everything that ended since the last call, as a Finished; never waits."""
-        f = ffi.new("kvt_finished *")
-        f.struct_size = ffi.sizeof("kvt_finished")
+        f = _versioned("kvt_finished")
         _call(C.kvt_connector_get_finished, f, self._live())
         return Finished(_strings(f.finished_sending, f.num_finished_sending),
                         _strings(f.finished_recving, f.num_finished_recving),
@@ -319,71 +370,56 @@ class Connector:
                         ffi.buffer(f.report, f.report_len)[:] if f.report_len else b"")
 
     # inspection, breakpoints and rerun (kvtier.h, "Observe")
-    def _listed(self, fn, ctype, convert):
+    def _listed(self, fn, record):
         n = ffi.new("size_t *")
         _call(fn, ffi.NULL, 0, n, self._live())
         while True:
             cap = n[0]
-            buf = ffi.new(ctype + "[]", max(cap, 1))
+            buf = ffi.new(record._ctype + "[]", max(cap, 1))
             _call(fn, buf, cap, n, self._live())
             if n[0] <= cap:
-                return [convert(buf[i]) for i in range(n[0])]
+                return [record._from_c(buf[i]) for i in range(n[0])]
 
-    def slots(self):
-        """The live slots as dicts: req_id, state, age_ns, tokens, computed, blocks, batches
-        (answered from the pause while the scheduler is paused)."""
-        return self._listed(C.kvt_connector_slots, "kvt_slot_info", lambda s: {
-            "req_id": ffi.string(s.req_id).decode(errors="replace"), "state": s.state,
-            "age_ns": s.age_ns, "tokens": s.tokens, "computed": s.computed,
-            "blocks": s.blocks, "batches": s.batches})
+    def slots(self) -> List[SlotInfo]:
+        """The live slots (answered from the pause while the scheduler is paused)."""
+        return self._listed(C.kvt_connector_slots, SlotInfo)
 
-    def batches(self):
-        """The batches in flight as dicts: req_id, src, dst, batch, blocks, step."""
-        return self._listed(C.kvt_connector_batches, "kvt_batch_info", lambda b: {
-            "req_id": ffi.string(b.req_id).decode(errors="replace"), "src": b.src,
-            "dst": b.dst, "batch": b.batch, "blocks": b.blocks, "step": b.step})
+    def batches(self) -> List[BatchInfo]:
+        """The batches in flight (planned, or sent and not yet reported)."""
+        return self._listed(C.kvt_connector_batches, BatchInfo)
 
-    def add_breakpoint(self, state=0, req_id=None):
+    def add_breakpoint(self, state: int = 0, req_id: Optional[ReqId] = None) -> int:
         """A breakpoint on a slot entering `state` (0: any) and/or on a request; its id."""
         out = ffi.new("uint64_t *")
         rid = ffi.NULL if req_id is None else _req_id(req_id)
         _call(C.kvt_connector_breakpoint_add, out, self._live(), state, rid)
         return out[0]
 
-    def remove_breakpoint(self, breakpoint_id):
+    def remove_breakpoint(self, breakpoint_id: int) -> None:
         _call(C.kvt_connector_breakpoint_remove, self._live(), breakpoint_id)
 
-    def pause(self):
+    def pause(self) -> None:
         """Pauses the next scheduler call or transition."""
         _call(C.kvt_connector_pause, self._live())
 
-    def resume(self):
+    def resume(self) -> None:
         _call(C.kvt_connector_resume, self._live())
 
-    def wait_paused(self, timeout_ms):
-        """A dict describing the pause (trigger, prev, state, breakpoint, pauses, req_id) once
-        a thread is paused; None when none paused within timeout_ms."""
-        p = ffi.new("kvt_pause_info *")
-        p.struct_size = ffi.sizeof("kvt_pause_info")
+    def wait_paused(self, timeout_ms: int) -> Optional[PauseInfo]:
+        """The pause once a thread is paused; None when none paused within timeout_ms."""
+        p = _versioned("kvt_pause_info")
         status = C.kvt_connector_wait_paused(p, self._live(), timeout_ms)
         if status == CONST["KVT_AGAIN"]:
             return None
         _check(status)
-        return {"trigger": p.trigger, "prev": p.prev, "state": p.state,
-                "breakpoint": p.breakpoint, "pauses": p.pauses,
-                "req_id": ffi.string(p.req_id).decode(errors="replace")}
+        return PauseInfo._from_c(p)
 
-    def set_pause_timeout(self, timeout_ms):
+    def set_pause_timeout(self, timeout_ms: int) -> None:
         _call(C.kvt_connector_set_pause_timeout, self._live(), timeout_ms)
 
-    def rerun(self, path):
-        """kvt_event_log_rerun: the log's calls made again on this (fresh) connector. The
-        counts as a dict (calls, violations, live_slots, registered, ...); CorruptError with
-        the first difference when the end state differs from the log's."""
-        r = ffi.new("kvt_log_replay *")
-        r.struct_size = ffi.sizeof("kvt_log_replay")
-        _call(C.kvt_event_log_rerun, r, self._live(), os.fsencode(path))
-        out = _fields(r)
-        out["transitions"] = [list(row) for row in r.transitions]
-        out["registered"] = list(r.registered)
-        return out
+    def rerun(self, path) -> LogReplay:
+        """kvt_event_log_rerun: the log's calls made again on this (fresh) connector, and
+        the counts (calls, violations, live_slots, registered, ...); CorruptError, with the
+        counts as .replay, naming the first difference when the end state differs from the
+        log's."""
+        return _replayed(C.kvt_event_log_rerun, self._live(), path)

@@ -1,6 +1,7 @@
 """The whole kvt_manager_config from Python: engine-owned G1 memory in any buffer, policies,
 G3's I/O engine and fault injection."""
 import array
+import dataclasses
 import gc
 import mmap
 import weakref
@@ -158,3 +159,100 @@ def test_stats_carry_every_field_of_the_struct():
         assert s["free"] + s["active"] + s["inactive"] + s["retired"] == s["capacity"]
         t = m.transfer_stats(kvtier.G1, kvtier.G2)
         assert set(t) == {"completed", "cancelled", "failed", "blocks", "bytes", "busy_ns"}
+
+
+C_DEFAULTS = {kvtier.ManagerConfig: "kvt_manager_config",
+              kvtier.ConnectorConfig: "kvt_connector_config",
+              kvtier.EndpointConfig: "kvt_endpoint_config"}
+
+
+@pytest.mark.parametrize("cls", list(C_DEFAULTS), ids=lambda c: c.__name__)
+def test_config_dataclasses_name_every_field_with_the_librarys_defaults(cls):
+    ffi, ctype = kvtier.ffi, C_DEFAULTS[cls]
+    c = ffi.new(ctype + " *")
+    getattr(kvtier.C, ctype + "_init_sized")(c, ffi.sizeof(ctype))
+    settable = [n for n, _ in ffi.typeof(ctype).fields
+                if n != "struct_size" and not n.startswith("reserved")]
+    assert [f.name for f in dataclasses.fields(cls)] == settable
+    for name, value in dataclasses.asdict(cls()).items():
+        want = getattr(c, name)
+        if isinstance(want, ffi.CData) and ffi.typeof(want).kind == "pointer":
+            want = None if want == ffi.NULL else want
+        elif isinstance(want, ffi.CData) and ffi.typeof(want).kind == "array":
+            want, value = list(want), list(value)
+        elif isinstance(want, ffi.CData):  # a kvt_policy
+            want = kvtier.Policy(want.flags, want.min_frequency)
+        if name == "g1_memory":  # the binding's one departure: host memory
+            assert (value, want) == (kvtier.MEMORY_HOST, kvtier.MEMORY_AUTO)
+            continue
+        assert value == want, name
+
+
+def test_a_manager_config_object_and_fields_over_it():
+    cfg = kvtier.ManagerConfig(page_size=4, g1_blocks=8, g2_blocks=0, chunk_bytes=16)
+    with kvtier.Manager(cfg, g1_blocks=5) as m:
+        assert m.tier_stats(kvtier.G1).capacity == 5 and m.tier_stats(kvtier.G2).capacity == 0
+        assert m.tier_stats(kvtier.G1).block_bytes == 2 * 16
+    assert cfg.g1_blocks == 8  # the caller's object is not changed
+    with pytest.raises(kvtier.InvalidArgumentError, match="must be a kvtier.ManagerConfig"):
+        kvtier.Manager({"page_size": 4})
+    with pytest.raises(kvtier.InvalidArgumentError, match="g3_path"):
+        kvtier.Manager(cfg, g3_path=12)
+
+
+# Each field reaches the library: a value it refuses comes back naming the field.
+REFUSED = [("event_capacity", 0), ("max_batch_size", 0), ("min_batch_size", 100),
+           ("flush_interval_us", 10**13), ("policy_timeout_us", 0), ("sweep_interval_us", 0),
+           ("max_concurrent_transfers", 0), ("copy_threads", 65),
+           ("policy_g1_g3", (kvtier.POLICY_FREQUENCY, 0)),
+           ("policy_g2_g3", (kvtier.POLICY_FREQUENCY, 0)), ("cuda_copy", 9),
+           ("g3_fault_op", 7), ("g3_fault_errno", 5), ("g3_fault_skip", 1),
+           ("g3_fault_count", 1), ("g3_on_mismatch", 5), ("kv_events_buffer", 0),
+           ("kv_events_dp_rank", -1), ("kv_events_tiers", 1 << 9), ("kv_events_format", 9),
+           ("g4_timeout_us", 0), ("g4_url", "http://x"), ("g4_password_env", "KVT_TEST_UNSET"),
+           ("g4_key_prefix", "a b"), ("g4_key_env", "KVT_TEST_UNSET"),
+           ("g3_key_env", "KVT_TEST_UNSET"), ("kv_events_endpoint", "bogus://x"),
+           ("kv_events_replay_endpoint", "ipc:///nonexistent/r")]
+
+
+@pytest.mark.parametrize("field,value", REFUSED, ids=[f for f, _ in REFUSED])
+def test_each_manager_field_reaches_the_library(field, value, monkeypatch):
+    monkeypatch.delenv("KVT_TEST_UNSET", raising=False)
+    extra = {"g4_url": "unix:///nonexistent/r.sock"} if field.startswith("g4_") else {}
+    if field == "g3_key_env":
+        extra = {"g3_blocks": 4}
+    if field == "g4_url":
+        extra = {}
+    with pytest.raises(kvtier.InvalidArgumentError) as e:
+        manager(**dict(extra, **{field: value}))
+    assert field in e.value.message
+
+
+def test_g3_key_env_macs_the_slots(tmp_path, monkeypatch):
+    """A persistent G3 written under one key is read back under it, and under another key
+    every slot fails its MAC: never served."""
+    monkeypatch.setenv("KVT_TEST_G3_KEY", "11" * 32)
+    cfg = dict(g3_path=str(tmp_path), g3_blocks=4, g2_blocks=0, g3_persist=True,
+               g3_namespace=9, g3_key_env="KVT_TEST_G3_KEY", min_batch_size=1)
+    with manager(**cfg) as m:
+        a = stored(m, [800], fill=0x42)
+        with m.offload(a, kvtier.G3) as x:
+            assert x.wait(10) == 1
+        m.release(a)
+    with manager(**cfg) as m:
+        assert m.tier_stats(kvtier.G3).recovered == 1
+        (src,) = m.match_prefix([800], kvtier.G3)
+        dst = m.alloc(1)
+        with m.onboard([src], dst) as x:
+            assert x.wait(10) == 1
+            (b,) = x.blocks()
+        assert bytes(m.block_data(b)) == b"\x42" * len(m.block_data(b))
+        m.release([src, b])
+    monkeypatch.setenv("KVT_TEST_G3_KEY", "22" * 32)
+    with manager(**cfg) as m:
+        srcs = m.match_prefix([800], kvtier.G3)  # recovery reads headers, not the MAC
+        dst = m.alloc(1)
+        with m.onboard(srcs, dst) as x, pytest.raises(kvtier.CorruptError):
+            x.wait(10)
+        m.release(srcs + dst)
+        assert m.match_prefix([800], kvtier.G3) == []
