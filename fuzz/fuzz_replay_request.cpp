@@ -1,6 +1,6 @@
 // fuzz_replay_request: arbitrary messages on the KV-event publisher's replay socket. The pure
-// parser (src/publish/replay_request.cpp) accepts exactly vLLM's request and kvtier's
-// snapshot request; then the same frames go from a DEALER to a real publisher (src/publish,
+// parser (src/kv_events/replay_request.cpp) accepts exactly vLLM's request and kvtier's
+// snapshot request; then the same frames go from a DEALER to a real publisher (src/kv_events,
 // compiled into this binary) over ipc://, and its answers keep the protocol and the budgets
 // (docs/KV_EVENTS.md, Replay and Snapshots): each answered request gets kept batches from
 // its start, in order, the bytes published, or its snapshot, then END_SEQ; an ignored or
@@ -20,8 +20,8 @@
 #include <vector>
 
 #include "input.hpp"
-#include "publish/publisher.hpp"
-#include "publish/replay_request.hpp"
+#include "kv_events/publisher.hpp"
+#include "kv_events/replay_request.hpp"
 
 using namespace kvt::pub;
 

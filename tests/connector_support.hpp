@@ -419,7 +419,7 @@ struct Rig {
 
 // Flips a byte of the data of the G3 slot holding seq_hash, in the G3 file under dir. Slot s
 // lies at s * slot_bytes: the data padded to 4 KiB, then a 4 KiB header that begins with a
-// magic and the sequence hash (src/transfer/disk_engine.hpp). Returns the slot, -1 if none.
+// magic and the sequence hash (src/copy/disk_engine.hpp). Returns the slot, -1 if none.
 inline int64_t corrupt_g3_block(const std::string &dir, uint64_t seq_hash, uint64_t g3_blocks) {
   constexpr uint64_t kPageBytes = 4096, kMagic = 0x544c53334754564bULL;
   auto files = TempDir::names_of(dir, "kvtier-g3-");

@@ -1,4 +1,4 @@
-// G3's two I/O paths (src/transfer/disk_io.cpp, compiled into the tests) let batches from
+// G3's two I/O paths (src/copy/disk_io.cpp, compiled into the tests) let batches from
 // two threads run at once: a batch whose reads wait on a pipe must not stop another thread's
 // batch, which writes what they wait for. With a lock held for a whole batch, as before,
 // this deadlocks.
@@ -9,7 +9,7 @@
 #include <future>
 
 #include "support.hpp"
-#include "transfer/disk_io.hpp"
+#include "copy/disk_io.hpp"
 
 using kvt::IoRequest;
 

@@ -1,6 +1,6 @@
 // KV events over ZMQ (docs/KV_EVENTS.md): a real SUB socket and a real DEALER for replay
 // against a manager's publisher, the messages decoded with msgpack-cxx field by field. The
-// replay tests read the publisher's own counts (publish/replay_ledger.hpp) through the
+// replay tests read the publisher's own counts (kv_events/replay_ledger.hpp) through the
 // manager's internals.
 #include <gtest/gtest.h>
 #include <msgpack.hpp>
@@ -25,7 +25,7 @@
 
 #include "abi/objects.hpp"
 #include "kvtier.h"
-#include "publish/publisher.hpp"
+#include "kv_events/publisher.hpp"
 #include "support.hpp"
 
 namespace {
@@ -859,7 +859,7 @@ TEST_F(KvEvents, DestroySendsWhatIsPending) {
   EXPECT_EQ(last, 2999u);
 }
 
-// ---- Replay within its budgets (publish/replay_ledger.hpp)
+// ---- Replay within its budgets (kv_events/replay_ledger.hpp)
 
 // This process's resident memory (VmRSS), in bytes.
 int64_t rss_bytes() {
@@ -1027,7 +1027,7 @@ TEST_F(KvEvents, ReplayRequestsWhileOneIsInFlightAreLimited) {
   EXPECT_TRUE(eventually([&] { return replay_stats(p).bytes == 0; }));
 }
 
-// ---- The PUB socket within its budget (publish/send_ledger.hpp)
+// ---- The PUB socket within its budget (kv_events/send_ledger.hpp)
 
 using kvt::pub::send_stats;
 using kvt::pub::SendStats;

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "support.hpp"
-#include "transfer/worker_pool.hpp"
+#include "copy/worker_pool.hpp"
 
 namespace {
 

@@ -14,6 +14,8 @@ fi
 # Debian's cargo and rustc, which read Debian's crate registry (bindings/rust/.cargo).
 export PATH=/usr/bin:$PATH
 
+echo "== every exported call and config field, in Python, Rust and Go"
+/usr/bin/python3 tools/check_binding_parity.py
 echo "== Rust: cargo test"
 (cd bindings/rust && cargo test --offline -q 2>&1 | grep -E "test result|error|panicked|FAILED")
 echo "== Rust: kvtier-sys and kvtier against a build tree outside the repository"

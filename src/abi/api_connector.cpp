@@ -1,19 +1,16 @@
 // The connector: a scheduler half and a worker half over one manager (src/connector/).
+#include <algorithm>
 #include <cstring>
 #include <memory>
-#include <mutex>
 #include <string>
-#include <thread>
 
-#include "abi/guard.hpp"
 #include "abi/connector_object.hpp"
+#include "abi/guard.hpp"
 #include "abi/objects.hpp"
 #include "common/versioned.hpp"
+#include "connector/connector.hpp"
 #include "connector/metadata.hpp"
-#include "connector/scheduler.hpp"
 #include "connector/slot.hpp"
-#include "connector/worker.hpp"
-#include "hash/chain_hash.hpp"
 
 using namespace kvt;
 using namespace kvt::abi;
@@ -22,78 +19,24 @@ using namespace kvt::conn;
 
 namespace {
 
-constexpr uint32_t kMaxPauseMs = 3600u * 1000u;
-
-void defaults(kvt_connector_config *c) {
-  std::memset(c, 0, sizeof *c);
-  c->struct_size = sizeof *c;
-  c->role = KVT_ROLE_BOTH;
-  c->offload = KVT_OFFLOAD_EAGER;
-  c->store_tier = KVT_TIER_G2;
-  c->salt_hash = hash_salt(nullptr, 0);
-  c->pause_timeout_ms = 30000;
-  c->world_size = 1;
-}
-
-kvt_status validate(kvt_connector_config *c, const Manager &m, const char *fn) {
-  auto bad = [&](const char *field, uint64_t v, const char *want) {
-    return fail(KVT_ERR_INVALID_ARGUMENT, "%s: cfg->%s is %llu, but must be %s", fn, field,
-                (unsigned long long)v, want);
-  };
-  if (c->role < KVT_ROLE_SCHEDULER || c->role > KVT_ROLE_BOTH)
-    return bad("role", c->role, "KVT_ROLE_SCHEDULER (1), KVT_ROLE_WORKER (2) or KVT_ROLE_BOTH (3)");
-  if (c->offload > KVT_OFFLOAD_LAZY)
-    return bad("offload", c->offload, "KVT_OFFLOAD_EAGER (0) or KVT_OFFLOAD_LAZY (1)");
-  if (c->store_tier != KVT_TIER_G2 && c->store_tier != KVT_TIER_G3)
-    return bad("store_tier", c->store_tier, "KVT_TIER_G2 (2) or KVT_TIER_G3 (3)");
-  if (c->load_async > 1) return bad("load_async", c->load_async, "0 or 1");
-  if (c->reserved != 0) return bad("reserved", c->reserved, "0");
-  if (c->reserved2 != 0) return bad("reserved2", c->reserved2, "0");
-  if (c->reserved3 != 0) return bad("reserved3", c->reserved3, "0");
-  if (c->sliding_window != 0 && c->offload == KVT_OFFLOAD_LAZY)
-    return fail(KVT_ERR_INVALID_ARGUMENT,
-                "%s: cfg->sliding_window is %u with lazy offload: the engine reuses the blocks "
-                "that leave the window unseen, so they cannot be stored lazily", fn,
-                c->sliding_window);
-  if (c->pause_timeout_ms < 1 || c->pause_timeout_ms > kMaxPauseMs)
-    return bad("pause_timeout_ms", c->pause_timeout_ms, "1 .. 3600000 (1 ms .. 1 hour)");
-  if (c->world_size < 1 || c->world_size > KVT_MAX_WORLD_SIZE)
-    return bad("world_size", c->world_size, "1 .. KVT_MAX_WORLD_SIZE (4096)");
-  if (c->rank >= c->world_size)
-    return bad("rank", c->rank, "below world_size");
-  if (c->role == KVT_ROLE_BOTH && c->world_size != 1)
-    return bad("world_size", c->world_size, "1 for a connector of both halves (KVT_ROLE_BOTH)");
-  if (c->endpoint_path != nullptr && c->endpoint_path[0] == '\0')
-    return fail(KVT_ERR_INVALID_ARGUMENT, "%s: cfg->endpoint_path is empty (NULL: no endpoint)",
-                fn);
-  if (c->num_gpu_blocks == 0) c->num_gpu_blocks = m.config().g1_blocks;
-  if (c->num_gpu_blocks > KVT_MAX_TIER_BLOCKS)
-    return bad("num_gpu_blocks", c->num_gpu_blocks, "at most KVT_MAX_TIER_BLOCKS");
-  uint64_t cap = c->store_tier == KVT_TIER_G2 ? m.config().g2_blocks : m.config().g3_blocks;
-  if ((c->role & KVT_ROLE_SCHEDULER) && cap == 0)
-    return fail(KVT_ERR_INVALID_ARGUMENT,
-                "%s: cfg->store_tier is G%u, which the manager lacks (its capacity is 0)", fn,
-                c->store_tier);
-  return KVT_OK;
-}
-
-// c's scheduler half, or nullptr with *st set (not a connector, or a WORKER one).
-Scheduler *scheduler_half(const char *fn, kvt_connector *c, kvt_status *st) {
-  if (connector(fn, c, st) == nullptr) return nullptr;
-  if (c->sched) return c->sched.get();
-  *st = fail(KVT_ERR_STATE, "%s: this connector has no scheduler half (its role is WORKER)", fn);
-  return nullptr;
-}
-
-// op on the scheduler half, under the connector's lock.
+// op on c's scheduler half, under its lock.
 template <class Op>
 kvt_status on_scheduler(const char *fn, kvt_connector *c, Op &&op) noexcept {
   return guard(fn, [&] {
     kvt_status st;
-    Scheduler *s = scheduler_half(fn, c, &st);
-    if (s == nullptr) return st;
-    std::lock_guard lk(c->mu);
-    return op(*s);
+    Connector *conn = connector(fn, c, &st);
+    return conn ? conn->with_scheduler(fn, op) : st;
+  });
+}
+
+// on_scheduler for the six calls of the scheduler half, with the host's hooks around op.
+template <class Op>
+kvt_status on_call(const char *fn, kvt_connector *c, kvt_obs_trigger trigger,
+                   const char *req_id, Op &&op) noexcept {
+  return guard(fn, [&] {
+    kvt_status st;
+    Connector *conn = connector(fn, c, &st);
+    return conn ? conn->call(fn, trigger, req_id, op) : st;
   });
 }
 
@@ -102,40 +45,23 @@ template <class Op>
 kvt_status on_worker(const char *fn, kvt_connector *c, Op &&op) noexcept {
   return guard(fn, [&] {
     kvt_status st;
-    if (connector(fn, c, &st) == nullptr) return st;
-    if (!c->worker)
-      return fail(KVT_ERR_STATE, "%s: this connector has no worker half (its role is SCHEDULER)",
-                  fn);
-    return op(*c->worker);
+    Connector *conn = connector(fn, c, &st);
+    return conn ? conn->with_worker(fn, op) : st;
   });
 }
 
-kvt_status with_id(const char *fn, const char *id) { return check_id(fn, id); }
-
-// on_scheduler for the six calls of the scheduler half, with the host's hooks around op.
-template <class Op>
-kvt_status on_call(const char *fn, kvt_connector *c, kvt_obs_trigger trigger,
-                   const char *req_id, Op &&op) noexcept {
-  return on_scheduler(fn, c, [&](Scheduler &s) {
-    const kvt_connector_hooks &h = s.hooks();
-    if (!kObserve || (!h.will_call && !h.finished_call)) return op(s);  // the one branch
-    const char *id = req_id && check_id(fn, req_id) == KVT_OK ? req_id : nullptr;
-    if (h.will_call) h.will_call(h.user, trigger, id);
-    kvt_status st = op(s);
-    if (h.finished_call) h.finished_call(h.user, trigger, id, st);
-    return st;
-  });
-}
-
-// op on the breakpoints of c's scheduler half, without c->mu (a pause holds it).
+// op on the breakpoints of c's scheduler half, without its lock (a pause holds it).
 template <class Op>
 kvt_status on_breakpoints(const char *fn, kvt_connector *c, Op &&op) noexcept {
   return guard(fn, [&] {
     kvt_status st;
-    Scheduler *s = scheduler_half(fn, c, &st);
-    return s ? op(s->breakpoints()) : st;
+    Connector *conn = connector(fn, c, &st);
+    return conn ? conn->with_breakpoints(fn, [&](Breakpoints &bp) { return op(*conn, bp); })
+                : st;
   });
 }
+
+kvt_status with_id(const char *fn, const char *id) { return check_id(fn, id); }
 
 template <class T>
 kvt_status copy_out(const char *fn, T *out, size_t cap, size_t *n, const std::vector<T> &v) {
@@ -154,11 +80,12 @@ KVT_API void kvt_connector_config_init_sized(kvt_connector_config *cfg, size_t s
   if (cfg == nullptr) return;
   if (check_struct_size<kvt_connector_config>("kvt_connector_config_init_sized", "cfg", size) !=
       KVT_OK) {
-    if (size >= sizeof cfg->struct_size) cfg->struct_size = uint32_t(std::min<size_t>(size, UINT32_MAX));
+    if (size >= sizeof cfg->struct_size)
+      cfg->struct_size = uint32_t(std::min<size_t>(size, UINT32_MAX));
     return;
   }
   kvt_connector_config full;
-  defaults(&full);
+  Connector::defaults(&full);
   full.struct_size = uint32_t(size);
   std::memcpy(static_cast<void *>(cfg), &full, size);
 }
@@ -170,36 +97,21 @@ KVT_API kvt_status kvt_connector_create(kvt_connector **out, kvt_manager *m,
     if (out == nullptr) return null_arg(fn, "out");
     if (cfg == nullptr) return null_arg(fn, "cfg");
     kvt_connector_config c;
-    defaults(&c);
+    Connector::defaults(&c);
     if (kvt_status s = read_versioned(&c, *cfg, fn, "cfg"); s != KVT_OK) return s;
-    if (kvt_status s = validate(&c, mgr, fn); s != KVT_OK) return s;
-    if (!mgr.take_connector())
-      return fail(KVT_ERR_STATE, "%s: the manager serves another connector already", fn);
+    if (kvt_status s = Connector::validate(&c, mgr, fn); s != KVT_OK) return s;
     auto conn = std::make_unique<kvt_connector>();
     conn->manager = m;
-    conn->mgr = &mgr;
-    try {
-      if (c.role & KVT_ROLE_SCHEDULER) conn->sched = std::make_unique<Scheduler>(mgr, c);
-      if (c.role & KVT_ROLE_WORKER)
-        conn->worker = std::make_unique<Worker>(mgr, c.world_size, c.rank,
-                                                c.sliding_window != 0);
-    } catch (...) {
-      mgr.give_connector();
-      throw;
-    }
+    if (kvt_status s = Connector::create(&conn->impl, mgr, c, fn); s != KVT_OK) return s;
     if (c.endpoint_path != nullptr) {
       kvt_status st;
       try {
-        st = endpoint_open(&conn->endpoint, m, mgr, conn.get(), c.endpoint_path);
+        st = endpoint_open(&conn->endpoint, mgr, conn->impl.get(), c.endpoint_path);
       } catch (...) {
         st = fail(KVT_ERR_NO_MEMORY, "no memory for the endpoint");
       }
-      if (st != KVT_OK) {
-        conn->sched.reset();
-        conn->worker.reset();
-        mgr.give_connector();
+      if (st != KVT_OK)
         return fail(st, "%s: cfg->endpoint_path: %s", fn, std::string(last_error()).c_str());
-      }
     }
     *out = conn.release();
     return KVT_OK;
@@ -210,14 +122,6 @@ KVT_API void kvt_connector_destroy(kvt_connector *c) {
   if (c == nullptr || c->magic != kvt_connector::kMagic) return;
   c->magic = 0;
   endpoint_close(c->endpoint);  // first: its clients inspect the halves
-  if (c->sched) {
-    // A call paused at a breakpoint is let go and waited for, never freed under.
-    c->sched->breakpoints().release();
-    std::lock_guard lk(c->mu);
-  }
-  c->worker.reset();  // its copies end before the scheduler drops their pins
-  c->sched.reset();
-  c->mgr->give_connector();
   delete c;
 }
 
@@ -302,10 +206,11 @@ KVT_API kvt_status kvt_connector_build_connector_meta(const void **out_meta, siz
         return e;
     }
     std::string bytes;
-    if (kvt_status e = s.build_meta(&bytes, reqs, num_reqs); e != KVT_OK) return e;
-    c->meta = std::move(bytes);
-    *out_meta = c->meta.data();
-    *out_len = c->meta.size();
+    if (kvt_status e = s.build_connector_meta(&bytes, reqs, num_reqs); e != KVT_OK) return e;
+    std::string &meta = c->impl->meta();
+    meta = std::move(bytes);
+    *out_meta = meta.data();
+    *out_len = meta.size();
     return KVT_OK;
   });
 }
@@ -320,7 +225,7 @@ KVT_API kvt_status kvt_connector_update_connector_output(kvt_connector *c, const
     Report r;
     if (kvt_status e = decode(&r, report, len); e != KVT_OK)
       return fail(e, "%s: %s", fn, std::string(last_error()).c_str());
-    return s.update_output(r);
+    return s.update_connector_output(r);
   });
 }
 
@@ -480,16 +385,16 @@ KVT_API kvt_status kvt_connector_set_hooks(kvt_connector *c, const kvt_connector
 KVT_API kvt_status kvt_connector_slots(kvt_slot_info *out, size_t cap, size_t *n,
                                        kvt_connector *c) {
   static constexpr const char *fn = "kvt_connector_slots";
-  return on_breakpoints(fn, c, [&](Breakpoints &) {
-    return copy_out(fn, out, cap, n, inspect(c).slots);
+  return on_breakpoints(fn, c, [&](Connector &conn, Breakpoints &) {
+    return copy_out(fn, out, cap, n, conn.inspect().slots);
   });
 }
 
 KVT_API kvt_status kvt_connector_batches(kvt_batch_info *out, size_t cap, size_t *n,
                                          kvt_connector *c) {
   static constexpr const char *fn = "kvt_connector_batches";
-  return on_breakpoints(fn, c, [&](Breakpoints &) {
-    return copy_out(fn, out, cap, n, inspect(c).batches);
+  return on_breakpoints(fn, c, [&](Connector &conn, Breakpoints &) {
+    return copy_out(fn, out, cap, n, conn.inspect().batches);
   });
 }
 
@@ -497,7 +402,7 @@ KVT_API kvt_status kvt_connector_breakpoint_add(uint64_t *id, kvt_connector *c, 
                                                 const char *req_id) {
   static constexpr const char *fn = "kvt_connector_breakpoint_add";
   if (id == nullptr) return null_arg(fn, "id");
-  return on_breakpoints(fn, c, [&](Breakpoints &bp) {
+  return on_breakpoints(fn, c, [&](Connector &, Breakpoints &bp) {
     if (state > KVT_SLOT_FINISHED)
       return fail(KVT_ERR_INVALID_ARGUMENT, "%s: state %u is not a kvt_slot_state", fn, state);
     if (req_id != nullptr) {
@@ -515,7 +420,7 @@ KVT_API kvt_status kvt_connector_breakpoint_add(uint64_t *id, kvt_connector *c, 
 
 KVT_API kvt_status kvt_connector_breakpoint_remove(kvt_connector *c, uint64_t id) {
   static constexpr const char *fn = "kvt_connector_breakpoint_remove";
-  return on_breakpoints(fn, c, [&](Breakpoints &bp) {
+  return on_breakpoints(fn, c, [&](Connector &, Breakpoints &bp) {
     if (!bp.remove(id))
       return fail(KVT_ERR_NOT_FOUND, "%s: no breakpoint %llu", fn, (unsigned long long)id);
     return KVT_OK;
@@ -523,7 +428,7 @@ KVT_API kvt_status kvt_connector_breakpoint_remove(kvt_connector *c, uint64_t id
 }
 
 KVT_API kvt_status kvt_connector_pause(kvt_connector *c) {
-  return on_breakpoints("kvt_connector_pause", c, [&](Breakpoints &bp) {
+  return on_breakpoints("kvt_connector_pause", c, [&](Connector &, Breakpoints &bp) {
     bp.pause_next();
     return KVT_OK;
   });
@@ -531,7 +436,7 @@ KVT_API kvt_status kvt_connector_pause(kvt_connector *c) {
 
 KVT_API kvt_status kvt_connector_resume(kvt_connector *c) {
   static constexpr const char *fn = "kvt_connector_resume";
-  return on_breakpoints(fn, c, [&](Breakpoints &bp) {
+  return on_breakpoints(fn, c, [&](Connector &, Breakpoints &bp) {
     if (bp.resume() != KVT_OK) return fail(KVT_ERR_STATE, "%s: nothing is paused", fn);
     return KVT_OK;
   });
@@ -541,7 +446,7 @@ KVT_API kvt_status kvt_connector_wait_paused(kvt_pause_info *out, kvt_connector 
                                              uint32_t timeout_ms) {
   static constexpr const char *fn = "kvt_connector_wait_paused";
   if (out == nullptr) return null_arg(fn, "out");
-  return on_breakpoints(fn, c, [&](Breakpoints &bp) {
+  return on_breakpoints(fn, c, [&](Connector &, Breakpoints &bp) {
     if (kvt_status e = check_struct_size<kvt_pause_info>(fn, "out", out->struct_size);
         e != KVT_OK)
       return e;
@@ -554,8 +459,8 @@ KVT_API kvt_status kvt_connector_wait_paused(kvt_pause_info *out, kvt_connector 
 
 KVT_API kvt_status kvt_connector_set_pause_timeout(kvt_connector *c, uint32_t timeout_ms) {
   static constexpr const char *fn = "kvt_connector_set_pause_timeout";
-  return on_breakpoints(fn, c, [&](Breakpoints &bp) {
-    if (timeout_ms < 1 || timeout_ms > kMaxPauseMs)
+  return on_breakpoints(fn, c, [&](Connector &, Breakpoints &bp) {
+    if (timeout_ms < 1 || timeout_ms > Connector::kMaxPauseMs)
       return fail(KVT_ERR_INVALID_ARGUMENT, "%s: %u ms is not in 1 ms .. 1 hour", fn,
                   timeout_ms);
     bp.set_timeout(std::chrono::milliseconds(timeout_ms));
@@ -564,34 +469,3 @@ KVT_API kvt_status kvt_connector_set_pause_timeout(kvt_connector *c, uint32_t ti
 }
 
 }  // extern "C"
-
-namespace kvt::abi {
-
-Snapshot inspect(kvt_connector *c) {
-  Snapshot s;
-  for (;;) {
-    if (c->sched->breakpoints().paused_snapshot(&s)) return s;
-    if (c->mu.try_lock()) {
-      std::lock_guard lock(c->mu, std::adopt_lock);
-      return c->sched->snapshot();
-    }
-    std::this_thread::sleep_for(std::chrono::microseconds(200));
-  }
-}
-
-kvt_status connector_metrics(const char *fn, kvt_connector *c, Manager **mgr,
-                             bool *has_scheduler, uint64_t slots[11], kvt_connector_stats *st) {
-  kvt_status s;
-  if (connector(fn, c, &s) == nullptr) return s;
-  *mgr = c->mgr;
-  *has_scheduler = c->sched != nullptr;
-  if (c->sched) {
-    Snapshot s = inspect(c);
-    std::fill(slots, slots + kSlotStates, 0);
-    for (const kvt_slot_info &i : s.slots) ++slots[i.state];
-    *st = s.stats;
-  }
-  return KVT_OK;
-}
-
-}  // namespace kvt::abi

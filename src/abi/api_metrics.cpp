@@ -1,9 +1,11 @@
-// kvt_metrics_text: the numbers of every layer, as Prometheus text (src/observe/metrics.cpp).
+// kvt_metrics_text: the numbers of every layer, as Prometheus text (src/manage/metrics.cpp).
 #include <cstring>
+#include <string>
 
+#include "abi/connector_object.hpp"
 #include "abi/guard.hpp"
 #include "abi/objects.hpp"
-#include "observe/metrics.hpp"
+#include "manage/metrics.hpp"
 
 using namespace kvt;
 using namespace kvt::abi;
@@ -16,36 +18,16 @@ KVT_API kvt_status kvt_metrics_text(char *buf, size_t cap, size_t *len, kvt_mana
   if (len == nullptr) return null_arg(fn, "len");
   if (kvt_status s = check_array(fn, "buf", buf, cap); s != KVT_OK) return s;
   return on_manager(fn, m, [&](Manager &mgr) {
-    obs::MetricsInput in;
+    conn::Connector *conn = nullptr;
     if (c != nullptr) {
-      Manager *owner = nullptr;
-      if (kvt_status s = connector_metrics(fn, c, &owner, &in.has_connector, in.slots,
-                                           &in.connector);
-          s != KVT_OK)
-        return s;
-      if (owner != &mgr)
+      kvt_status s;
+      if ((conn = connector(fn, c, &s)) == nullptr) return s;
+      if (&conn->manager() != &mgr)
         return fail(KVT_ERR_INVALID_ARGUMENT, "%s: the connector belongs to another manager",
                     fn);
     }
-    for (int t = KVT_TIER_G1; t <= KVT_TIER_G3; ++t) {
-      if (Tier *tier = mgr.tier_if_present(t)) {
-        in.tier_present[t] = true;
-        tier->stats(&in.tier[t]);
-      }
-    }
-    for (size_t d = 0; d < kDirections; ++d) {
-      const DirectionInfo &i = kDirectionTable[d];
-      if (kvt_status s = mgr.pipeline().transfer_stats(&in.transfer[d], i.src, i.dst);
-          s != KVT_OK)
-        return s;
-      in.latency[d] = mgr.pipeline().latency(i.dir);
-    }
-    obs::Bus::Counts n = mgr.bus().counts();
-    in.events_emitted = n.emitted;
-    in.subscriber_drops = n.subscriber_drops;
-    in.log_drops = n.log_drops;
-    in.poll_drops = mgr.events().dropped_total();
-    const std::string text = obs::metrics_text(in);
+    std::string text;
+    if (kvt_status s = manage::metrics_text(&text, mgr, conn); s != KVT_OK) return s;
     *len = text.size();
     if (cap < text.size() + 1)
       return fail(KVT_ERR_INVALID_ARGUMENT, "%s: the text needs %zu bytes and a NUL; cap is %zu",

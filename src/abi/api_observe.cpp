@@ -204,14 +204,13 @@ KVT_API kvt_status kvt_event_log_rerun(kvt_log_replay *out, kvt_connector *c, co
   static constexpr const char *fn = "kvt_event_log_rerun";
   return feed_log(fn, out, path, [&](auto &&feed) {
     kvt_status st;
-    if (connector(fn, c, &st) == nullptr) return st;
-    if (!c->sched)
-      return fail(KVT_ERR_STATE, "%s: this connector has no scheduler half (its role is WORKER)",
-                  fn);
-    std::lock_guard lock(c->mu);
-    conn::LogRerun rerun(*c->sched, *c->mgr);
-    return feed([&](const kvt_obs_event &e, const std::string &args) { rerun.apply(e, args); },
-                [&](kvt_log_replay *r, std::string *first) { rerun.finish(r, first); });
+    conn::Connector *conn = connector(fn, c, &st);
+    if (conn == nullptr) return st;
+    return conn->with_scheduler(fn, [&](conn::Scheduler &s) {
+      conn::LogRerun rerun(s, conn->manager());
+      return feed([&](const kvt_obs_event &e, const std::string &args) { rerun.apply(e, args); },
+                  [&](kvt_log_replay *r, std::string *first) { rerun.finish(r, first); });
+    });
   });
 }
 

@@ -28,11 +28,6 @@ namespace kvt::abi {
 
 kvt_status bad_object(const char *fn, const void *p, const char *type) noexcept;
 
-// For kvt_metrics_text: c's manager, and with a scheduler half its live slots per state and
-// its counters (under its lock); *has_scheduler false for a worker-only connector.
-kvt_status connector_metrics(const char *fn, kvt_connector *c, Manager **mgr,
-                             bool *has_scheduler, uint64_t slots[11], kvt_connector_stats *st);
-
 // The object behind a C handle, or nullptr with *st set (NULL, or not a live object).
 inline Manager *manager(const char *fn, kvt_manager *m, kvt_status *st) noexcept {
   if (m == nullptr || m->magic != kvt_manager::kMagic) {

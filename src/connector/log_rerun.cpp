@@ -63,7 +63,7 @@ void LogRerun::call(const kvt_obs_event &e, const std::string &args) {
     case KVT_TRIGGER_BUILD_CONNECTOR_META: {
       std::string meta;
       const std::vector<kvt_scheduled_request> reqs = a.schedule();
-      st = s_.build_meta(&meta, reqs.data(), reqs.size());
+      st = s_.build_connector_meta(&meta, reqs.data(), reqs.size());
       if (st == KVT_OK)
         for (const CallArgs::Scheduled &r : a.reqs)
           if (auto it = tokens_.find(r.req_id); it != tokens_.end())
@@ -79,7 +79,7 @@ void LogRerun::call(const kvt_obs_event &e, const std::string &args) {
       Report r;
       if (decode(&r, a.report.data(), a.report.size()) != KVT_OK)
         return events_.violation("%s: the recorded report: %s", what, last_error());
-      st = s_.update_output(r);
+      st = s_.update_connector_output(r);
       break;
     }
     case KVT_TRIGGER_REQUEST_FINISHED: {

@@ -352,9 +352,10 @@ kvt_status Scheduler::match_window(std::vector<Pinned> *hit, size_t *from,
   return KVT_OK;
 }
 
-kvt_status Scheduler::matched_tokens(uint64_t *out, std::string_view id, uint64_t salt,
-                                     const uint32_t *tokens, size_t n, uint64_t computed,
-                                     uint64_t max_tokens) {
+kvt_status Scheduler::get_num_new_matched_tokens_impl(uint64_t *out, std::string_view id,
+                                                      uint64_t salt, const uint32_t *tokens,
+                                                      size_t n, uint64_t computed,
+                                                      uint64_t max_tokens) {
   static constexpr const char *fn = "kvt_connector_get_num_new_matched_tokens";
   trigger_ = KVT_TRIGGER_GET_NUM_NEW_MATCHED_TOKENS;
   own_tokens_ = false;
@@ -424,8 +425,9 @@ kvt_status Scheduler::matched_tokens(uint64_t *out, std::string_view id, uint64_
   return KVT_OK;
 }
 
-kvt_status Scheduler::after_alloc(std::string_view id, const uint32_t *blocks, size_t n,
-                                  uint64_t external) {
+kvt_status Scheduler::update_state_after_alloc_impl(std::string_view id,
+                                                    const uint32_t *blocks, size_t n,
+                                                    uint64_t external) {
   static constexpr const char *fn = "kvt_connector_update_state_after_alloc";
   trigger_ = KVT_TRIGGER_UPDATE_STATE_AFTER_ALLOC;
   stop_point(id, 0, 0);
@@ -522,8 +524,8 @@ void Scheduler::release_window(Slot &s, uint64_t computed) {
   s.store_next = std::max(s.store_next, end);
 }
 
-kvt_status Scheduler::meta_for(std::string *out, const kvt_scheduled_request *reqs,
-                               size_t n) {
+kvt_status Scheduler::build_connector_meta_impl(std::string *out,
+                                                const kvt_scheduled_request *reqs, size_t n) {
   static constexpr const char *fn = "kvt_connector_build_connector_meta";
   trigger_ = KVT_TRIGGER_BUILD_CONNECTOR_META;
   if (bp_.armed()) {
@@ -657,7 +659,7 @@ kvt_status Scheduler::meta_for(std::string *out, const kvt_scheduled_request *re
   return KVT_OK;
 }
 
-kvt_status Scheduler::take_output(const Report &r) {
+kvt_status Scheduler::update_connector_output_impl(const Report &r) {
   static constexpr const char *fn = "kvt_connector_update_connector_output";
   trigger_ = KVT_TRIGGER_UPDATE_CONNECTOR_OUTPUT;
   stop_point({}, 0, 0);
@@ -812,7 +814,7 @@ void Scheduler::finish(Slot &s) {
   slots_.erase(s.id);
 }
 
-kvt_status Scheduler::finished(bool *delay_free, std::string_view id) {
+kvt_status Scheduler::request_finished_impl(bool *delay_free, std::string_view id) {
   static constexpr const char *fn = "kvt_connector_request_finished";
   trigger_ = KVT_TRIGGER_REQUEST_FINISHED;
   stop_point(id, 0, 0);
@@ -832,7 +834,7 @@ kvt_status Scheduler::finished(bool *delay_free, std::string_view id) {
   return KVT_OK;
 }
 
-kvt_status Scheduler::preempted(std::string_view id) {
+kvt_status Scheduler::request_preempted_impl(std::string_view id) {
   static constexpr const char *fn = "kvt_connector_request_preempted";
   trigger_ = KVT_TRIGGER_REQUEST_PREEMPTED;
   stop_point(id, 0, 0);
@@ -867,12 +869,12 @@ void Scheduler::to_waiting(Slot &s) {
 kvt_status Scheduler::reset_cache() {
   trigger_ = KVT_TRIGGER_RESET_CACHE;
   stop_point({}, 0, 0);
-  kvt_status st = reset();
+  kvt_status st = reset_cache_impl();
   call_event({}, st, [](ObsEvent &, bool) {});
   return st;
 }
 
-kvt_status Scheduler::reset() {
+kvt_status Scheduler::reset_cache_impl() {
   if (!loads_.empty())  // they would bring what was stored before into G1 after the reset
     return fail(KVT_ERR_STATE, "kvt_connector_reset_cache: %zu loads are in flight: reset once "
                 "they have ended", loads_.size());
@@ -916,7 +918,8 @@ kvt_status Scheduler::get_num_new_matched_tokens(uint64_t *out, std::string_view
                                                  uint64_t salt, const uint32_t *tokens,
                                                  size_t n, uint64_t computed,
                                                  uint64_t max_tokens) {
-  kvt_status st = matched_tokens(out, id, salt, tokens, n, computed, max_tokens);
+  kvt_status st =
+      get_num_new_matched_tokens_impl(out, id, salt, tokens, n, computed, max_tokens);
   call_event(id, st, [&](ObsEvent &e, bool args) {
     e.tokens = n;
     e.computed = computed;
@@ -930,7 +933,7 @@ kvt_status Scheduler::get_num_new_matched_tokens(uint64_t *out, std::string_view
 
 kvt_status Scheduler::update_state_after_alloc(std::string_view id, const uint32_t *blocks,
                                                size_t n, uint64_t external) {
-  kvt_status st = after_alloc(id, blocks, n, external);
+  kvt_status st = update_state_after_alloc_impl(id, blocks, n, external);
   call_event(id, st, [&](ObsEvent &e, bool args) {
     e.computed = external;
     e.blocks = n;
@@ -939,9 +942,9 @@ kvt_status Scheduler::update_state_after_alloc(std::string_view id, const uint32
   return st;
 }
 
-kvt_status Scheduler::build_meta(std::string *out, const kvt_scheduled_request *reqs,
-                                 size_t n) {
-  kvt_status st = meta_for(out, reqs, n);
+kvt_status Scheduler::build_connector_meta(std::string *out, const kvt_scheduled_request *reqs,
+                                           size_t n) {
+  kvt_status st = build_connector_meta_impl(out, reqs, n);
   // A refused schedule changed nothing, and may hold ids that are not ids: no arguments.
   call_event({}, st, [&](ObsEvent &e, bool args) {
     e.blocks = n;
@@ -953,8 +956,8 @@ kvt_status Scheduler::build_meta(std::string *out, const kvt_scheduled_request *
   return st;
 }
 
-kvt_status Scheduler::update_output(const Report &r) {
-  kvt_status st = take_output(r);
+kvt_status Scheduler::update_connector_output(const Report &r) {
+  kvt_status st = update_connector_output_impl(r);
   call_event({}, st, [&](ObsEvent &e, bool args) {
     if (args) e.args = encode(r);
   });
@@ -962,13 +965,13 @@ kvt_status Scheduler::update_output(const Report &r) {
 }
 
 kvt_status Scheduler::request_finished(bool *delay_free, std::string_view id) {
-  kvt_status st = finished(delay_free, id);
+  kvt_status st = request_finished_impl(delay_free, id);
   call_event(id, st, [&](ObsEvent &e, bool) { e.count = st == KVT_OK && *delay_free; });
   return st;
 }
 
 kvt_status Scheduler::request_preempted(std::string_view id) {
-  kvt_status st = preempted(id);
+  kvt_status st = request_preempted_impl(id);
   call_event(id, st, [](ObsEvent &, bool) {});
   return st;
 }

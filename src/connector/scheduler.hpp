@@ -47,8 +47,8 @@ class Scheduler {
   kvt_status update_state_after_alloc(std::string_view id, const uint32_t *blocks, size_t n,
                                       uint64_t external);
   // *out: the encoded metadata.
-  kvt_status build_meta(std::string *out, const kvt_scheduled_request *reqs, size_t n);
-  kvt_status update_output(const Report &r);
+  kvt_status build_connector_meta(std::string *out, const kvt_scheduled_request *reqs, size_t n);
+  kvt_status update_connector_output(const Report &r);
   kvt_status request_finished(bool *delay_free, std::string_view id);
   kvt_status request_preempted(std::string_view id);
   // kvt_connector_reset_cache.
@@ -100,10 +100,10 @@ class Scheduler {
   // the copies whose failure this report is the first to tell.
   bool ack(Acks &a, const Report &r, const Done &d, size_t ops, std::vector<uint32_t> *fresh);
 
-  // The calls' bodies.
-  kvt_status matched_tokens(uint64_t *out, std::string_view id, uint64_t salt,
-                            const uint32_t *tokens, size_t n, uint64_t computed,
-                            uint64_t max_tokens);
+  // The calls' bodies: each public call is its body and the CALL event.
+  kvt_status get_num_new_matched_tokens_impl(uint64_t *out, std::string_view id,
+                                             uint64_t salt, const uint32_t *tokens, size_t n,
+                                             uint64_t computed, uint64_t max_tokens);
   // The hit among blocks [first, usable) of hashes, pinned: a prefix from first, or with a
   // sliding window the blocks of the window before the hit's end. *from: its first block.
   kvt_status match_prefix(std::vector<Pinned> *hit, const std::vector<uint64_t> &hashes,
@@ -114,13 +114,14 @@ class Scheduler {
   // t's blocks that left it at this step go back to the engine.
   bool left_window(const Slot &t, uint32_t b) const;
   void release_window(Slot &s, uint64_t computed);
-  kvt_status after_alloc(std::string_view id, const uint32_t *blocks, size_t n,
-                         uint64_t external);
-  kvt_status meta_for(std::string *out, const kvt_scheduled_request *reqs, size_t n);
-  kvt_status take_output(const Report &r);
-  kvt_status finished(bool *delay_free, std::string_view id);
-  kvt_status preempted(std::string_view id);
-  kvt_status reset();
+  kvt_status update_state_after_alloc_impl(std::string_view id, const uint32_t *blocks,
+                                           size_t n, uint64_t external);
+  kvt_status build_connector_meta_impl(std::string *out, const kvt_scheduled_request *reqs,
+                                       size_t n);
+  kvt_status update_connector_output_impl(const Report &r);
+  kvt_status request_finished_impl(bool *delay_free, std::string_view id);
+  kvt_status request_preempted_impl(std::string_view id);
+  kvt_status reset_cache_impl();
   template <class Fill>
   void call_event(std::string_view id, kvt_status st, Fill &&fill) noexcept;
 

@@ -9,8 +9,8 @@
 #include "manager/manager.hpp"
 #include "memory/cuda.hpp"
 #include "memory/mapping.hpp"
-#include "transfer/cuda_engine.hpp"
-#include "transfer/disk_engine.hpp"
+#include "copy/cuda_engine.hpp"
+#include "copy/disk_engine.hpp"
 
 namespace kvt::conn {
 

@@ -21,7 +21,7 @@
 #include "kvtier.h"
 #include "memory/mapping.hpp"
 #include "memory/tier_memory.hpp"
-#include "transfer/memcpy_engine.hpp"
+#include "copy/memcpy_engine.hpp"
 
 namespace kvt {
 class Manager;

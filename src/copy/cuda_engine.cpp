@@ -1,4 +1,4 @@
-#include "transfer/cuda_engine.hpp"
+#include "copy/cuda_engine.hpp"
 
 #include <cuda_runtime_api.h>
 
@@ -9,7 +9,7 @@
 
 #include "common/error.hpp"
 #include "memory/cuda.hpp"
-#include "transfer/cuda_kernel.hpp"
+#include "copy/cuda_kernel.hpp"
 
 namespace kvt {
 

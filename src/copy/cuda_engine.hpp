@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "kvtier.h"
-#include "transfer/memcpy_engine.hpp"
+#include "copy/memcpy_engine.hpp"
 
 namespace kvt {
 

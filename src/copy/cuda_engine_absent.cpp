@@ -1,5 +1,5 @@
 #include "common/error.hpp"
-#include "transfer/cuda_engine.hpp"
+#include "copy/cuda_engine.hpp"
 
 namespace kvt {
 

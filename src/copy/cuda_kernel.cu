@@ -1,4 +1,4 @@
-#include "transfer/cuda_kernel.hpp"
+#include "copy/cuda_kernel.hpp"
 
 namespace kvt {
 

@@ -1,4 +1,4 @@
-#include "transfer/disk_engine.hpp"
+#include "copy/disk_engine.hpp"
 
 #include <xxhash.h>
 
@@ -9,9 +9,9 @@
 #include "common/keyed_mac.hpp"
 #include "hash/xxh3_wide.hpp"
 #include "memory/mapping.hpp"
-#include "transfer/disk_io.hpp"
-#include "transfer/g3_file.hpp"
-#include "transfer/g3_table.hpp"
+#include "copy/disk_io.hpp"
+#include "copy/g3_file.hpp"
+#include "copy/g3_table.hpp"
 
 namespace kvt {
 
@@ -47,45 +47,45 @@ struct DiskEngine::Prepared {
 DiskEngine::DiskEngine() = default;
 DiskEngine::~DiskEngine() = default;
 
-kvt_status DiskEngine::create(std::unique_ptr<DiskEngine> *out, const kvt_manager_config &c,
+kvt_status DiskEngine::create(std::unique_ptr<DiskEngine> *out, const DiskConfig &c,
                               uint64_t block_bytes) {
   std::unique_ptr<DiskEngine> e(new DiskEngine);
-  if (c.g3_key_env != nullptr) {
+  if (c.key_env != nullptr) {
     MacKey key;
-    if (kvt_status s = read_mac_key(&key, "g3_key_env", c.g3_key_env); s != KVT_OK) return s;
+    if (kvt_status s = read_mac_key(&key, "g3_key_env", c.key_env); s != KVT_OK) return s;
     e->key_ = key;
   }
-  e->ns_ = c.g3_namespace;
+  e->ns_ = c.ns;
   e->block_bytes_ = block_bytes;
   e->data_bytes_ = round_to_page(block_bytes);
   e->slot_bytes_ = e->data_bytes_ + kAlign;
-  if (c.g3_persist) {
+  if (c.persist) {
     uint64_t size = 0;
-    G3Table::Layout l = G3Table::layout_of(c, e->slot_bytes_);
-    if (kvt_status s = G3File::open_persistent(&e->file_, c.g3_path, &size); s != KVT_OK)
+    const G3Table::Layout l{c.page_size,   c.num_layers, c.num_outer,   c.chunk_bytes,
+                            c.blocks,      c.ns,         e->slot_bytes_};
+    if (kvt_status s = G3File::open_persistent(&e->file_, c.dir, &size); s != KVT_OK)
       return s;
-    if (kvt_status s = G3Table::open(&e->table_, *e->file_, size, l, c.g3_on_mismatch);
+    if (kvt_status s = G3Table::open(&e->table_, *e->file_, size, l, c.on_mismatch);
         s != KVT_OK)
       return s;
     if (kvt_status s = e->file_->enable_direct(); s != KVT_OK) return s;
     e->base_ = G3Table::data_offset(l);
-  } else if (kvt_status s =
-                 G3File::create(&e->file_, c.g3_path, c.g3_blocks * e->slot_bytes_);
+  } else if (kvt_status s = G3File::create(&e->file_, c.dir, c.blocks * e->slot_bytes_);
              s != KVT_OK) {
     return s;
   }
-  if (c.g3_io != KVT_IO_THREADS) {
-    int r = RingPool::create(&e->rings_, c.max_concurrent_transfers);
-    if (r != 0 && c.g3_io == KVT_IO_URING)
+  if (c.io != KVT_IO_THREADS) {
+    int r = RingPool::create(&e->rings_, c.rings);
+    if (r != 0 && c.io == KVT_IO_URING)
       return fail(KVT_ERR_UNSUPPORTED, "G3: io_uring is unavailable: %s", std::strerror(-r));
   }
-  if (!e->rings_) e->threads_ = std::make_unique<IoThreads>(c.copy_threads - 1);
-  if (c.g3_fault_op != KVT_G3_FAULT_OFF) {
+  if (!e->rings_) e->threads_ = std::make_unique<IoThreads>(c.io_threads);
+  if (c.fault_op != KVT_G3_FAULT_OFF) {
     e->fault_ = std::make_unique<Fault>();
-    e->fault_->write = c.g3_fault_op == KVT_G3_FAULT_WRITE;
-    e->fault_->err = c.g3_fault_errno;
-    e->fault_->skip = c.g3_fault_skip;
-    e->fault_->count = c.g3_fault_count;
+    e->fault_->write = c.fault_op == KVT_G3_FAULT_WRITE;
+    e->fault_->err = c.fault_errno;
+    e->fault_->skip = c.fault_skip;
+    e->fault_->count = c.fault_count;
   }
   *out = std::move(e);
   return KVT_OK;

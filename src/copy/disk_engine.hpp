@@ -1,11 +1,12 @@
-// G3: one preallocated file per manager (transfer/g3_file.hpp). Slot s lives at
+// G3: one preallocated file per manager (copy/g3_file.hpp). Slot s lives at
 // s * slot_bytes and holds the block's data, padded to 4 KiB, then a 4 KiB header with the
 // sequence hash and an xxh3 checksum of the data, so that a torn or corrupt slot is caught
 // on every read; with g3_key_env, a keyed MAC instead of the data's checksum, so that a
-// writer without the key cannot make a slot that is read as a block. I/O is O_DIRECT where the filesystem allows it, through io_uring or, where
-// io_uring is unavailable or not wanted, I/O threads (transfer/disk_io.hpp).
+// writer without the key cannot make a slot that is read as a block. I/O is O_DIRECT where
+// the filesystem allows it, through io_uring or, where io_uring is unavailable or not
+// wanted, I/O threads (copy/disk_io.hpp).
 // A persistent G3 (g3_persist) adds a file header and a slot table before the slots
-// (transfer/g3_table.hpp, docs/G3_FORMAT.md): each write clears its slot's record before it
+// (copy/g3_table.hpp, docs/G3_FORMAT.md): each write clears its slot's record before it
 // is issued and sets it once it has completed.
 #pragma once
 
@@ -27,6 +28,24 @@ class G3Table;
 class RingPool;
 class IoThreads;
 
+// G3's settings, translated from kvt_manager_config by the manager, which validated them.
+struct DiskConfig {
+  const char *dir = nullptr;       // g3_path; NULL: a fresh temporary directory
+  uint64_t blocks = 0;             // slots
+  // What a persistent file's header must match, with the slot size.
+  uint32_t page_size = 0, num_layers = 0, num_outer = 0;
+  uint64_t chunk_bytes = 0, ns = 0;
+  bool persist = false;
+  uint32_t on_mismatch = 0;        // kvt_g3_mismatch
+  const char *key_env = nullptr;   // g3_key_env: the variable holding the slots' MAC key
+  uint32_t io = KVT_IO_AUTO;       // kvt_io_engine
+  uint32_t rings = 1;              // io_uring rings: batches that may run at once
+  uint32_t io_threads = 0;         // without io_uring, besides the caller's
+  uint32_t fault_op = KVT_G3_FAULT_OFF;  // kvt_g3_fault, and the other g3_fault_* fields
+  int32_t fault_errno = 0;
+  uint64_t fault_skip = 0, fault_count = 0;
+};
+
 struct DiskOp {
   bool write;
   uint32_t slot;
@@ -39,9 +58,8 @@ struct DiskOp {
 
 class DiskEngine {
  public:
-  // G3 as c asks for it: g3_path, g3_blocks slots of block_bytes, g3_io, the g3_fault_*
-  // fields, copy_threads (I/O threads) and max_concurrent_transfers (io_uring rings).
-  static kvt_status create(std::unique_ptr<DiskEngine> *out, const kvt_manager_config &c,
+  // G3 as c asks for it: c.blocks slots of block_bytes in c.dir.
+  static kvt_status create(std::unique_ptr<DiskEngine> *out, const DiskConfig &c,
                            uint64_t block_bytes);
   ~DiskEngine();
 

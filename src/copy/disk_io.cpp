@@ -1,4 +1,4 @@
-#include "transfer/disk_io.hpp"
+#include "copy/disk_io.hpp"
 
 #include <liburing.h>
 

@@ -1,4 +1,4 @@
-#include "transfer/g3_file.hpp"
+#include "copy/g3_file.hpp"
 
 #include <dirent.h>
 #include <fcntl.h>

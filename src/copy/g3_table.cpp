@@ -1,4 +1,4 @@
-#include "transfer/g3_table.hpp"
+#include "copy/g3_table.hpp"
 
 #include <absl/container/flat_hash_set.h>
 #include <sys/mman.h>
@@ -17,7 +17,7 @@
 #include "common/error.hpp"
 #include "common/log.hpp"
 #include "memory/mapping.hpp"
-#include "transfer/g3_file.hpp"
+#include "copy/g3_file.hpp"
 
 namespace kvt {
 
@@ -89,11 +89,6 @@ struct G3Table::Record {
   uint64_t check;  // 0: no block; else check_of(record, slot), written last
 };
 static_assert(sizeof(G3Table::Record) == 32);
-
-G3Table::Layout G3Table::layout_of(const kvt_manager_config &c, uint64_t slot_bytes) {
-  return Layout{c.page_size, c.num_layers, c.num_outer, c.chunk_bytes,
-                c.g3_blocks, c.g3_namespace, slot_bytes};
-}
 
 uint64_t G3Table::data_offset(const Layout &l) {
   return kHeaderBytes + round_to_page(l.g3_blocks * sizeof(Record));

@@ -24,7 +24,6 @@ class G3Table {
     uint32_t page_size, num_layers, num_outer;
     uint64_t chunk_bytes, g3_blocks, g3_namespace, slot_bytes;
   };
-  static Layout layout_of(const kvt_manager_config &c, uint64_t slot_bytes);
   // Where slot data starts, and the whole file's size.
   static uint64_t data_offset(const Layout &l);
   static uint64_t file_bytes(const Layout &l);

@@ -1,4 +1,4 @@
-#include "transfer/memcpy_engine.hpp"
+#include "copy/memcpy_engine.hpp"
 
 #include <algorithm>
 #include <cstdint>

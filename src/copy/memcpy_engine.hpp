@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "memory/tier_memory.hpp"
-#include "transfer/worker_pool.hpp"
+#include "copy/worker_pool.hpp"
 
 namespace kvt {
 

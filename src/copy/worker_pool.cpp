@@ -1,4 +1,4 @@
-#include "transfer/worker_pool.hpp"
+#include "copy/worker_pool.hpp"
 
 #include <algorithm>
 

@@ -1,6 +1,6 @@
-// Where a tier sends what the KV-event publisher (publish/) needs: the events it produced
+// Where a tier sends what the KV-event publisher (kv_events/) needs: the events it produced
 // and the tokens of the blocks it registered from tokens. An interface down here, so that
-// block/ never includes publish/; a tier without a sink pays one branch per operation.
+// block/ never includes kv_events/; a tier without a sink pays one branch per operation.
 #pragma once
 
 #include <cstddef>

@@ -1,4 +1,4 @@
-#include "publish/batch_encoder.hpp"
+#include "kv_events/batch_encoder.hpp"
 
 #include <endian.h>
 

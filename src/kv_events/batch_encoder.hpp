@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "kvtier.h"
-#include "publish/token_memo.hpp"
+#include "kv_events/token_memo.hpp"
 
 namespace kvt::pub {
 

@@ -1,4 +1,4 @@
-#include "publish/chain_order.hpp"
+#include "kv_events/chain_order.hpp"
 
 #include <algorithm>
 #include <vector>

@@ -5,7 +5,7 @@
 
 #include <cstddef>
 
-#include "publish/batch_encoder.hpp"
+#include "kv_events/batch_encoder.hpp"
 
 namespace kvt::pub {
 

@@ -1,4 +1,4 @@
-#include "publish/publisher.hpp"
+#include "kv_events/publisher.hpp"
 
 #include <sys/eventfd.h>
 #include <unistd.h>
@@ -12,8 +12,8 @@
 
 #include "common/error.hpp"
 #include "common/log.hpp"
-#include "publish/chain_order.hpp"
-#include "publish/replay_request.hpp"
+#include "kv_events/chain_order.hpp"
+#include "kv_events/replay_request.hpp"
 
 namespace kvt::pub {
 namespace {

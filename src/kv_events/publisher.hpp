@@ -3,7 +3,7 @@
 // wakes and sends it on a PUB socket as [topic, seq (8 bytes big-endian), payload], keeping
 // the last batches for a ROUTER socket that answers replay requests. Both sockets hand ZMQ
 // the kept batch itself, never a copy, and count what ZMQ holds against the budgets of
-// publish/send_ledger.hpp and publish/replay_ledger.hpp. The calls that cause events only
+// kv_events/send_ledger.hpp and kv_events/replay_ledger.hpp. The calls that cause events only
 // take short locks: the network never holds them up.
 #pragma once
 
@@ -23,10 +23,10 @@
 
 #include "event/kv_sink.hpp"
 #include "kvtier.h"
-#include "publish/batch_encoder.hpp"
-#include "publish/replay_ledger.hpp"
-#include "publish/send_ledger.hpp"
-#include "publish/token_memo.hpp"
+#include "kv_events/batch_encoder.hpp"
+#include "kv_events/replay_ledger.hpp"
+#include "kv_events/send_ledger.hpp"
+#include "kv_events/token_memo.hpp"
 
 namespace kvt::pub {
 

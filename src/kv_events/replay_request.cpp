@@ -1,4 +1,4 @@
-#include "publish/replay_request.hpp"
+#include "kv_events/replay_request.hpp"
 
 namespace kvt::pub {
 

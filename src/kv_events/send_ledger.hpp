@@ -1,5 +1,5 @@
 // What the PUB socket holds for subscribers that have not read it, counted as the replay
-// socket's replies are (publish/replay_ledger.hpp): a batch counts from its send until ZMQ
+// socket's replies are (kv_events/replay_ledger.hpp): a batch counts from its send until ZMQ
 // frees it, once every subscriber's queue has let go of it (ZMQ shares one copy among them).
 // Past the budget a batch is not sent: subscribers see the gap in seq and may replay it, and
 // one subscriber that never reads pins no more than the budget. ZMTP heartbeats drop such a

@@ -1,4 +1,4 @@
-#include "publish/token_memo.hpp"
+#include "kv_events/token_memo.hpp"
 
 #include <algorithm>
 #include <cstring>

@@ -173,6 +173,42 @@ kvt_status g4_config(remote::Config *out, const kvt_manager_config &c) {
   }
 }
 
+PipelineConfig pipeline_config(const kvt_manager_config &c) noexcept {
+  PipelineConfig p;
+  p.max_batch_size = c.max_batch_size;
+  p.min_batch_size = c.min_batch_size;
+  p.flush_interval = std::chrono::microseconds(c.flush_interval_us);
+  p.policy_timeout = std::chrono::microseconds(c.policy_timeout_us);
+  p.sweep_interval = std::chrono::microseconds(c.sweep_interval_us);
+  p.executors = c.max_concurrent_transfers;
+  p.policies[index(Direction::G1toG2)] = c.policy_g1_g2;
+  p.policies[index(Direction::G1toG3)] = c.policy_g1_g3;
+  p.policies[index(Direction::G2toG3)] = c.policy_g2_g3;
+  return p;
+}
+
+DiskConfig disk_config(const kvt_manager_config &c) noexcept {
+  DiskConfig d;
+  d.dir = c.g3_path;
+  d.blocks = c.g3_blocks;
+  d.page_size = c.page_size;
+  d.num_layers = c.num_layers;
+  d.num_outer = c.num_outer;
+  d.chunk_bytes = c.chunk_bytes;
+  d.ns = c.g3_namespace;
+  d.persist = c.g3_persist != 0;
+  d.on_mismatch = c.g3_on_mismatch;
+  d.key_env = c.g3_key_env;
+  d.io = c.g3_io;
+  d.rings = c.max_concurrent_transfers;  // one per executor
+  d.io_threads = c.copy_threads - 1;     // the calling executor takes part too
+  d.fault_op = c.g3_fault_op;
+  d.fault_errno = c.g3_fault_errno;
+  d.fault_skip = c.g3_fault_skip;
+  d.fault_count = c.g3_fault_count;
+  return d;
+}
+
 void config_defaults(kvt_manager_config *cfg) noexcept {
   *cfg = kvt_manager_config{};
   cfg->struct_size = sizeof(kvt_manager_config);

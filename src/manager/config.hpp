@@ -1,9 +1,12 @@
-// Defaults and validation of kvt_manager_config.
+// Defaults and validation of kvt_manager_config, and its translation into the settings of
+// each part the manager builds, which keeps those and not the C struct.
 #pragma once
 
 #include <cstdint>
 
+#include "copy/disk_engine.hpp"
 #include "kvtier.h"
+#include "pipeline/config.hpp"
 #include "remote/store.hpp"
 
 namespace kvt {
@@ -18,5 +21,7 @@ kvt_status config_validate(const kvt_manager_config &cfg) noexcept;
 uint64_t g4_layout(const kvt_manager_config &cfg) noexcept;
 // G4's client config from cfg (g4_url set): KVT_ERR_INVALID_ARGUMENT naming the field.
 kvt_status g4_config(remote::Config *out, const kvt_manager_config &cfg);
+PipelineConfig pipeline_config(const kvt_manager_config &cfg) noexcept;
+DiskConfig disk_config(const kvt_manager_config &cfg) noexcept;  // G3 (g3_blocks > 0)
 
 }  // namespace kvt

@@ -66,7 +66,7 @@ kvt_status Manager::create(std::unique_ptr<Manager> *out, const kvt_manager_conf
   m->pool_ = std::make_unique<WorkerPool>(c.copy_threads - 1);
   std::vector<Tier::Recovered> recovered;
   if (c.g3_blocks > 0) {
-    kvt_status s = DiskEngine::create(&m->disk_, c, m->geo_.block_bytes());
+    kvt_status s = DiskEngine::create(&m->disk_, disk_config(c), m->geo_.block_bytes());
     if (s != KVT_OK) return s;
     std::vector<Tier::Recovered> kept = m->disk_->take_recovered();  // persistent G3
     recovered.reserve(kept.size());
@@ -90,8 +90,8 @@ kvt_status Manager::create(std::unique_ptr<Manager> *out, const kvt_manager_conf
     if (kvt_status s = remote::Store::create(&m->g4_, rc); s != KVT_OK) return s;
   }
   m->pipeline_ =
-      std::make_unique<Pipeline>(m->pipeline_tiers_, c, m->disk_.get(), m->cuda_.get(),
-                                 m->g4_.get(), *m->pool_);
+      std::make_unique<Pipeline>(m->pipeline_tiers_, pipeline_config(c), m->disk_.get(),
+                                 m->cuda_.get(), m->g4_.get(), *m->pool_);
   *out = std::move(m);
   return KVT_OK;
 }

@@ -12,11 +12,11 @@
 #include "observe/bus.hpp"
 #include "manager/pipeline_tiers.hpp"
 #include "pipeline/pipeline.hpp"
-#include "publish/publisher.hpp"
+#include "kv_events/publisher.hpp"
 #include "remote/store.hpp"
-#include "transfer/cuda_engine.hpp"
-#include "transfer/disk_engine.hpp"
-#include "transfer/worker_pool.hpp"
+#include "copy/cuda_engine.hpp"
+#include "copy/disk_engine.hpp"
+#include "copy/worker_pool.hpp"
 
 namespace kvt {
 

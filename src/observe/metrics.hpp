@@ -6,8 +6,8 @@
 #include <string>
 
 #include "kvtier.h"
-#include "pipeline/direction.hpp"
-#include "pipeline/latency.hpp"
+#include "common/direction.hpp"
+#include "common/latency.hpp"
 
 namespace kvt::obs {
 

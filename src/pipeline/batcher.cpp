@@ -2,9 +2,9 @@
 
 namespace kvt {
 
-Batcher::Batcher(const kvt_manager_config &c)
+Batcher::Batcher(const PipelineConfig &c)
     : max_batch_(c.max_batch_size), min_batch_(c.min_batch_size),
-      flush_interval_(std::chrono::microseconds(c.flush_interval_us)) {}
+      flush_interval_(c.flush_interval) {}
 
 void Batcher::add(const std::shared_ptr<Transfer> &t) {
   const size_t n = t->src.size();

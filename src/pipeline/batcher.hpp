@@ -10,14 +10,14 @@
 #include <mutex>
 #include <vector>
 
-#include "kvtier.h"
+#include "pipeline/config.hpp"
 #include "pipeline/transfer.hpp"
 
 namespace kvt {
 
 class Batcher {
  public:
-  explicit Batcher(const kvt_manager_config &c);
+  explicit Batcher(const PipelineConfig &c);
 
   // Queues t's container (state BATCHED, set by the caller) as pieces.
   void add(const std::shared_ptr<Transfer> &t);

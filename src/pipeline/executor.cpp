@@ -9,9 +9,9 @@
 #include "common/error.hpp"
 #include "memory/mapping.hpp"
 #include "remote/store.hpp"
-#include "transfer/cuda_engine.hpp"
-#include "transfer/disk_engine.hpp"
-#include "transfer/memcpy_engine.hpp"
+#include "copy/cuda_engine.hpp"
+#include "copy/disk_engine.hpp"
+#include "copy/memcpy_engine.hpp"
 
 namespace kvt {
 
@@ -43,6 +43,14 @@ struct Executor::Entry {
     result->message = std::move(why);
     result->fail_item = item;
   }
+};
+
+// Every copy of a batch, by phase, each with the piece it serves.
+struct Executor::Plan {
+  std::vector<BlockCopy> before_disk, after_disk;  // memory copies, before and after the disk
+  std::vector<Entry *> before_owner, after_owner;
+  std::vector<DiskOp> ops;                         // G3's reads and writes
+  std::vector<Entry *> op_owner;
 };
 
 namespace {
@@ -154,189 +162,194 @@ void Executor::run_g4(std::vector<Entry> &entries, std::vector<BlockCopy> &after
   }
 }
 
+// Commit and reserve: weak references become strong (what was evicted or released is
+// dropped), under the transfer's lock, so that a cancel comes before or not at all, and an
+// INFLIGHT transfer's committed destinations are pinned. G4's keys take no reference.
+void Executor::commit(Entry &e) {
+  const Piece &p = *e.piece;
+  Transfer &t = e.t();
+  std::lock_guard lock(t.mu);
+  if (t.ended()) return;  // cancelled while batched
+  e.result->committed = true;
+  const size_t n = p.end - p.begin;
+  const bool keys = t.src_tier == KVT_TIER_G4;
+  std::vector<kvt_block> src(n);
+  std::unique_ptr<bool[]> ok(new bool[n]), pinned(new bool[n]);
+  for (size_t k = 0; k < n; ++k) src[k] = t.src[p.begin + k].handle;
+  if (keys) std::fill(ok.get(), ok.get() + n, true);
+  else if (n > 0) tiers_.retain(t.src_tier, src.data(), n, ok.get());
+  if (t.onboard && n > 0) {
+    tiers_.pin_empty(t.dst.data() + p.begin, n, pinned.get());
+    for (size_t k = 0; k < n; ++k) {
+      if (ok[k] && !pinned[k] && !keys) tiers_.release(&src[k], 1);
+      if (ok[k] && pinned[k]) continue;
+      if (!ok[k] && pinned[k]) tiers_.release(&t.dst[p.begin + k], 1);
+      ok[k] = false;
+    }
+  }
+  for (size_t k = 0; k < n; ++k)
+    if (ok[k]) e.items.push_back(p.begin + k);
+  t.state = KVT_XFER_INFLIGHT;
+}
+
+// Where each committed item's bytes go, and through which phase: a memory copy before the
+// disk, a G3 operation, a G4 put or get (staged where the block is not contiguous host
+// memory), or a read from G3 that is scattered into G1 once verified.
+void Executor::plan(Entry &e, Plan &p) {
+  const Geometry &g = tiers_.geometry();
+  Transfer &t = e.t();
+  const size_t n = e.items.size();
+  e.op.assign(n, -1);
+  if (n == 0) return;
+  const bool to_g4 = t.dst_tier == KVT_TIER_G4;
+  if (t.onboard) {
+    for (size_t i : e.items) e.dst.push_back(t.dst[i]);
+  } else if (!to_g4) {
+    e.dst.resize(n);
+    if (tiers_.alloc(t.dst_tier, e.dst.data(), n) != KVT_OK) {
+      e.dst.clear();
+      e.fail(KVT_ERR_NO_SPACE, last_error());
+      return;
+    }
+  }
+  const TierMemory *sm = tiers_.memory(t.src_tier);
+  const TierMemory *dm = tiers_.memory(t.dst_tier);
+  if (e.from_g4() || to_g4) {
+    e.g4_data.assign(n, nullptr);
+    e.g4_staged.assign(n, false);
+  }
+  auto stage = [&] {
+    e.staging.push_back(aligned_buffer(g.block_bytes()));
+    return e.staging.back().get();
+  };
+  auto disk_op = [&](size_t k, bool write, uint32_t slot, void *data, const SourceRef &r) {
+    e.op[k] = int(p.ops.size());
+    p.ops.push_back({write, slot, data, r.hash, r.parent});
+    p.op_owner.push_back(&e);
+  };
+  auto copy_first = [&](BlockRef to, BlockRef from) {
+    p.before_disk.push_back({to, from});
+    p.before_owner.push_back(&e);
+  };
+  for (size_t k = 0; k < n; ++k) {
+    const SourceRef &r = t.src[e.items[k]];
+    if (e.from_g4()) {  // read into the block where it is contiguous host memory
+      const uint32_t slot = handle::slot(e.dst[k]);
+      void *data = dm->host_visible() ? dm->block(slot) : nullptr;
+      if (data == nullptr) {
+        data = stage();
+        e.g4_staged[k] = true;
+      }
+      e.g4_data[k] = data;
+      continue;
+    }
+    BlockRef from{sm, handle::slot(r.handle), nullptr};
+    if (to_g4) {  // the source's bytes, contiguous: in place, staged, or read from G3
+      void *data = sm && sm->host_visible() ? sm->block(from.slot) : nullptr;
+      if (data == nullptr) {
+        data = stage();
+        if (sm) copy_first({nullptr, 0, data}, from);
+        else disk_op(k, false, from.slot, data, r);
+      }
+      e.g4_data[k] = data;
+      continue;
+    }
+    BlockRef to{dm, handle::slot(e.dst[k]), nullptr};
+    if (sm && dm) {  // memory to memory
+      copy_first(to, from);
+    } else if (dm == nullptr) {  // to G3: write the source block, staged if scattered or on a GPU
+      void *data = sm->host_visible() ? sm->block(from.slot) : nullptr;
+      if (data == nullptr) {
+        data = stage();
+        copy_first({nullptr, 0, data}, from);
+      }
+      disk_op(k, true, to.slot, data, r);
+    } else {  // from G3 to G1: read into staging, check, then scatter into the block
+      disk_op(k, false, from.slot, stage(), r);
+    }
+  }
+}
+
+// The disk's outcome for e: a failed operation fails the piece, and a piece read from G3
+// intact goes on into G1 (only now may G1 see the bytes).
+void Executor::check_disk(Entry &e, Plan &p) {
+  for (size_t k = 0; k < e.op.size(); ++k) {
+    if (e.op[k] < 0) continue;
+    const DiskOp &op = p.ops[e.op[k]];
+    if (op.status == KVT_OK) continue;
+    e.fail(op.status, disk_->describe(op));
+    // A stored copy that failed its checksum is gone for good: it leaves the registry, so
+    // that the next match misses it and the block is recomputed once.
+    if (op.status == KVT_ERR_CORRUPT && !op.write) tiers_.remove(e.t().src[e.items[k]].handle);
+  }
+  if (e.result->status != KVT_OK || !e.t().onboard || e.from_g4() || e.staging.empty()) return;
+  for (size_t k = 0; k < e.items.size(); ++k) {
+    p.after_disk.push_back({{tiers_.memory(KVT_TIER_G1), handle::slot(e.dst[k]), nullptr},
+                            {nullptr, 0, e.staging[k].get()}});
+    p.after_owner.push_back(&e);
+  }
+}
+
+// Commits what an offload stored (an onboard's blocks wait for the transfer's end) and gives
+// back the references.
+void Executor::finish(Entry &e) {
+  Transfer &t = e.t();
+  const size_t n = e.items.size();
+  if (t.onboard) {
+    // From G4, the items before the first failure landed; the rest are given back.
+    std::vector<kvt_block> back;
+    for (size_t k = 0; k < n; ++k) {
+      if (e.result->status == KVT_OK || (e.from_g4() && e.items[k] < e.result->fail_item))
+        e.result->landed.push_back({e.items[k], e.dst[k]});
+      else
+        back.push_back(e.dst[k]);
+    }
+    tiers_.release(back.data(), back.size());  // the pins; the blocks stay the caller's
+  } else if (!e.dst.empty()) {
+    if (e.result->status == KVT_OK) {
+      std::vector<uint64_t> hash(n), parent(n);
+      for (size_t k = 0; k < n; ++k) {
+        hash[k] = t.src[e.items[k]].hash;
+        parent[k] = t.src[e.items[k]].parent;
+      }
+      tiers_.store(t.dst_tier, e.dst.data(), hash.data(), parent.data(), n);
+      e.result->count = n;
+    }
+    tiers_.release(e.dst.data(), n);  // the copies stay in dst, unreferenced and matchable
+  }
+  if (e.from_g4()) return;
+  std::vector<kvt_block> held;  // the strong references on the sources
+  held.reserve(n);
+  for (size_t i : e.items) held.push_back(t.src[i].handle);
+  tiers_.release(held.data(), held.size());
+}
+
 std::vector<Executor::Result> Executor::run(const std::vector<Piece> &batch,
                                             double busy_ns[kDirections]) {
-  const Geometry &g = tiers_.geometry();
   std::vector<Result> results(batch.size());
   std::vector<Entry> entries(batch.size());
-
-  // Commit and reserve: weak references become strong (what was evicted or released is
-  // dropped), under the transfer's lock, so that a cancel comes before or not at all, and
-  // an INFLIGHT transfer's committed destinations are pinned. G4's keys take no reference.
+  Plan p;
   for (size_t i = 0; i < batch.size(); ++i) {
-    Entry &e = entries[i];
-    e.piece = &batch[i];
-    e.result = &results[i];
-    Transfer &t = e.t();
-    std::lock_guard lock(t.mu);
-    if (t.ended()) continue;  // cancelled while batched
-    results[i].committed = true;
-    const size_t n = batch[i].end - batch[i].begin;
-    const bool keys = t.src_tier == KVT_TIER_G4;
-    std::vector<kvt_block> src(n);
-    std::unique_ptr<bool[]> ok(new bool[n]), pinned(new bool[n]);
-    for (size_t k = 0; k < n; ++k) src[k] = t.src[batch[i].begin + k].handle;
-    if (keys) std::fill(ok.get(), ok.get() + n, true);
-    else if (n > 0) tiers_.retain(t.src_tier, src.data(), n, ok.get());
-    if (t.onboard && n > 0) {
-      tiers_.pin_empty(t.dst.data() + batch[i].begin, n, pinned.get());
-      for (size_t k = 0; k < n; ++k) {
-        if (ok[k] && !pinned[k] && !keys) tiers_.release(&src[k], 1);
-        if (ok[k] && pinned[k]) continue;
-        if (!ok[k] && pinned[k]) tiers_.release(&t.dst[batch[i].begin + k], 1);
-        ok[k] = false;
-      }
-    }
-    for (size_t k = 0; k < n; ++k)
-      if (ok[k]) e.items.push_back(batch[i].begin + k);
-    t.state = KVT_XFER_INFLIGHT;
+    entries[i].piece = &batch[i];
+    entries[i].result = &results[i];
+    commit(entries[i]);
   }
-
-  // Plan every copy of the batch.
-  std::vector<BlockCopy> before_disk, after_disk;
-  std::vector<Entry *> before_owner, after_owner;
-  std::vector<DiskOp> ops;
-  std::vector<Entry *> op_owner;
-  for (Entry &e : entries) {
-    Transfer &t = e.t();
-    const size_t n = e.items.size();
-    e.op.assign(n, -1);
-    if (n == 0) continue;
-    const bool to_g4 = t.dst_tier == KVT_TIER_G4;
-    if (t.onboard) {
-      for (size_t i : e.items) e.dst.push_back(t.dst[i]);
-    } else if (!to_g4) {
-      e.dst.resize(n);
-      if (tiers_.alloc(t.dst_tier, e.dst.data(), n) != KVT_OK) {
-        e.dst.clear();
-        e.fail(KVT_ERR_NO_SPACE, last_error());
-        continue;
-      }
-    }
-    const TierMemory *sm = tiers_.memory(t.src_tier);
-    const TierMemory *dm = tiers_.memory(t.dst_tier);
-    if (e.from_g4() || to_g4) {
-      e.g4_data.assign(n, nullptr);
-      e.g4_staged.assign(n, false);
-    }
-    for (size_t k = 0; k < n; ++k) {
-      const SourceRef &r = t.src[e.items[k]];
-      if (e.from_g4()) {  // read into the block where it is contiguous host memory
-        const uint32_t slot = handle::slot(e.dst[k]);
-        void *data = dm->host_visible() ? dm->block(slot) : nullptr;
-        if (data == nullptr) {
-          e.staging.push_back(aligned_buffer(g.block_bytes()));
-          data = e.staging.back().get();
-          e.g4_staged[k] = true;
-        }
-        e.g4_data[k] = data;
-        continue;
-      }
-      BlockRef from{sm, handle::slot(r.handle), nullptr};
-      if (to_g4) {  // the source's bytes, contiguous: in place, staged, or read from G3
-        void *data = sm && sm->host_visible() ? sm->block(from.slot) : nullptr;
-        if (data == nullptr) {
-          e.staging.push_back(aligned_buffer(g.block_bytes()));
-          data = e.staging.back().get();
-          if (sm) {
-            before_disk.push_back({{nullptr, 0, data}, from});
-            before_owner.push_back(&e);
-          } else {
-            e.op[k] = int(ops.size());
-            ops.push_back({false, from.slot, data, r.hash, r.parent});
-            op_owner.push_back(&e);
-          }
-        }
-        e.g4_data[k] = data;
-        continue;
-      }
-      BlockRef to{dm, handle::slot(e.dst[k]), nullptr};
-      if (sm && dm) {  // memory to memory
-        before_disk.push_back({to, from});
-        before_owner.push_back(&e);
-      } else if (dm == nullptr) {  // to G3: write the source block, staged if scattered or on a GPU
-        void *data = sm->host_visible() ? sm->block(from.slot) : nullptr;
-        if (data == nullptr) {
-          e.staging.push_back(aligned_buffer(g.block_bytes()));
-          data = e.staging.back().get();
-          before_disk.push_back({{nullptr, 0, data}, from});
-          before_owner.push_back(&e);
-        }
-        e.op[k] = int(ops.size());
-        ops.push_back({true, to.slot, data, r.hash, r.parent});
-        op_owner.push_back(&e);
-      } else {  // from G3 to G1: read into staging, check, then scatter into the block
-        e.staging.push_back(aligned_buffer(g.block_bytes()));
-        e.op[k] = int(ops.size());
-        ops.push_back({false, from.slot, e.staging.back().get(), r.hash, r.parent});
-        op_owner.push_back(&e);
-      }
-    }
-  }
+  for (Entry &e : entries) plan(e, p);
 
   Clock::time_point t0 = Clock::now();
-  run_copies(before_disk, before_owner);
+  run_copies(p.before_disk, p.before_owner);
   Clock::time_point t1 = Clock::now();
-  if (!ops.empty()) disk_->run(ops);
+  if (!p.ops.empty()) disk_->run(p.ops);
   Clock::time_point t2 = Clock::now();
-  charge(busy_ns, t1 - t0, before_owner);
-  charge(busy_ns, t2 - t1, op_owner);
-  for (Entry &e : entries) {
-    for (size_t k = 0; k < e.op.size(); ++k) {
-      if (e.op[k] < 0) continue;
-      const DiskOp &op = ops[e.op[k]];
-      if (op.status == KVT_OK) continue;
-      e.fail(op.status, disk_->describe(op));
-      // A stored copy that failed its checksum is gone for good: it leaves the registry,
-      // so that the next match misses it and the block is recomputed once.
-      if (op.status == KVT_ERR_CORRUPT && !op.write) tiers_.remove(e.t().src[e.items[k]].handle);
-    }
-    if (e.result->status != KVT_OK || !e.t().onboard || e.from_g4() || e.staging.empty())
-      continue;
-    // Every block of this piece read back intact: only now may G1 see the bytes.
-    for (size_t k = 0; k < e.items.size(); ++k) {
-      after_disk.push_back({{tiers_.memory(KVT_TIER_G1), handle::slot(e.dst[k]), nullptr},
-                            {nullptr, 0, e.staging[k].get()}});
-      after_owner.push_back(&e);
-    }
-  }
-  run_g4(entries, after_disk, after_owner, busy_ns);
+  charge(busy_ns, t1 - t0, p.before_owner);
+  charge(busy_ns, t2 - t1, p.op_owner);
+  for (Entry &e : entries) check_disk(e, p);
+  run_g4(entries, p.after_disk, p.after_owner, busy_ns);
   t2 = Clock::now();
-  run_copies(after_disk, after_owner);
-  charge(busy_ns, Clock::now() - t2, after_owner);
+  run_copies(p.after_disk, p.after_owner);
+  charge(busy_ns, Clock::now() - t2, p.after_owner);
 
-  // Commit what an offload stored; an onboard's blocks wait for the transfer's end.
-  for (Entry &e : entries) {
-    Transfer &t = e.t();
-    const size_t n = e.items.size();
-    if (t.onboard) {
-      // From G4, the items before the first failure landed; the rest are given back.
-      std::vector<kvt_block> back;
-      for (size_t k = 0; k < n; ++k) {
-        if (e.result->status == KVT_OK || (e.from_g4() && e.items[k] < e.result->fail_item))
-          e.result->landed.push_back({e.items[k], e.dst[k]});
-        else
-          back.push_back(e.dst[k]);
-      }
-      tiers_.release(back.data(), back.size());  // the pins; the blocks stay the caller's
-    } else if (!e.dst.empty()) {
-      if (e.result->status == KVT_OK) {
-        std::vector<uint64_t> hash(n), parent(n);
-        for (size_t k = 0; k < n; ++k) {
-          hash[k] = t.src[e.items[k]].hash;
-          parent[k] = t.src[e.items[k]].parent;
-        }
-        tiers_.store(t.dst_tier, e.dst.data(), hash.data(), parent.data(), n);
-        e.result->count = n;
-      }
-      tiers_.release(e.dst.data(), n);  // the copies stay in dst, unreferenced and matchable
-    }
-    if (e.from_g4()) continue;
-    std::vector<kvt_block> held;  // the strong references on the sources
-    held.reserve(n);
-    for (size_t i : e.items) held.push_back(t.src[i].handle);
-    tiers_.release(held.data(), held.size());
-  }
+  for (Entry &e : entries) finish(e);
   return results;
 }
 

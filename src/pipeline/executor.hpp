@@ -1,8 +1,9 @@
 // The executor stage: commits a batch (the last point a cancel applies), upgrades its weak
 // references, plans and runs every copy of the batch together (memory copies, then disk I/O,
 // then G4's pipelined writes and reads, then the verified G3 and G4 reads into their blocks),
-// registers offloaded copies and gives back its references. The only lock it holds while it works is each transfer's own, to commit and
-// reserve that transfer's piece; never one that calls on other transfers need.
+// registers offloaded copies and gives back its references. The only lock it holds while it
+// works is each transfer's own, to commit and reserve that transfer's piece; never one that
+// calls on other transfers need.
 #pragma once
 
 #include <cstdint>
@@ -45,6 +46,12 @@ class Executor {
 
  private:
   struct Entry;
+  struct Plan;
+  // run's phases, in order, for each piece.
+  void commit(Entry &e);
+  void plan(Entry &e, Plan &p);
+  void check_disk(Entry &e, Plan &p);
+  void finish(Entry &e);
   void run_copies(const std::vector<BlockCopy> &copies, const std::vector<Entry *> &owner);
   // G4's phase: every write of the batch in one Store::put, every read in one Store::get.
   void run_g4(std::vector<Entry> &entries, std::vector<BlockCopy> &after,

@@ -17,13 +17,12 @@ constexpr int64_t kForever = int64_t{1} << 62;
 kvt_xfer *token_of(const Transfer &t) { return reinterpret_cast<kvt_xfer *>(uintptr_t(t.token)); }
 }  // namespace
 
-Pipeline::Pipeline(BlockTiers &tiers, const kvt_manager_config &c, DiskEngine *disk,
+Pipeline::Pipeline(BlockTiers &tiers, const PipelineConfig &c, DiskEngine *disk,
                    CudaEngine *cuda, remote::Store *g4, WorkerPool &pool)
     : tiers_(tiers), g4_(g4), policy_(c, tiers), batcher_(c),
-      executor_(tiers, disk, cuda, g4, pool),
-      sweep_interval_(std::chrono::microseconds(c.sweep_interval_us)) {
+      executor_(tiers, disk, cuda, g4, pool), sweep_interval_(c.sweep_interval) {
   progress_ = std::thread([this] { progress_loop(); });
-  for (uint32_t i = 0; i < c.max_concurrent_transfers; ++i)
+  for (uint32_t i = 0; i < c.executors; ++i)
     executors_.emplace_back([this] { executor_loop(); });
 }
 

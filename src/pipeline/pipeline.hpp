@@ -22,10 +22,11 @@
 #include <thread>
 #include <vector>
 
+#include "common/latency.hpp"
 #include "kvtier.h"
 #include "pipeline/batcher.hpp"
+#include "pipeline/config.hpp"
 #include "pipeline/executor.hpp"
-#include "pipeline/latency.hpp"
 #include "pipeline/policy.hpp"
 #include "pipeline/precondition.hpp"
 #include "pipeline/tiers.hpp"
@@ -36,7 +37,7 @@ namespace kvt {
 class Pipeline {
  public:
   // g4: G4's store, or null without G4.
-  Pipeline(BlockTiers &tiers, const kvt_manager_config &c, DiskEngine *disk, CudaEngine *cuda,
+  Pipeline(BlockTiers &tiers, const PipelineConfig &c, DiskEngine *disk, CudaEngine *cuda,
            remote::Store *g4, WorkerPool &pool);
   // Cancels what has not committed, waits for copies in flight.
   ~Pipeline();

@@ -15,9 +15,9 @@ constexpr size_t kChunk = 256;
 constexpr kvt_policy kG4Policy{KVT_POLICY_PRESENCE, 1};
 }  // namespace
 
-PolicyStage::PolicyStage(const kvt_manager_config &c, BlockTiers &tiers)
-    : tiers_(tiers), policies_{c.policy_g1_g2, c.policy_g1_g3, c.policy_g2_g3},
-      timeout_(std::chrono::microseconds(c.policy_timeout_us)) {}
+PolicyStage::PolicyStage(const PipelineConfig &c, BlockTiers &tiers)
+    : tiers_(tiers), policies_{c.policies[0], c.policies[1], c.policies[2]},
+      timeout_(c.policy_timeout) {}
 
 std::vector<uint64_t> PolicyStage::evaluate(Transfer &t) {
   const bool g4 = t.dst_tier == KVT_TIER_G4;

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "kvtier.h"
+#include "pipeline/config.hpp"
 #include "pipeline/tiers.hpp"
 #include "pipeline/transfer.hpp"
 
@@ -17,7 +18,7 @@ namespace kvt {
 
 class PolicyStage {
  public:
-  PolicyStage(const kvt_manager_config &c, BlockTiers &tiers);
+  PolicyStage(const PipelineConfig &c, BlockTiers &tiers);
 
   // Filters t.src (which only the caller touches) by the policy of t's direction and
   // reserves the kept hashes in the in-flight set. Returns the reserved hashes. Blocks left

@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "kvtier.h"
-#include "pipeline/direction.hpp"
+#include "common/direction.hpp"
 
 namespace kvt {
 

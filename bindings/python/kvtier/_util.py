@@ -62,10 +62,14 @@ def _scratch():
 
 def _cstr(value, keep: list):
     """A NUL-terminated copy of a str, bytes or path for a C string the library borrows;
-    NULL for None. The copy is appended to keep, which must outlive the call. TypeError for
-    anything else."""
+    NULL for None. The copy is appended to keep, which must outlive the call. A char array
+    or pointer of the caller's (how 0.4 callers passed strings) is passed as it is, and
+    must outlive the call too. TypeError for anything else."""
     if value is None:
         return ffi.NULL
+    if isinstance(value, ffi.CData) and ffi.typeof(value).kind in ("array", "pointer") \
+            and ffi.typeof(value).item.cname == "char":
+        return value
     s = ffi.new("char[]", os.fsencode(value))
     keep.append(s)
     return s
