@@ -890,6 +890,13 @@ KVT_API void kvt_subscription_destroy(kvt_subscription *s);
 KVT_API const char *kvt_obs_kind_str(uint32_t kind);
 KVT_API const char *kvt_candidate_state_str(uint32_t state);
 KVT_API const char *kvt_obs_trigger_str(uint32_t trigger);
+/* 0.5.0: e as one line of JSON, the one mapping that the management endpoint,
+ * kvtier-events --json and the bindings use (docs/EVENTS.md, "Events as JSON"). Writes the
+ * text and a NUL into buf when cap is enough, and sets *len to the text's length. buf NULL
+ * with cap 0 asks for the length (KVT_OK); a smaller cap otherwise is
+ * KVT_ERR_INVALID_ARGUMENT, with *len set. */
+KVT_API kvt_status kvt_obs_event_json(char *buf, size_t cap, size_t *len,
+                                      const kvt_obs_event *e);
 
 /* The recorder. kvt_manager_recorder_ring keeps m's last `events` events in memory (0: none, up to
  * 2^24), and kvt_manager_recorder_dump writes them to a new file at path as an event log.

@@ -15,6 +15,8 @@
 #include <map>
 #include <set>
 
+#include <nlohmann/json.hpp>
+
 #include "connector_support.hpp"
 #include "endpoint_client.hpp"
 
@@ -1015,6 +1017,89 @@ TEST(Observe, AnEndpointNobodyWatchesLeavesTheStreamOffUntilAClientComes) {
   reply = ask_endpoint(sock, "{\"cmd\": \"timeline\", \"req_id\": \"B\"}\n");
   EXPECT_NE(reply.find("\"kind\":\"CALL\""), std::string::npos) << reply;
   EXPECT_NE(reply.find("\"to\":"), std::string::npos) << "no SLOT event: " << reply;
+}
+
+// kvt_obs_event_json is the one mapping of events to JSON: names for kinds, states, tiers and
+// statuses, the keys of each kind, and the endpoint's timeline sends the same objects.
+TEST(Observe, EventsAsJsonAreOneMappingForTheCallAndTheEndpoint) {
+  using nlohmann::json;
+  auto as_json = [](const kvt_obs_event &e) {
+    size_t len = 0;
+    EXPECT_KVT(kvt_obs_event_json(nullptr, 0, &len, &e), KVT_OK);
+    std::string text(len + 1, 'x');
+    EXPECT_KVT(kvt_obs_event_json(text.data(), text.size(), &len, &e), KVT_OK);
+    EXPECT_EQ(text[len], '\0');
+    text.resize(len);
+    return json::parse(text);
+  };
+  kvt_obs_event e{};
+  e.seq = 7;
+  e.time_ns = 123;
+  e.kind = KVT_OBS_SLOT;
+  e.prev = 0;
+  e.state = KVT_SLOT_ONBOARDING;
+  e.trigger = KVT_TRIGGER_UPDATE_STATE_AFTER_ALLOC;
+  e.tokens = 40;
+  std::snprintf(e.req_id, sizeof e.req_id, "req-1");
+  EXPECT_EQ(as_json(e), json::parse(R"({"seq":7,"time_ns":123,"kind":"SLOT","req_id":"req-1",
+      "from":"-","to":"ONBOARDING","trigger":"UPDATE_STATE_AFTER_ALLOC","tokens":40,
+      "computed":0})"));
+  e = kvt_obs_event{};
+  e.kind = KVT_OBS_TRANSFER;
+  e.src = KVT_TIER_G1;
+  e.dst = KVT_TIER_G4;
+  e.status = KVT_ERR_IO;
+  e.blocks = 3;
+  EXPECT_EQ(as_json(e), json::parse(R"({"seq":0,"time_ns":0,"kind":"TRANSFER","src":"G1",
+      "dst":"G4","status":"KVT_ERR_IO","batch":0,"blocks":3,"bytes":0,"duration_ns":0})"));
+  e = kvt_obs_event{};
+  e.kind = KVT_OBS_BLOCK_STORED;
+  e.dst = KVT_TIER_G2;
+  e.hash = 5;
+  e.parent_hash = 4;
+  EXPECT_EQ(as_json(e), json::parse(R"({"seq":0,"time_ns":0,"kind":"BLOCK_STORED",
+      "parent_hash":4,"hash":5,"tier":"G2"})"));
+  e = kvt_obs_event{};
+  e.kind = 99;  // a newer library's kind
+  e.count = 2;
+  EXPECT_EQ(as_json(e)["count"], 2);
+  // An id of the engine's bytes: not UTF-8 is replaced, and one without a NUL ends at its array.
+  e = kvt_obs_event{};
+  e.kind = KVT_OBS_DROPPED;
+  std::memset(e.req_id, 0xff, sizeof e.req_id);
+  EXPECT_EQ(as_json(e)["req_id"].get<std::string>().size(), 3 * sizeof e.req_id);
+
+  size_t len = 0;
+  char small[8];
+  EXPECT_KVT(kvt_obs_event_json(small, sizeof small, &len, &e), KVT_ERR_INVALID_ARGUMENT);
+  EXPECT_GT(len, sizeof small);
+  EXPECT_NE(std::string(kvt_last_error()).find("kvt_obs_event_json"), std::string::npos);
+  EXPECT_KVT(kvt_obs_event_json(small, sizeof small, nullptr, &e), KVT_ERR_INVALID_ARGUMENT);
+  EXPECT_KVT(kvt_obs_event_json(small, sizeof small, &len, nullptr), KVT_ERR_INVALID_ARGUMENT);
+  EXPECT_KVT(kvt_obs_event_json(nullptr, 4, &len, &e), KVT_ERR_INVALID_ARGUMENT);
+
+  // The endpoint's timeline: the same objects as the call makes of a subscriber's events.
+  TempDir dir;
+  const std::string sock = dir.path + "/k.sock";
+  kvt_connector_config cc = connector_config();
+  cc.endpoint_path = sock.c_str();
+  Rig r(cc);
+  ASSERT_NE(r.c, nullptr);
+  kvt_subscription *sub = nullptr;
+  ASSERT_KVT_OK(kvt_subscription_create(&sub, r.m.get(), 4096));
+  ask_endpoint(sock, "{\"cmd\": \"tiers\"}\n");  // a client: the timeline is recorded
+  run_seed(r);
+  std::map<uint64_t, json> by_seq;
+  for (const kvt_obs_event &ev : drain_all(sub)) by_seq[ev.seq] = as_json(ev);
+  kvt_subscription_destroy(sub);
+  const json reply =
+      json::parse(ask_endpoint(sock, "{\"cmd\": \"timeline\", \"req_id\": \"B\"}\n"));
+  ASSERT_TRUE(reply["ok"].get<bool>()) << reply;
+  ASSERT_GT(reply["events"].size(), 3u) << reply;
+  for (const json &ev : reply["events"]) {
+    ASSERT_TRUE(by_seq.count(ev["seq"].get<uint64_t>())) << ev;
+    EXPECT_EQ(ev, by_seq[ev["seq"].get<uint64_t>()]);
+  }
 }
 
 // Each breakpoint is checked on every scheduler call, and the endpoint lets its clients add

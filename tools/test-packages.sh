@@ -74,6 +74,7 @@ cp -r "$src/bindings/python" "$tmp/python-src"
 rm -rf "$tmp/python-src/tests" "$tmp/python-src"/kvtier/__pycache__
 /usr/bin/python3 -m pip install -q --no-build-isolation --no-deps --no-index --target "$tmp/py" \
   "$tmp/python-src" > "$tmp/pip.log" 2>&1 || { cat "$tmp/pip.log"; exit 1; }
+[ -f "$tmp/py/kvtier/py.typed" ] || fail "the pip-installed package lacks py.typed (PEP 561)"
 cp "$src/bindings/python/examples/connector_seed003.py" "$tmp/"
 got=$(cd "$tmp" && env -u KVTIER_LIB_DIR PYTHONPATH="$tmp/py" /usr/bin/python3 -c '
 import kvtier, sys

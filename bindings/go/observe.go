@@ -71,6 +71,40 @@ func obsEvent(e *C.kvt_obs_event) ObsEvent {
 	}
 }
 
+// JSON is the event as one line of JSON: the library's one mapping (kvt_obs_event_json),
+// the text that the management endpoint and kvtier-events --json give.
+func (e ObsEvent) JSON() (string, error) {
+	var c C.kvt_obs_event
+	// The kind's number back from its name; a kind this library lacks maps to 0.
+	for k := C.uint32_t(1); k < 256; k++ {
+		if C.GoString(C.kvt_obs_kind_str(k)) == e.Kind {
+			c.kind = k
+			break
+		}
+	}
+	c.seq, c.time_ns = C.uint64_t(e.Seq), C.uint64_t(e.TimeNs)
+	c.state, c.prev, c.trigger = C.uint32_t(e.State), C.uint32_t(e.Prev), C.uint32_t(e.Trigger)
+	c.src, c.dst, c.status = C.uint32_t(e.Src), C.uint32_t(e.Dst), C.int32_t(e.Status)
+	c.batch, c.hash, c.parent_hash = C.uint64_t(e.Batch), C.uint64_t(e.Hash), C.uint64_t(e.ParentHash)
+	c.tokens, c.computed = C.uint64_t(e.Tokens), C.uint64_t(e.Computed)
+	c.blocks, c.bytes = C.uint64_t(e.Blocks), C.uint64_t(e.Bytes)
+	c.duration_ns, c.count = C.uint64_t(e.DurationNs), C.uint64_t(e.Count)
+	for i := 0; i < len(e.ReqID) && i < len(c.req_id)-1; i++ {
+		c.req_id[i] = C.char(e.ReqID[i])
+	}
+	var n C.size_t
+	if err := call(func() C.kvt_status { return C.kvt_obs_event_json(nil, 0, &n, &c) }); err != nil {
+		return "", err
+	}
+	buf := make([]byte, int(n)+1)
+	if err := call(func() C.kvt_status {
+		return C.kvt_obs_event_json((*C.char)(unsafe.Pointer(&buf[0])), C.size_t(len(buf)), &n, &c)
+	}); err != nil {
+		return "", err
+	}
+	return string(buf[:n]), nil
+}
+
 // Subscription reads a manager's observe events through a bounded queue of its own: a
 // reader that falls behind loses the oldest events, and its next Drain starts with a
 // DROPPED event that counts them.

@@ -2,6 +2,7 @@ package kvtier_test
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -65,6 +66,12 @@ func TestObserveSubscriptionLogAndMetrics(t *testing.T) {
 	}
 	if !reflect.DeepEqual(stored, hashes) || !reflect.DeepEqual(removed, []uint64{101, 102}) {
 		t.Fatalf("stored %v, removed %v", stored, removed)
+	}
+	// The library's JSON of an event: names, not numbers.
+	want := fmt.Sprintf(`{"seq":%d,"time_ns":%d,"kind":"BLOCK_STORED","parent_hash":0,"hash":101,"tier":"G1"}`,
+		ev[0].Seq, ev[0].TimeNs)
+	if j, err := ev[0].JSON(); err != nil || j != want {
+		t.Fatalf("JSON: %v\n%s\nwant %s", err, j, want)
 	}
 	logged, torn, _, err := kvtier.ReadEventLog(log)
 	if err != nil || torn || !reflect.DeepEqual(logged, ev) {

@@ -1,4 +1,5 @@
 // Observe: subscriptions, the recorder and event logs.
+#include <cstring>
 #include <string>
 
 #include "abi/connector_object.hpp"
@@ -8,6 +9,7 @@
 #include "connector/log_replay.hpp"
 #include "connector/log_rerun.hpp"
 #include "observe/bus.hpp"
+#include "observe/event_json.hpp"
 #include "observe/log_file.hpp"
 #include "observe/subscriber.hpp"
 
@@ -217,5 +219,23 @@ KVT_API kvt_status kvt_event_log_rerun(kvt_log_replay *out, kvt_connector *c, co
 KVT_API const char *kvt_obs_kind_str(uint32_t kind) { return obs_kind_name(kind); }
 KVT_API const char *kvt_candidate_state_str(uint32_t state) { return candidate_name(state); }
 KVT_API const char *kvt_obs_trigger_str(uint32_t trigger) { return trigger_name(trigger); }
+
+KVT_API kvt_status kvt_obs_event_json(char *buf, size_t cap, size_t *len,
+                                      const kvt_obs_event *e) {
+  static constexpr const char *fn = "kvt_obs_event_json";
+  if (len == nullptr) return null_arg(fn, "len");
+  if (e == nullptr) return null_arg(fn, "e");
+  if (kvt_status s = check_array(fn, "buf", buf, cap); s != KVT_OK) return s;
+  return guard(fn, [&] {
+    const std::string text = obs::event_json_text(*e);
+    *len = text.size();
+    if (buf == nullptr) return KVT_OK;
+    if (cap < text.size() + 1)
+      return fail(KVT_ERR_INVALID_ARGUMENT, "%s: the text needs %zu bytes and a NUL; cap is %zu",
+                  fn, text.size(), cap);
+    std::memcpy(buf, text.c_str(), text.size() + 1);
+    return KVT_OK;
+  });
+}
 
 }  // extern "C"

@@ -14,7 +14,7 @@
 
 namespace kvt::manage {
 
-using nlohmann::json;
+using json = obs::Json;
 
 namespace {
 

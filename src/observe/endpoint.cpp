@@ -15,7 +15,7 @@
 
 #include "common/error.hpp"
 #include "common/log.hpp"
-#include "common/names.hpp"
+#include "observe/event_json.hpp"
 
 namespace kvt::obs {
 namespace {
@@ -37,54 +37,7 @@ uint64_t now_ns() noexcept {
 // A reply line. Replies quote what clients and the engine sent (a parse error's bytes, request
 // ids, which kvtier does not check): bytes that are not UTF-8 are replaced (U+FFFD) rather
 // than thrown on, which would end the serving process from this thread.
-std::string reply_line(const nlohmann::json &j) {
-  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
-}
-
-nlohmann::json event_json(const kvt_obs_event &e) {
-  nlohmann::json j = {{"seq", e.seq},       {"time_ns", e.time_ns},
-                      {"kind", obs_kind_name(e.kind)}};
-  if (e.req_id[0]) j["req_id"] = e.req_id;
-  switch (e.kind) {
-    case KVT_OBS_SLOT:
-      j["from"] = e.prev;
-      j["to"] = e.state;
-      j["trigger"] = trigger_name(e.trigger);
-      j["tokens"] = e.tokens;
-      j["computed"] = e.computed;
-      break;
-    case KVT_OBS_CANDIDATE:
-      j["state"] = candidate_name(e.state);
-      j["batch"] = e.batch;
-      j["src"] = e.src;
-      j["dst"] = e.dst;
-      j["blocks"] = e.blocks;
-      break;
-    case KVT_OBS_TRANSFER:
-      j["src"] = e.src;
-      j["dst"] = e.dst;
-      j["status"] = status_name(e.status);
-      j["blocks"] = e.blocks;
-      j["bytes"] = e.bytes;
-      j["duration_ns"] = e.duration_ns;
-      break;
-    case KVT_OBS_DROPPED:
-      j["count"] = e.count;
-      break;
-    case KVT_OBS_CALL:
-      j["trigger"] = trigger_name(e.trigger);
-      j["status"] = status_name(e.status);
-      j["tokens"] = e.tokens;
-      j["computed"] = e.computed;
-      j["blocks"] = e.blocks;
-      j["result"] = e.count;
-      break;
-    default:
-      j["tier"] = e.dst;
-      j["hash"] = e.hash;
-  }
-  return j;
-}
+std::string reply_line(const Json &j) { return json_line(j) + "\n"; }
 
 }  // namespace
 
@@ -141,8 +94,8 @@ void Endpoint::index_events() {
   }
 }
 
-nlohmann::json Endpoint::timeline(const std::string &req_id, size_t n) const {
-  nlohmann::json out = nlohmann::json::array();
+Json Endpoint::timeline(const std::string &req_id, size_t n) const {
+  Json out = Json::array();
   auto it = history_.find(req_id);
   if (it == history_.end()) return out;
   const auto &h = it->second;
@@ -199,10 +152,10 @@ void Endpoint::answer(Client &c, std::string_view line) {
   } catch (const std::exception &e) {  // no memory: served without a timeline
     log(KVT_LOG_WARN, "endpoint: cannot record the timeline: %s", e.what());
   }
-  nlohmann::json reply = nlohmann::json::object(), req;
+  Json reply = Json::object(), req;
   std::string error;
   try {
-    req = nlohmann::json::parse(line);
+    req = Json::parse(line);
   } catch (const std::exception &e) {
     error = std::string("malformed request: ") + e.what();
   }

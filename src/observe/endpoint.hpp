@@ -29,10 +29,13 @@
 
 namespace kvt::obs {
 
+// Requests and replies keep their keys in the order they were written.
+using Json = nlohmann::ordered_json;
+
 struct EndpointOps {
   // Each answers one request: fills *reply (its "ok" is set by the endpoint) or returns an
   // error message. Called on the endpoint's thread.
-  using Op = std::function<std::string(const nlohmann::json &req, nlohmann::json *reply)>;
+  using Op = std::function<std::string(const Json &req, Json *reply)>;
   Op slots, batches, tiers, add_breakpoint, remove_breakpoint, pause, resume, paused,
       metrics;
 };
@@ -80,7 +83,7 @@ class Endpoint {
   void start_history(uint64_t now);
   void stop_history() noexcept;
   void index_events();  // the timeline's per-request history, from history_sub_
-  nlohmann::json timeline(const std::string &req_id, size_t n) const;
+  Json timeline(const std::string &req_id, size_t n) const;
 
   SocketFile socket_;
   EndpointLimits limits_;

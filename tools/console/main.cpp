@@ -83,6 +83,14 @@ std::string state_name(const json &v) {
   return v.is_string() ? v.get<std::string>() : "?";
 }
 
+// A tier as events give it ("G2"; before 0.5.0 endpoints sent its number).
+std::string tier_name(const json &e, const char *k) {
+  if (!e.contains(k)) return "?";
+  const json &v = e[k];
+  if (v.is_number_unsigned()) return "G" + std::to_string(v.get<uint64_t>());
+  return v.is_string() ? v.get<std::string>() : "?";
+}
+
 std::string event_line(const json &e) {
   const std::string kind = str(e, "kind");
   char b[256];
@@ -91,15 +99,15 @@ std::string event_line(const json &e) {
                   (unsigned long long)e.value("seq", 0ull), state_name(e["from"]).c_str(),
                   state_name(e["to"]).c_str(), str(e, "trigger").c_str());
   else if (kind == "CANDIDATE")
-    std::snprintf(b, sizeof b, "#%llu CANDIDATE %s batch %llu G%u -> G%u %llu blocks",
+    std::snprintf(b, sizeof b, "#%llu CANDIDATE %s batch %llu %s -> %s %llu blocks",
                   (unsigned long long)e.value("seq", 0ull), str(e, "state").c_str(),
-                  (unsigned long long)e.value("batch", 0ull), e.value("src", 0u),
-                  e.value("dst", 0u), (unsigned long long)e.value("blocks", 0ull));
+                  (unsigned long long)e.value("batch", 0ull), tier_name(e, "src").c_str(),
+                  tier_name(e, "dst").c_str(), (unsigned long long)e.value("blocks", 0ull));
   else
-    std::snprintf(b, sizeof b, "#%llu %s G%u -> G%u %s %llu blocks %.3f ms",
-                  (unsigned long long)e.value("seq", 0ull), kind.c_str(), e.value("src", 0u),
-                  e.value("dst", 0u), str(e, "status").c_str(),
-                  (unsigned long long)e.value("blocks", 0ull),
+    std::snprintf(b, sizeof b, "#%llu %s %s -> %s %s %llu blocks %.3f ms",
+                  (unsigned long long)e.value("seq", 0ull), kind.c_str(),
+                  tier_name(e, "src").c_str(), tier_name(e, "dst").c_str(),
+                  str(e, "status").c_str(), (unsigned long long)e.value("blocks", 0ull),
                   double(e.value("duration_ns", 0ull)) / 1e6);
   return b;
 }

@@ -10,7 +10,6 @@
 #include <vector>
 
 #include <CLI/CLI.hpp>
-#include <nlohmann/json.hpp>
 
 #include "kvtier.h"
 
@@ -76,58 +75,14 @@ std::string text(const kvt_obs_event &e, uint64_t t0) {
   return std::string(head) + body;
 }
 
-nlohmann::ordered_json to_json(const kvt_obs_event &e) {
-  nlohmann::ordered_json j = {{"seq", e.seq}, {"time_ns", e.time_ns},
-                              {"kind", kvt_obs_kind_str(e.kind)}};
-  if (e.req_id[0]) j["req_id"] = e.req_id;
-  switch (e.kind) {
-    case KVT_OBS_SLOT:
-      j["from"] = state(e.prev);
-      j["to"] = state(e.state);
-      j["trigger"] = kvt_obs_trigger_str(e.trigger);
-      j["tokens"] = e.tokens;
-      j["computed"] = e.computed;
-      break;
-    case KVT_OBS_CANDIDATE:
-      j["state"] = kvt_candidate_state_str(e.state);
-      j["batch"] = e.batch;
-      j["src"] = tier(e.src);
-      j["dst"] = tier(e.dst);
-      j["blocks"] = e.blocks;
-      j["status"] = kvt_status_str(e.status);
-      break;
-    case KVT_OBS_BLOCK_STORED:
-      j["parent_hash"] = e.parent_hash;
-      [[fallthrough]];
-    case KVT_OBS_BLOCK_REMOVED:
-      j["hash"] = e.hash;
-      [[fallthrough]];
-    case KVT_OBS_TIER_CLEARED:
-      j["tier"] = tier(e.dst);
-      break;
-    case KVT_OBS_TRANSFER:
-      j["src"] = tier(e.src);
-      j["dst"] = tier(e.dst);
-      j["status"] = kvt_status_str(e.status);
-      j["batch"] = e.batch;
-      j["blocks"] = e.blocks;
-      j["bytes"] = e.bytes;
-      j["duration_ns"] = e.duration_ns;
-      break;
-    case KVT_OBS_CALL:
-      j["trigger"] = kvt_obs_trigger_str(e.trigger);
-      j["status"] = kvt_status_str(e.status);
-      j["tokens"] = e.tokens;
-      j["computed"] = e.computed;
-      j["blocks"] = e.blocks;
-      j["result"] = e.count;
-      if (e.hash) j["meta_hash"] = e.hash;
-      j["arg_bytes"] = e.bytes;
-      break;
-    default:
-      j["count"] = e.count;
-  }
-  return j;
+// kvt_obs_event_json: the library's mapping, which the management endpoint uses too.
+std::string to_json(const kvt_obs_event &e) {
+  size_t len = 0;
+  kvt_obs_event_json(nullptr, 0, &len, &e);
+  std::string text(len + 1, '\0');
+  if (kvt_obs_event_json(text.data(), text.size(), &len, &e) != KVT_OK) return "{}";
+  text.resize(len);
+  return text;
 }
 
 // One request's time per slot state, from its SLOT events to its last event.
@@ -173,9 +128,7 @@ int main(int argc, char **argv) {
     if (!request.empty() && request != e.req_id) continue;
     ++n;
     if (json) {
-      // Request ids are the engine's bytes, not necessarily UTF-8: replaced, never thrown on.
-      std::printf("%s\n",
-                  to_json(e).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
+      std::printf("%s\n", to_json(e).c_str());
     } else if (!request.empty()) {
       if (mine.empty()) std::printf("request %s\n", request.c_str());
       mine.push_back(e);

@@ -252,6 +252,7 @@ void kvt_subscription_destroy(kvt_subscription *s);
 const char *kvt_obs_kind_str(uint32_t kind);
 const char *kvt_candidate_state_str(uint32_t state);
 const char *kvt_obs_trigger_str(uint32_t trigger);
+kvt_status kvt_obs_event_json(char *buf, size_t cap, size_t *len, const kvt_obs_event *e);
 kvt_status kvt_manager_recorder_ring(kvt_manager *m, size_t events);
 kvt_status kvt_manager_recorder_dump(kvt_manager *m, const char *path);
 kvt_status kvt_manager_recorder_open(kvt_manager *m, const char *path);

@@ -3,6 +3,7 @@ in sequence, the event log holds the same events, the metrics text and the regis
 say what the tier holds. Run with KVTIER_LIB_DIR=<build>/src."""
 import asyncio
 import gc
+import json
 import os
 import select
 import sys
@@ -34,6 +35,10 @@ def test_subscription_log_metrics_and_hashes(tmp_path):
     removed = [e["hash"] for e in ev if e["kind"] == "BLOCK_REMOVED"]
     assert stored == hashes and removed == [101, 102]
     assert all(e["dst"] == kvtier.G1 for e in ev)
+    # The library's JSON of an event (kvt_obs_event_json): names, not numbers.
+    assert json.loads(ev[0].to_json()) == {
+        "seq": ev[0].seq, "time_ns": ev[0].time_ns, "kind": "BLOCK_STORED", "parent_hash": 0,
+        "hash": 101, "tier": "G1"}
     logged = list(kvtier.EventLog(log))
     assert logged == ev
     assert sorted(m.tier_hashes(kvtier.G1)) == [103, 104, 105, 106]

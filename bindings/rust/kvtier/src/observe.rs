@@ -44,6 +44,49 @@ impl ObsEvent {
     pub fn dst_tier(&self) -> Option<Tier> {
         Tier::from_raw(self.dst)
     }
+
+    /// This event as one line of JSON: the library's one mapping (kvt_obs_event_json), the
+    /// text that the management endpoint and `kvtier-events --json` give.
+    pub fn to_json(&self) -> Result<String> {
+        // The kind's number back from its name; a kind this library lacks maps to 0.
+        let kind = (1..=255u32)
+            .find(|&k| unsafe { CStr::from_ptr(sys::kvt_obs_kind_str(k)) }.to_bytes()
+                == self.kind.as_bytes())
+            .unwrap_or(0);
+        // Safety: kvt_obs_event is plain data, for which all zeros is a valid value.
+        let mut e: sys::kvt_obs_event = unsafe { std::mem::zeroed() };
+        e.seq = self.seq;
+        e.time_ns = self.time_ns;
+        e.kind = kind;
+        e.state = self.state;
+        e.prev = self.prev;
+        e.trigger = self.trigger;
+        e.src = self.src;
+        e.dst = self.dst;
+        e.status = self.status;
+        e.batch = self.batch;
+        e.hash = self.hash;
+        e.parent_hash = self.parent_hash;
+        e.tokens = self.tokens;
+        e.computed = self.computed;
+        e.blocks = self.blocks;
+        e.bytes = self.bytes;
+        e.duration_ns = self.duration_ns;
+        e.count = self.count;
+        let id = self.req_id.as_bytes();
+        for (d, s) in e.req_id.iter_mut().zip(id.iter().take(e.req_id.len() - 1)) {
+            *d = *s as std::os::raw::c_char;
+        }
+        let mut len = 0usize;
+        check(unsafe { sys::kvt_obs_event_json(ptr::null_mut(), 0, &mut len, &e) })?;
+        let mut buf = vec![0u8; len + 1];
+        check(unsafe {
+            sys::kvt_obs_event_json(buf.as_mut_ptr() as *mut std::os::raw::c_char, buf.len(),
+                                    &mut len, &e)
+        })?;
+        buf.truncate(len);
+        Ok(String::from_utf8_lossy(&buf).into_owned())
+    }
 }
 
 fn obs_event(e: &sys::kvt_obs_event) -> ObsEvent {

@@ -27,6 +27,11 @@ fn subscription_log_and_metrics() {
     let removed: Vec<u64> = ev.iter().filter(|e| e.kind == "BLOCK_REMOVED").map(|e| e.hash).collect();
     assert_eq!(stored, hashes);
     assert_eq!(removed, [101, 102]);
+    // The library's JSON of each event: names, not numbers.
+    let first = ev.iter().find(|e| e.kind == "BLOCK_STORED").unwrap();
+    assert_eq!(first.to_json().unwrap(),
+               format!("{{\"seq\":{},\"time_ns\":{},\"kind\":\"BLOCK_STORED\",\"parent_hash\":0,\
+                        \"hash\":101,\"tier\":\"G1\"}}", first.seq, first.time_ns));
     let logged = read_event_log(&log).unwrap();
     assert!(logged.torn.is_none());
     assert_eq!(logged.events, ev);
