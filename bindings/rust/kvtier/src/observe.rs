@@ -74,7 +74,8 @@ impl ObsEvent {
         e.duration_ns = self.duration_ns;
         e.count = self.count;
         let id = self.req_id.as_bytes();
-        for (d, s) in e.req_id.iter_mut().zip(id.iter().take(e.req_id.len() - 1)) {
+        let room = e.req_id.len() - 1; // the NUL's
+        for (d, s) in e.req_id.iter_mut().zip(id.iter().take(room)) {
             *d = *s as std::os::raw::c_char;
         }
         let mut len = 0usize;
