@@ -7,7 +7,7 @@ from typing import Optional, Union
 from ._config import EndpointConfig, _merged
 from ._errors import InvalidHandleError, _check
 from ._ffi import C, ffi
-from ._util import _Handle, _Record, _versioned
+from ._util import _Handle, _path, _Record, _versioned
 
 
 @dataclasses.dataclass(frozen=True)
@@ -37,10 +37,10 @@ class Endpoint(_Handle):
         out = ffi.new("kvt_endpoint **")
         c = ffi.NULL if connector is None else connector._live()
         if config is None and not fields:
-            _check(C.kvt_endpoint_open(out, manager._live(), c, os.fsencode(path)))
+            _check(C.kvt_endpoint_open(out, manager._live(), c, _path(path)))
         else:
             cfg, _ = _merged(EndpointConfig, config, fields, "endpoint config")._cdata()
-            _check(C.kvt_endpoint_open_with(out, manager._live(), c, os.fsencode(path), cfg))
+            _check(C.kvt_endpoint_open_with(out, manager._live(), c, _path(path), cfg))
         self.path = path
         self._owners = [o for o in (manager, connector) if o is not None]
         for o in self._owners:

@@ -10,8 +10,8 @@ from ._ffi import C, ffi
 from ._hash import Salt, _salt_hash
 from ._observe import Subscription
 from ._transfer import Fence, Transfer
-from ._util import (_SCRATCH, _Handle, _readable, _Record, _scratch, _to_list, _u32_array,
-                    _u64_array, _versioned)
+from ._util import (_SCRATCH, _Handle, _path, _readable, _Record, _scratch, _to_list,
+                    _u32_array, _u64_array, _versioned)
 
 PathLike = Union[str, bytes, os.PathLike]
 
@@ -284,7 +284,7 @@ class Manager(_Handle):
 
     def record(self, path: PathLike) -> None:
         """Appends every event from now on to a new event log at path."""
-        _check(C.kvt_manager_recorder_open(self._live(), os.fsencode(path)))
+        _check(C.kvt_manager_recorder_open(self._live(), _path(path)))
 
     def stop_recording(self) -> None:
         _check(C.kvt_manager_recorder_close(self._live()))
@@ -295,7 +295,7 @@ class Manager(_Handle):
 
     def dump_ring(self, path: PathLike) -> None:
         """Writes the ring's events to a new event log at path (EventLog reads it)."""
-        _check(C.kvt_manager_recorder_dump(self._live(), os.fsencode(path)))
+        _check(C.kvt_manager_recorder_dump(self._live(), _path(path)))
 
     def metrics_text(self, connector=None) -> str:
         """Prometheus text of the counters (and of the connector's slots, when given)."""

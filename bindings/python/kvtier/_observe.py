@@ -8,7 +8,7 @@ from ._enums import (CandidateState, ObsKind, ObsTrigger, SlotState, Tier, _memb
                      _obs_kind)
 from ._errors import OK, CorruptError, InvalidHandleError, StateError, _check, _error
 from ._ffi import C, CONST, ffi
-from ._util import _Handle, _readable, _Record, _versioned
+from ._util import _Handle, _path, _readable, _Record, _versioned
 
 
 def obs_kind_str(kind: int) -> str:
@@ -125,7 +125,7 @@ class EventLog(_Handle):
 
     def __init__(self, path: Union[str, bytes, os.PathLike]):
         out = ffi.new("kvt_event_log **")
-        _check(C.kvt_event_log_open(out, os.fsencode(path)))
+        _check(C.kvt_event_log_open(out, _path(path)))
         self._own(out[0])
         self.torn, self.why = False, ""
 
@@ -168,7 +168,7 @@ def _replayed(fn, handle, path) -> LogReplay:
     """fn(out, handle, path) of kvt_event_log_replay or kvt_event_log_rerun; a CorruptError
     (something violated or differed) carries the counts as .replay."""
     r = _versioned("kvt_log_replay")
-    st = fn(r, handle, os.fsencode(path))
+    st = fn(r, handle, _path(path))
     if st == OK:
         return LogReplay._from_c(r)
     e = _error(st)

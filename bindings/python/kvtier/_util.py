@@ -60,6 +60,15 @@ def _scratch():
     return s
 
 
+def _path(value) -> bytes:
+    """The bytes of a str, bytes or path for a C string: one with a NUL byte is refused, as C
+    would read it cut there."""
+    b = os.fsencode(value)
+    if b"\0" in b:
+        raise _invalid("%r holds a NUL byte" % (value,))
+    return b
+
+
 def _cstr(value, keep: list):
     """A NUL-terminated copy of a str, bytes or path for a C string the library borrows;
     NULL for None. The copy is appended to keep, which must outlive the call. A char array
@@ -70,7 +79,7 @@ def _cstr(value, keep: list):
     if isinstance(value, ffi.CData) and ffi.typeof(value).kind in ("array", "pointer") \
             and ffi.typeof(value).item.cname == "char":
         return value
-    s = ffi.new("char[]", os.fsencode(value))
+    s = ffi.new("char[]", _path(value))
     keep.append(s)
     return s
 

@@ -18,6 +18,7 @@ status and kvt_last_error(), as everywhere in the binding.
 """
 import collections
 import dataclasses
+import threading
 import types
 from typing import Callable, List, Optional, Tuple, Union
 
@@ -128,10 +129,14 @@ class PauseInfo(_Record):
 def _req_id(req_id):
     """A request id as the NUL-terminated bytes the library reads (borrowed for the call)."""
     if isinstance(req_id, str):
-        return req_id.encode()
-    if isinstance(req_id, bytes):
-        return req_id
-    raise _invalid("a request id is a str or bytes, not %s" % type(req_id).__name__)
+        b = req_id.encode()
+    elif isinstance(req_id, bytes):
+        b = req_id
+    else:
+        raise _invalid("a request id is a str or bytes, not %s" % type(req_id).__name__)
+    if b"\0" in b:  # C would read the id cut there: two requests would share a slot
+        raise _invalid("request id %r holds a NUL byte" % (req_id,))
+    return b
 
 
 def _bytes_in(data, what):
@@ -171,6 +176,10 @@ class Connector(_Handle):
         self._keep = []  # the registered G1 buffers: the worker copies into them until close
         self._hooks = None  # the callbacks the library holds (set_hooks)
         self._endpoints = set()  # closed before the connector (kvt_endpoint_close)
+        # The library's buffers last until the next call of the same kind from any thread:
+        # each is copied out under its lock (the GIL is let go during the call).
+        self._meta_lock = threading.Lock()
+        self._finished_lock = threading.Lock()
         self._own(out[0])
         manager._connector = self
 
@@ -238,8 +247,9 @@ class Connector(_Handle):
             except (OverflowError, TypeError) as err:
                 raise _invalid("request %r: %s" % (r.req_id, err)) from None
         p, n = ffi.new("void **"), ffi.new("size_t *")
-        _call(C.kvt_connector_build_connector_meta, p, n, self._live(), arr, len(reqs))
-        return ffi.buffer(p[0], n[0])[:] if n[0] else b""  # a copy: valid past the next call
+        with self._meta_lock:
+            _call(C.kvt_connector_build_connector_meta, p, n, self._live(), arr, len(reqs))
+            return ffi.buffer(p[0], n[0])[:] if n[0] else b""  # a copy: valid past the next
 
     def update_connector_output(self, report) -> None:
         """The worker's report (Finished.report, bytes)."""
@@ -362,12 +372,13 @@ class Connector(_Handle):
     def get_finished(self) -> Finished:
         """Everything that ended since the last call, as a Finished; never waits."""
         f = _versioned("kvt_finished")
-        _call(C.kvt_connector_get_finished, f, self._live())
-        return Finished(_strings(f.finished_sending, f.num_finished_sending),
-                        _strings(f.finished_recving, f.num_finished_recving),
-                        ffi.unpack(f.load_error_block_ids, f.num_load_errors)
-                        if f.num_load_errors else [],
-                        ffi.buffer(f.report, f.report_len)[:] if f.report_len else b"")
+        with self._finished_lock:
+            _call(C.kvt_connector_get_finished, f, self._live())
+            return Finished(_strings(f.finished_sending, f.num_finished_sending),
+                            _strings(f.finished_recving, f.num_finished_recving),
+                            ffi.unpack(f.load_error_block_ids, f.num_load_errors)
+                            if f.num_load_errors else [],
+                            ffi.buffer(f.report, f.report_len)[:] if f.report_len else b"")
 
     # inspection, breakpoints and rerun (kvtier.h, "Observe")
     def _listed(self, fn, record):

@@ -308,6 +308,12 @@ def test_wrong_half_closed_connector_and_bad_arguments():
                 c.get_num_new_matched_tokens("A", seed.TOKENS_A, -1)
             with pytest.raises(kvtier.InvalidArgumentError):
                 c.wait_for_layer_load("layer 0")
+            # C would read an id or a path cut at a NUL: two requests in one slot.
+            with pytest.raises(kvtier.InvalidArgumentError, match="NUL"):
+                c.get_num_new_matched_tokens("A\0B", seed.TOKENS_A)
+            assert c.slots() == []
+            with pytest.raises(kvtier.InvalidArgumentError, match="NUL"):
+                m.record("/tmp/kvtier-log\0ignored")
         with pytest.raises(kvtier.InvalidHandleError):
             c.get_num_new_matched_tokens("A", seed.TOKENS_A)
         with pytest.raises(kvtier.InvalidArgumentError):
