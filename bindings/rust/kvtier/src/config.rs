@@ -144,6 +144,8 @@ impl G1Layout {
     /// (`(g1_blocks - 1) * stride + chunk_bytes` bytes) and outlives every manager created
     /// with this layout; while a manager lives, the engine touches a slot's bytes only as
     /// the block rules allow (its own blocks, or registered blocks it holds and only reads).
+    /// (Dropping such a manager while a connector or endpoint of it was leaked aborts the
+    /// process rather than leave the library using this memory: see [`Manager`](crate::Manager).)
     pub unsafe fn new(memory: MemoryKind, cuda_device: i32, bases: &[*mut u8], strides: &[u64]) -> G1Layout {
         G1Layout { memory, cuda_device, bases: bases.iter().map(|p| *p as usize).collect(),
                    strides: strides.to_vec() }

@@ -7,7 +7,7 @@ use std::fmt;
 use std::marker::PhantomData;
 use std::os::raw::{c_char, c_void};
 use std::ptr;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use kvtier_sys as sys;
@@ -378,11 +378,29 @@ fn strings(p: *const *const std::os::raw::c_char, n: usize) -> Vec<String> {
 
 /// Owns a kvt_connector over a manager, which it borrows. Send and Sync: any thread may call
 /// a connector, and the worker half's waits block no other call, so one half may run on one
-/// thread and the other on another. build_connector_meta and get_finished copy out buffers that the connector owns
-/// until its next such call; `buffers` keeps that next call waiting until the copy is made.
+/// thread and the other on another. build_connector_meta and get_finished each copy out a
+/// buffer that the connector owns until its next call of the same kind; a lock per buffer
+/// (`meta_buffer`, `finished_buffer`) keeps that next call waiting until the copy is made,
+/// and holds off nothing else, so a scheduler call paused at a breakpoint does not stall
+/// the worker's get_finished.
+///
+/// # Leaks
+/// The connector holds a lease on its manager until it is destroyed: one never dropped
+/// (`mem::forget`) leaks its manager too (see "Leaked children" on [`Manager`]). Likewise an
+/// [`Endpoint`](crate::Endpoint) serving this connector leases it: dropping the connector
+/// while such an endpoint was leaked leaks the connector (its copies, pins and hooks kept, the
+/// endpoint still serving it) and so its manager, instead of destroying what the endpoint's
+/// thread uses.
 pub struct Connector<'m> {
     pub(crate) c: *mut sys::kvt_connector,
-    buffers: Mutex<()>,
+    /// Held while build_connector_meta's buffer is read.
+    meta_buffer: Mutex<()>,
+    /// Held while get_finished's buffers are read.
+    finished_buffer: Mutex<()>,
+    /// The manager's lease, held until the connector is destroyed.
+    manager: Arc<crate::Lease>,
+    /// Cloned by each endpoint serving this connector, until it is closed.
+    pub(crate) lease: Arc<()>,
     /// The hooks the library calls (their user pointer), kept until replaced or dropped.
     hooks: Mutex<Option<Box<Hooks>>>,
     _m: PhantomData<&'m Manager>,
@@ -411,7 +429,9 @@ impl<'m> Connector<'m> {
         }
         let mut out = ptr::null_mut();
         check(unsafe { sys::kvt_connector_create(&mut out, m.m, &c) })?;
-        Ok(Connector { c: out, buffers: Mutex::new(()), hooks: Mutex::new(None), _m: PhantomData })
+        Ok(Connector { c: out, meta_buffer: Mutex::new(()), finished_buffer: Mutex::new(()),
+                       manager: Arc::clone(&m.lease), lease: Arc::new(()), hooks: Mutex::new(None),
+                       _m: PhantomData })
     }
 
     // --- scheduler half ---
@@ -489,7 +509,7 @@ impl<'m> Connector<'m> {
             })
             .collect();
         let (mut p, mut n) = (ptr::null(), 0usize);
-        let _held = self.buffers.lock().unwrap_or_else(|e| e.into_inner());
+        let _held = self.meta_buffer.lock().unwrap_or_else(|e| e.into_inner());
         check(unsafe {
             sys::kvt_connector_build_connector_meta(&mut p, &mut n, self.c, ptr_or_null(&raw),
                                                     raw.len())
@@ -697,9 +717,11 @@ impl<'m> Connector<'m> {
 
     /// The engine's G1 memory: `num_blocks` blocks in `layout`, whose memory (see
     /// [`G1Layout::new`]) outlives the manager and so this connector. Once, before the first
-    /// bind.
+    /// bind. From then on, dropping the manager while this connector (or an endpoint) was
+    /// leaked aborts the process (see "Leaked children" on [`Manager`]).
     pub fn register_kv_caches(&self, layout: &G1Layout, num_blocks: u64) -> Result<()> {
         let l = layout.raw()?;
+        self.manager.note_engine_memory();
         check(unsafe { sys::kvt_connector_register_kv_caches(self.c, &l, num_blocks) })
     }
 
@@ -738,7 +760,7 @@ impl<'m> Connector<'m> {
     pub fn get_finished(&self) -> Result<Finished> {
         let mut f: sys::kvt_finished = unsafe { std::mem::zeroed() };
         f.struct_size = std::mem::size_of::<sys::kvt_finished>() as u32;
-        let _held = self.buffers.lock().unwrap_or_else(|e| e.into_inner());
+        let _held = self.finished_buffer.lock().unwrap_or_else(|e| e.into_inner());
         check(unsafe { sys::kvt_connector_get_finished(&mut f, self.c) })?;
         // Safety: connector-owned arrays, valid until its next get_finished (held off by
         // _held).
@@ -770,8 +792,18 @@ impl<'m> Connector<'m> {
 }
 
 impl Drop for Connector<'_> {
-    /// Waits for the worker's copies in flight, releases every pin and frees the connector.
+    /// Waits for the worker's copies in flight, releases every pin and frees the connector;
+    /// leaks it instead while a leaked endpoint serves it (see "Leaks" above).
     fn drop(&mut self) {
+        // Exclusive access: every endpoint that borrowed this connector has been dropped, and
+        // its clone with it, so those left belong to endpoints never dropped.
+        if Arc::strong_count(&self.lease) > 1 {
+            // The library keeps calling the hooks for the endpoint's requests, and keeps using
+            // the manager: leak both (the manager's lease keeps it from being destroyed).
+            std::mem::forget(self.hooks.get_mut().unwrap_or_else(|e| e.into_inner()).take());
+            std::mem::forget(Arc::clone(&self.manager));
+            return;
+        }
         unsafe { sys::kvt_connector_destroy(self.c) }
     }
 }

@@ -3,6 +3,7 @@
 use std::marker::PhantomData;
 use std::path::Path;
 use std::ptr;
+use std::sync::Arc;
 
 use kvtier_sys as sys;
 
@@ -61,8 +62,14 @@ pub struct EndpointStats {
 /// Serves a manager, and optionally its connector, on a Unix socket from threads of its
 /// own; dropping it stops serving and removes the socket and its lock. It borrows both, so
 /// it is closed before them. Send and Sync: stats may be read from any thread.
+///
+/// It also holds a lease on both until it is closed: an endpoint never dropped
+/// (`mem::forget`) goes on serving, and its connector and manager are leaked rather than
+/// destroyed when dropped (see "Leaked children" on [`Manager`]).
 pub struct Endpoint<'a> {
     e: *mut sys::kvt_endpoint,
+    /// The manager's lease and the connector's, released after the close in Drop.
+    _leases: (Arc<crate::Lease>, Option<Arc<()>>),
     _borrows: PhantomData<(&'a Manager, Option<&'a Connector<'a>>)>,
 }
 
@@ -77,7 +84,7 @@ impl<'a> Endpoint<'a> {
         check(unsafe {
             sys::kvt_endpoint_open(&mut e, m.m, c.map_or(ptr::null_mut(), |c| c.c), p.as_ptr())
         })?;
-        Ok(Endpoint { e, _borrows: PhantomData })
+        Ok(Endpoint { e, _leases: leases(m, c), _borrows: PhantomData })
     }
 
     /// [`Endpoint::open`] with `cfg`.
@@ -94,7 +101,7 @@ impl<'a> Endpoint<'a> {
             sys::kvt_endpoint_open_with(&mut e, m.m, c.map_or(ptr::null_mut(), |c| c.c),
                                         p.as_ptr(), &raw)
         })?;
-        Ok(Endpoint { e, _borrows: PhantomData })
+        Ok(Endpoint { e, _leases: leases(m, c), _borrows: PhantomData })
     }
 
     pub fn stats(&self) -> Result<EndpointStats> {
@@ -103,6 +110,10 @@ impl<'a> Endpoint<'a> {
         Ok(EndpointStats { clients: s.clients, refused: s.refused, dropped: s.dropped,
                            peak_buffered_bytes: s.peak_buffered_bytes })
     }
+}
+
+fn leases(m: &Manager, c: Option<&Connector<'_>>) -> (Arc<crate::Lease>, Option<Arc<()>>) {
+    (Arc::clone(&m.lease), c.map(|c| Arc::clone(&c.lease)))
 }
 
 impl Drop for Endpoint<'_> {

@@ -15,11 +15,19 @@
 //! [`Fence`], a [`Connector`] and an [`Endpoint`] borrow their manager, so they cannot outlive
 //! it. Block handles are plain values ([`Block`]): the library itself refuses stale and
 //! foreign ones.
+//!
+//! A connector and an endpoint run threads of the library's that use their manager (and an
+//! endpoint its connector) until they are destroyed, which only their `Drop` does. A borrow
+//! does not make that happen: `mem::forget` (or a leaked `Rc` cycle) skips `Drop`. So each
+//! also holds a lease on what it uses, and what is still leased when dropped is leaked
+//! rather than destroyed (see [`Manager`] and [`Connector`]).
 use std::ffi::CStr;
 use std::fmt;
 use std::marker::PhantomData;
 use std::os::unix::io::{AsFd, AsRawFd, BorrowedFd, RawFd};
 use std::ptr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 
 use kvtier_sys as sys;
 
@@ -365,12 +373,45 @@ pub(crate) fn drain_events<T>(max: usize, drain: impl FnOnce(*mut sys::kvt_event
     buf.iter().map(convert).collect()
 }
 
+/// What a manager's connector and endpoints hold a clone of while the library may still use
+/// the manager for them (their leases): the manager is destroyed only when no clone but its
+/// own is left.
+#[derive(Default)]
+pub(crate) struct Lease {
+    /// The library was given memory of the engine's (a [`G1Layout`], in the config or in
+    /// [`Connector::register_kv_caches`]), which it would keep using if the manager leaked.
+    engine_memory: AtomicBool,
+}
+
+impl Lease {
+    pub(crate) fn note_engine_memory(&self) {
+        self.engine_memory.store(true, Ordering::SeqCst);
+    }
+}
+
 /// Owns a kvt_manager. Send and Sync: every function of a manager may be called from any
 /// thread at once (kvtier.h); destruction happens in Drop, which needs exclusive access.
+///
+/// # Leaked children
+/// Dropping (or [`closing`](Manager::close)) a manager destroys it, unless one of its
+/// [`Connector`]s or [`Endpoint`]s was never dropped (`mem::forget`, an `Rc` cycle): the
+/// library's threads for that child still use the manager, so destroying it would free memory
+/// in use. Then:
+/// - the manager is leaked instead: never destroyed, its memory, threads, event descriptor
+///   and G3 file kept for the rest of the process, and the leaked child keeps working;
+///   nothing is logged or printed;
+/// - except when the library was handed memory of the engine's (a [`G1Layout`] in the
+///   config, or [`Connector::register_kv_caches`]): a leaked manager would go on reading and
+///   writing it after the engine may have freed it, so the process aborts
+///   (`std::process::abort`) instead.
+///
+/// A child dropped normally releases its lease first; only a forgotten one leaks.
 pub struct Manager {
     m: *mut sys::kvt_manager,
     /// Tokens per block, to size the token arrays of [`Manager::note_tokens`].
     page_size: u32,
+    /// Cloned by each connector and endpoint of this manager (see "Leaked children").
+    pub(crate) lease: Arc<Lease>,
 }
 
 unsafe impl Send for Manager {}
@@ -379,7 +420,26 @@ unsafe impl Sync for Manager {}
 impl Manager {
     /// Creates a manager. A `g1_layout`'s memory must outlive it (see [`G1Layout::new`]).
     pub fn new(cfg: &Config) -> Result<Manager> {
-        Ok(Manager { m: cfg.create()?, page_size: cfg.page_size })
+        let lease = Arc::new(Lease::default());
+        if cfg.g1_layout.is_some() {
+            lease.note_engine_memory();
+        }
+        Ok(Manager { m: cfg.create()?, page_size: cfg.page_size, lease })
+    }
+
+    /// Whether a connector or endpoint of this manager was leaked, so that the manager must
+    /// not be destroyed; aborts when leaking it would leave engine memory in use (see
+    /// "Leaked children").
+    fn leased(&self) -> bool {
+        // Exclusive access (drop, close): every child that borrowed the manager has been
+        // dropped, and its clone with it, so those left belong to children never dropped.
+        if Arc::strong_count(&self.lease) == 1 {
+            return false;
+        }
+        if self.lease.engine_memory.load(Ordering::SeqCst) {
+            std::process::abort();
+        }
+        true
     }
 
     pub fn alloc(&self, n: usize, tier: Tier) -> Result<Vec<Block>> {
@@ -558,18 +618,34 @@ impl Manager {
     }
 
     /// Destroys the manager, returning what dropping it would lose: the status of closing
-    /// its recorder's event log (Status::Io when a write to it failed).
+    /// its recorder's event log (Status::Io when a write to it failed). Status::State, with
+    /// the manager leaked and its recorder left open, when a connector or endpoint of it was
+    /// leaked (see "Leaked children" on [`Manager`], which also says when this aborts).
     pub fn close(self) -> Result<()> {
         let m = std::mem::ManuallyDrop::new(self);
+        if m.leased() {
+            return Err(Error {
+                status: Status::State,
+                message: "a connector or endpoint of this manager was leaked without being \
+                          dropped: the manager is leaked too, not destroyed"
+                    .into(),
+            });
+        }
         let closed = check(unsafe { sys::kvt_manager_recorder_close(m.m) });
         unsafe { sys::kvt_manager_destroy(m.m) };
+        // Safety: read once, from a value that is never dropped or used again.
+        drop(unsafe { ptr::read(&m.lease) });
         closed
     }
 }
 
 impl Drop for Manager {
+    /// Destroys the manager, or leaks it while a leaked child still uses it (see "Leaked
+    /// children" above).
     fn drop(&mut self) {
-        unsafe { sys::kvt_manager_destroy(self.m) }
+        if !self.leased() {
+            unsafe { sys::kvt_manager_destroy(self.m) }
+        }
     }
 }
 

@@ -148,3 +148,24 @@ fn the_max_form_caps_the_hit() {
     assert_eq!(c.get_num_new_matched_tokens_max("b", salt, &tokens, 0, u64::MAX).unwrap(), (16, false));
     assert_eq!(c.get_num_new_matched_tokens_max("c", salt ^ 1, &tokens, 0, u64::MAX).unwrap().0, 0);
 }
+
+#[test]
+fn a_paused_build_connector_meta_does_not_hold_off_get_finished() {
+    let m = manager();
+    let c = Connector::new(&m, &ConnectorConfig { role: Role::Both, num_gpu_blocks: 8, ..Default::default() })
+        .unwrap();
+    // Far longer than get_finished takes: the pause still holds when it returns, unless it
+    // waited the pause out (the one lock both halves' buffers once shared).
+    c.set_pause_timeout(Duration::from_secs(60)).unwrap();
+    c.pause().unwrap();
+    std::thread::scope(|s| {
+        let call = s.spawn(|| c.build_connector_meta(&[]));
+        let p = c.wait_paused(Duration::from_secs(30)).unwrap().expect("the call pauses");
+        assert_eq!(p.trigger, Trigger::BuildConnectorMeta);
+        // The worker half, while the scheduler's call is paused inside the library.
+        let f = c.get_finished().unwrap();
+        assert!(f.finished_sending.is_empty() && f.finished_recving.is_empty(), "{f:?}");
+        c.resume().unwrap(); // Status::State had the pause ended by itself meanwhile
+        call.join().unwrap().unwrap();
+    });
+}

@@ -22,14 +22,35 @@ fn cancel_from_one_thread_ends_the_waits_of_others() {
     let x = m.offload(&a, Tier::G2, Some(&f), 0).unwrap();
     std::thread::scope(|s| {
         let x = &x;
-        let forever = s.spawn(move || x.wait(None));
-        let polling = s.spawn(move || loop {
-            match x.wait(Some(Duration::from_millis(1))) {
-                Err(e) if e.status == Status::Timeout => continue,
-                r => return r,
+        let (started, waiting) = std::sync::mpsc::channel();
+        let forever_started = started.clone();
+        let forever = s.spawn(move || {
+            forever_started.send(()).unwrap();
+            x.wait(None)
+        });
+        let polling = s.spawn(move || {
+            let mut told = false;
+            loop {
+                match x.wait(Some(Duration::from_millis(1))) {
+                    Err(e) if e.status == Status::Timeout => {
+                        // Seen waiting on the live transfer: it waits again right away.
+                        if !told {
+                            started.send(()).unwrap();
+                            told = true;
+                        }
+                        continue;
+                    }
+                    r => return r,
+                }
             }
         });
-        std::thread::sleep(Duration::from_millis(20));
+        // Cancel once both are about to wait, or waiting: nothing observable tells when
+        // `forever` is inside the library's wait rather than just before it. Both outcomes
+        // of that race are the same one, though: a wait that starts after the cancel finds
+        // the transfer ended cancelled and returns Status::Cancelled too, as the asserts
+        // below expect either way.
+        waiting.recv().unwrap();
+        waiting.recv().unwrap();
         x.cancel().unwrap();
         assert_eq!(forever.join().unwrap().unwrap_err().status, Status::Cancelled);
         assert_eq!(polling.join().unwrap().unwrap_err().status, Status::Cancelled);
