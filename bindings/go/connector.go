@@ -13,6 +13,7 @@ import (
 	"math"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unsafe"
 )
@@ -140,9 +141,14 @@ type Connector struct {
 // and its Manager form no cycle (finalizers do not run on cycles), and the Connector's
 // finalizer runs before the Manager's.
 type connState struct {
-	mu    sync.RWMutex // close takes it for writing, every call for reading
-	c     *C.kvt_connector
-	bufMu sync.Mutex // keeps the next BuildConnectorMeta or GetFinished off the buffers being copied
+	mu      sync.RWMutex // close takes it for writing, every call for reading
+	c       *C.kvt_connector
+	closing atomic.Bool // set when close begins: calls from then on are refused
+	// The library's result buffers, one per half, each reused by the next call of its kind:
+	// these keep that call off the buffer being copied. Two, so that a scheduler call paused
+	// at a breakpoint does not hold up the worker's GetFinished.
+	metaMu sync.Mutex // BuildConnectorMeta's
+	finMu  sync.Mutex // GetFinished's
 }
 
 var errConnectorClosed = &Error{Status: StatusInvalidHandle, Message: "the connector or its manager is closed"}
@@ -162,7 +168,10 @@ func (m *Manager) NewConnector(cfg ConnectorConfig) (*Connector, error) {
 	c.world_size, c.rank = C.uint32_t(cfg.WorldSize), C.uint32_t(cfg.Rank)
 	c.sliding_window = C.uint32_t(cfg.SlidingWindow)
 	if cfg.EndpointPath != "" {
-		p := C.CString(cfg.EndpointPath)
+		p, err := cString("EndpointPath", cfg.EndpointPath)
+		if err != nil {
+			return nil, err
+		}
 		defer C.free(unsafe.Pointer(p))
 		c.endpoint_path = p
 	}
@@ -186,7 +195,10 @@ func (m *Manager) NewConnector(cfg ConnectorConfig) (*Connector, error) {
 }
 
 // Close closes the endpoints that serve the connector, waits for the worker's copies in
-// flight, releases every pin and destroys the connector. Calling it again, or after the manager's Close, is a no-op.
+// flight, releases every pin and destroys the connector. Calls that begin once it has begun
+// fail with ErrInvalidHandle; it lets a scheduler call paused at a breakpoint go on (and
+// pauses to come end within 1 ms), ends WaitPaused, and waits for the calls in progress.
+// Calling it again, or after the manager's Close, is a no-op.
 func (c *Connector) Close() error {
 	c.m.mu.RLock()
 	defer c.m.mu.RUnlock()
@@ -210,9 +222,23 @@ func (c *Connector) Close() error {
 	return nil
 }
 
+// startClose begins the close: calls from now on are refused, and a scheduler call paused at
+// a breakpoint (or by Pause), which holds the locks that close takes, is let go, as is one
+// that pauses later (within 1 ms). Breakpoint calls take no lock of the library's.
+func (s *connState) startClose() {
+	s.closing.Store(true)
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.c != nil { // alive, and so is its manager: both are destroyed under s.mu held for writing
+		C.kvt_connector_set_pause_timeout(s.c, 1)
+		C.kvt_connector_resume(s.c) // KVT_ERR_STATE when none is paused: nothing to do
+	}
+}
+
 // close destroys the connector; the caller holds its manager's lock, and the manager is open
 // or has closed the connector before.
 func (s *connState) close() {
+	s.startClose()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.c != nil {
@@ -225,11 +251,14 @@ func (s *connState) close() {
 // with runs f on the open connector of an open manager. Locks in Close's order: the
 // manager's, then the connector's.
 func (c *Connector) with(f func(*C.kvt_connector) C.kvt_status) error {
+	if c.s.closing.Load() {
+		return errConnectorClosed
+	}
 	c.m.mu.RLock()
 	defer c.m.mu.RUnlock()
 	c.s.mu.RLock()
 	defer c.s.mu.RUnlock()
-	if c.s.c == nil || c.m.m == nil {
+	if c.s.c == nil || c.m.m == nil || c.s.closing.Load() {
 		return errConnectorClosed
 	}
 	return call(func() C.kvt_status { return f(c.s.c) })
@@ -240,10 +269,8 @@ func (c *Connector) with(f func(*C.kvt_connector) C.kvt_status) error {
 func cStrings(ss []string) (p **C.char, free func(), err error) {
 	size := len(ss) * int(unsafe.Sizeof(p))
 	for _, s := range ss {
-		for i := 0; i < len(s); i++ {
-			if s[i] == 0 {
-				return nil, nil, &Error{Status: StatusInvalidArgument, Message: fmt.Sprintf("request id %q holds a NUL byte", s)}
-			}
+		if err := noNUL("request id", s); err != nil {
+			return nil, nil, err
 		}
 		size += len(s) + 1
 	}
@@ -354,8 +381,8 @@ func (c *Connector) BuildConnectorMeta(reqs []ScheduledRequest) ([]byte, error) 
 	}
 	var out []byte
 	err = c.with(func(cc *C.kvt_connector) C.kvt_status {
-		c.s.bufMu.Lock()
-		defer c.s.bufMu.Unlock()
+		c.s.metaMu.Lock()
+		defer c.s.metaMu.Unlock()
 		var p unsafe.Pointer
 		var n C.size_t
 		s := C.kvt_connector_build_connector_meta(&p, &n, cc, (*C.kvt_scheduled_request)(block), C.size_t(len(reqs)))
@@ -512,8 +539,8 @@ func (c *Connector) WaitForSave() error {
 func (c *Connector) GetFinished() (Finished, error) {
 	var out Finished
 	err := c.with(func(cc *C.kvt_connector) C.kvt_status {
-		c.s.bufMu.Lock()
-		defer c.s.bufMu.Unlock()
+		c.s.finMu.Lock()
+		defer c.s.finMu.Unlock()
 		var f C.kvt_finished
 		f.struct_size = C.uint32_t(unsafe.Sizeof(f))
 		s := C.kvt_connector_get_finished(&f, cc)
@@ -682,10 +709,36 @@ type PauseInfo struct {
 }
 
 // WaitPaused waits up to timeout (negative: forever) for a paused thread and says where it
-// paused; ErrTimeout when none paused in time. The connector's Close waits for it.
+// paused; ErrTimeout when none paused in time. It waits in slices (waitSlice), and ends with
+// ErrInvalidHandle once the connector's Close begins, so that Close waits for one slice at
+// most.
 func (c *Connector) WaitPaused(timeout time.Duration) (PauseInfo, error) {
+	deadline := time.Now().Add(timeout) // saturates for a huge timeout
+	for {
+		slice := waitSlice
+		if timeout >= 0 {
+			if left := time.Until(deadline); left < slice {
+				slice = left
+			}
+			if slice < 0 {
+				slice = 0
+			}
+		}
+		p, err := c.waitPaused(slice)
+		if !errors.Is(err, ErrTimeout) {
+			return p, err
+		}
+		if timeout >= 0 && !time.Now().Before(deadline) {
+			return p, &Error{Status: StatusTimeout, Message: fmt.Sprintf("no scheduler call paused within %v", timeout)}
+		}
+	}
+}
+
+// waitPaused is one kvt_connector_wait_paused of up to timeout (>= 0), rounded up to whole
+// milliseconds.
+func (c *Connector) waitPaused(timeout time.Duration) (PauseInfo, error) {
 	ms := uint64((timeout + time.Millisecond - 1) / time.Millisecond)
-	if timeout < 0 || ms > math.MaxUint32 {
+	if ms > math.MaxUint32 {
 		ms = math.MaxUint32
 	}
 	var p C.kvt_pause_info

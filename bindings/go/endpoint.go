@@ -72,7 +72,10 @@ func (m *Manager) openEndpoint(path string, c *Connector, cfg *EndpointConfig) (
 	if c != nil && c.m != m {
 		return nil, &Error{Status: StatusInvalidArgument, Message: "the connector is another manager's"}
 	}
-	p := C.CString(path)
+	p, err := cString("path", path)
+	if err != nil {
+		return nil, err
+	}
 	defer C.free(unsafe.Pointer(p))
 	m.mu.RLock()
 	defer m.mu.RUnlock()
@@ -89,7 +92,7 @@ func (m *Manager) openEndpoint(path string, c *Connector, cfg *EndpointConfig) (
 		}
 		cc, s.conn = c.s.c, c.s
 	}
-	err := call(func() C.kvt_status {
+	err = call(func() C.kvt_status {
 		if cfg == nil {
 			return C.kvt_endpoint_open(&s.e, m.m, cc, p)
 		}

@@ -10,13 +10,16 @@ extern void kvtierGoTransition(void *user, char *req_id, uint32_t from, uint32_t
 import "C"
 
 import (
+	"fmt"
 	"sync"
 	"unsafe"
 )
 
 // Hooks are interceptors around the scheduler half, for tracing and tests. They run on the
 // calling goroutine's thread under the connector's lock, so they must not call this
-// connector. A nil member is skipped. reqID is "" for BuildConnectorMeta and
+// connector. A nil member is skipped. A hook that panics is stopped there (a panic must not
+// unwind the library's frames, which hold the lock): the call goes on, and the log handler
+// (SetLogHandler) gets the panic as a LogError message. reqID is "" for BuildConnectorMeta and
 // UpdateConnectorOutput.
 type Hooks struct {
 	WillCall     func(trigger Trigger, reqID string)                // at the start of each call
@@ -59,8 +62,16 @@ func hooksOf(user unsafe.Pointer) *Hooks {
 	return nil
 }
 
+// recoverHook, deferred by each trampoline, keeps a hook's panic from crossing into C.
+func recoverHook(which string) {
+	if r := recover(); r != nil {
+		goLog(LogError, fmt.Sprintf("kvtier: the %s hook panicked: %v", which, r))
+	}
+}
+
 //export kvtierGoWillCall
 func kvtierGoWillCall(user unsafe.Pointer, trigger C.uint32_t, reqID *C.char) {
+	defer recoverHook("WillCall")
 	if h := hooksOf(user); h != nil && h.WillCall != nil {
 		h.WillCall(Trigger(trigger), C.GoString(reqID))
 	}
@@ -68,6 +79,7 @@ func kvtierGoWillCall(user unsafe.Pointer, trigger C.uint32_t, reqID *C.char) {
 
 //export kvtierGoFinishedCall
 func kvtierGoFinishedCall(user unsafe.Pointer, trigger C.uint32_t, reqID *C.char, status C.int32_t) {
+	defer recoverHook("FinishedCall")
 	if h := hooksOf(user); h != nil && h.FinishedCall != nil {
 		h.FinishedCall(Trigger(trigger), C.GoString(reqID), Status(status))
 	}
@@ -75,6 +87,7 @@ func kvtierGoFinishedCall(user unsafe.Pointer, trigger C.uint32_t, reqID *C.char
 
 //export kvtierGoTransition
 func kvtierGoTransition(user unsafe.Pointer, reqID *C.char, from, to, trigger C.uint32_t) {
+	defer recoverHook("Transition")
 	if h := hooksOf(user); h != nil && h.Transition != nil {
 		h.Transition(C.GoString(reqID), SlotState(from), SlotState(to), Trigger(trigger))
 	}

@@ -19,6 +19,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"strings"
 	"sync"
 	"time"
 	"unsafe"
@@ -108,15 +109,24 @@ var errClosed = &Error{Status: StatusInvalidHandle, Message: "the manager is clo
 // Version is the library's version string.
 func Version() string { return C.GoString(C.kvt_version()) }
 
-// HashSalt hashes a salt (a model name, for instance) for HashSequence.
-func HashSalt(salt []byte) uint64 {
+// TryHashSalt hashes a salt (a model name, for instance) for HashSequence, with the
+// library's status.
+func TryHashSalt(salt []byte) (uint64, error) {
 	var out C.uint64_t
 	var p unsafe.Pointer
 	if len(salt) > 0 {
 		p = unsafe.Pointer(&salt[0])
 	}
-	C.kvt_hash_salt(&out, p, C.size_t(len(salt)))
-	return uint64(out)
+	err := call(func() C.kvt_status { return C.kvt_hash_salt(&out, p, C.size_t(len(salt))) })
+	return uint64(out), err
+}
+
+// HashSalt is TryHashSalt without the status (0 where it fails).
+//
+// Deprecated: use TryHashSalt, which does not drop the status.
+func HashSalt(salt []byte) uint64 {
+	h, _ := TryHashSalt(salt)
+	return h
 }
 
 // HashSequence returns the sequence hashes of the full blocks of tokens.
@@ -133,23 +143,52 @@ func HashSequence(tokens []uint32, pageSize uint32, saltHash uint64) ([]uint64, 
 	return out[:n], err
 }
 
-// cStrs holds C copies of strings until the call that borrows them has returned.
-type cStrs []unsafe.Pointer
+// noNUL refuses a string holding a NUL byte, which C would take for its end; what names it.
+func noNUL(what, s string) error {
+	if strings.IndexByte(s, 0) >= 0 {
+		return &Error{Status: StatusInvalidArgument, Message: fmt.Sprintf("%s %q holds a NUL byte", what, s)}
+	}
+	return nil
+}
 
-// str copies s; "" is NULL, the library's default.
-func (a *cStrs) str(s string) *C.char {
+// cString is C.CString for a string without a NUL byte (what names it in the error); the
+// caller frees the copy.
+func cString(what, s string) (*C.char, error) {
+	if err := noNUL(what, s); err != nil {
+		return nil, err
+	}
+	return C.CString(s), nil
+}
+
+// cStrs holds C copies of strings until the call that borrows them has returned; err is the
+// first string refused.
+type cStrs struct {
+	ptrs []unsafe.Pointer
+	err  error
+}
+
+// str copies s, the field what; "" is NULL, the library's default. A string holding a NUL
+// byte is refused: NULL, and a.err says so.
+func (a *cStrs) str(what, s string) *C.char {
 	if s == "" {
 		return nil
 	}
+	if err := noNUL(what, s); err != nil {
+		if a.err == nil {
+			a.err = err
+		}
+		return nil
+	}
 	p := C.CString(s)
-	*a = append(*a, unsafe.Pointer(p))
+	a.ptrs = append(a.ptrs, unsafe.Pointer(p))
 	return p
 }
 
-func (a cStrs) free() {
-	for _, p := range a {
+func (a *cStrs) free() {
+	for _, p := range a.ptrs {
 		C.free(p)
 	}
+	a.ptrs = nil
 }
 
 func cBool(b bool) C.uint32_t {
@@ -416,12 +455,15 @@ func NewManager(cfg Config) (*Manager, error) {
 	c.g4_namespace, c.g4_timeout_us = C.uint64_t(cfg.G4Namespace), C.uint64_t(cfg.G4TimeoutUs)
 	var strs cStrs
 	defer strs.free()
-	c.g3_path, c.g3_key_env = strs.str(cfg.G3Path), strs.str(cfg.G3KeyEnv)
-	c.kv_events_endpoint = strs.str(cfg.KVEventsEndpoint)
-	c.kv_events_replay_endpoint = strs.str(cfg.KVEventsReplayEndpoint)
-	c.kv_events_topic = strs.str(cfg.KVEventsTopic)
-	c.g4_url, c.g4_password_env = strs.str(cfg.G4URL), strs.str(cfg.G4PasswordEnv)
-	c.g4_key_prefix, c.g4_key_env = strs.str(cfg.G4KeyPrefix), strs.str(cfg.G4KeyEnv)
+	c.g3_path, c.g3_key_env = strs.str("G3Path", cfg.G3Path), strs.str("G3KeyEnv", cfg.G3KeyEnv)
+	c.kv_events_endpoint = strs.str("KVEventsEndpoint", cfg.KVEventsEndpoint)
+	c.kv_events_replay_endpoint = strs.str("KVEventsReplayEndpoint", cfg.KVEventsReplayEndpoint)
+	c.kv_events_topic = strs.str("KVEventsTopic", cfg.KVEventsTopic)
+	c.g4_url, c.g4_password_env = strs.str("G4URL", cfg.G4URL), strs.str("G4PasswordEnv", cfg.G4PasswordEnv)
+	c.g4_key_prefix, c.g4_key_env = strs.str("G4KeyPrefix", cfg.G4KeyPrefix), strs.str("G4KeyEnv", cfg.G4KeyEnv)
+	if strs.err != nil {
+		return nil, strs.err
+	}
 	if l := cfg.G1Layout; l != nil {
 		if len(l.Bases) != len(l.Strides) {
 			return nil, &Error{Status: StatusInvalidArgument,
@@ -449,7 +491,11 @@ func (m *Manager) Close() error {
 	for x := range m.waiting { // alive: their Transfer.Close waits for the waiters
 		C.kvt_xfer_cancel(x)
 	}
+	conn := m.conn
 	m.waitMu.Unlock()
+	if conn != nil { // a scheduler call paused at a breakpoint holds the lock below: let it go
+		conn.startClose()
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.waitMu.Lock()
@@ -700,8 +746,17 @@ func (t *Transfer) Cancel() error {
 // Wait waits for the end (timeout < 0: forever, 0: only looks) and returns the blocks moved;
 // a cancelled transfer gives ErrCancelled, one that has not ended in time ErrTimeout.
 func (t *Transfer) Wait(timeout time.Duration) (uint64, error) {
+	// Locks in the order of Close: the manager's, then the transfer's. A waiter that Close
+	// counts already holds the manager's lock, so it never queues for it behind the
+	// manager's Close while Close waits for it.
+	t.m.mu.RLock()
+	defer t.m.mu.RUnlock()
 	t.mu.Lock()
 	x := t.x
+	if x == nil || t.m.m == nil {
+		t.mu.Unlock()
+		return 0, &Error{Status: StatusInvalidHandle, Message: "the transfer is closed or its manager closed"}
+	}
 	t.waiters++
 	t.mu.Unlock()
 	defer func() { // x stays alive until the last waiter is out: Close waits for it
@@ -711,7 +766,7 @@ func (t *Transfer) Wait(timeout time.Duration) (uint64, error) {
 		t.mu.Unlock()
 	}()
 	var count C.uint64_t
-	err := t.m.withObject(x == nil, "transfer", func() C.kvt_status {
+	err := call(func() C.kvt_status {
 		defer t.m.waitFor(x)()
 		s := C.kvt_xfer_wait(x, C.int64_t(timeout))
 		if s == C.KVT_OK {
@@ -801,6 +856,8 @@ func (t *Transfer) Close() error {
 	x := t.x
 	t.x = nil
 	if x != nil && t.m.m != nil {
+		// Waiters hold the manager's lock for reading too (taken before they are counted),
+		// so waiting for them here under it cannot wait on the manager's Close.
 		if t.waiters > 0 {
 			C.kvt_xfer_cancel(x)
 			for t.waiters > 0 {

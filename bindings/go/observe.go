@@ -8,6 +8,7 @@ import "C"
 
 import (
 	"errors"
+	"runtime"
 	"sync"
 	"unsafe"
 )
@@ -123,7 +124,9 @@ func (m *Manager) Subscribe(capacity int) (*Subscription, error) {
 	}); err != nil {
 		return nil, err
 	}
-	return &Subscription{s: s}, nil
+	sub := &Subscription{s: s}
+	runtime.SetFinalizer(sub, (*Subscription).Close) // it may outlive its manager
+	return sub, nil
 }
 
 // Drain returns up to max queued events, oldest first.
@@ -168,11 +171,15 @@ func (s *Subscription) Close() error {
 	defer s.mu.Unlock()
 	C.kvt_subscription_destroy(s.s)
 	s.s = nil
+	runtime.SetFinalizer(s, nil)
 	return nil
 }
 
 func (m *Manager) withPath(path string, f func(*C.kvt_manager, *C.char) C.kvt_status) error {
-	p := C.CString(path)
+	p, err := cString("path", path)
+	if err != nil {
+		return err
+	}
 	defer C.free(unsafe.Pointer(p))
 	return m.with(func(c *C.kvt_manager) C.kvt_status { return f(c, p) })
 }
@@ -211,17 +218,31 @@ func (m *Manager) StopRecording() error { return m.RecorderClose() }
 
 // MetricsText is the Prometheus text exposition of the manager's counters.
 func (m *Manager) MetricsText() (string, error) {
-	var n C.size_t
-	m.with(func(c *C.kvt_manager) C.kvt_status { return C.kvt_metrics_text(nil, 0, &n, c, nil) })
-	size := n + 4096
+	var n C.size_t // the size query: INVALID_ARGUMENT with n set, unless the text is empty
+	err := m.with(func(c *C.kvt_manager) C.kvt_status { return C.kvt_metrics_text(nil, 0, &n, c, nil) })
+	if err != nil && !errors.Is(err, ErrInvalidArgument) {
+		return "", err
+	}
+	for {
+		size := n + 1 + 4096 // the text, its NUL, and room to grow meanwhile
+		text, err := metricsText(m, size, &n)
+		if err == nil || !errors.Is(err, ErrInvalidArgument) || n+1 <= size {
+			return text, err // done, failed, or refused for a reason other than the size
+		}
+		// the text grew beyond the buffer meanwhile: again, with n its new length
+	}
+}
+
+// metricsText is one kvt_metrics_text into a buffer of size bytes; *n gets the length.
+func metricsText(m *Manager, size C.size_t, n *C.size_t) (string, error) {
 	buf := (*C.char)(C.malloc(size))
 	defer C.free(unsafe.Pointer(buf))
 	if err := m.with(func(c *C.kvt_manager) C.kvt_status {
-		return C.kvt_metrics_text(buf, size, &n, c, nil)
+		return C.kvt_metrics_text(buf, size, n, c, nil)
 	}); err != nil {
 		return "", err
 	}
-	return C.GoStringN(buf, C.int(n)), nil
+	return C.GoStringN(buf, C.int(*n)), nil
 }
 
 // LogReplay is what a replay or rerun of an event log found (kvt_log_replay).
@@ -262,11 +283,14 @@ func logReplay(r *C.kvt_log_replay) LogReplay {
 // fresh connector; an ErrCorrupt error names the first difference from the log, and the
 // result counts them.
 func (c *Connector) Rerun(path string) (LogReplay, error) {
-	p := C.CString(path)
+	p, err := cString("path", path)
+	if err != nil {
+		return LogReplay{}, err
+	}
 	defer C.free(unsafe.Pointer(p))
 	var r C.kvt_log_replay
 	r.struct_size = C.uint32_t(unsafe.Sizeof(r))
-	err := c.with(func(cc *C.kvt_connector) C.kvt_status { return C.kvt_event_log_rerun(&r, cc, p) })
+	err = c.with(func(cc *C.kvt_connector) C.kvt_status { return C.kvt_event_log_rerun(&r, cc, p) })
 	return logReplay(&r), err
 }
 
@@ -275,12 +299,14 @@ func (c *Connector) Rerun(path string) (LogReplay, error) {
 // nothing when m is nil. An ErrCorrupt error names the first violation, and the result
 // counts them.
 func ReplayEventLog(m *Manager, path string) (LogReplay, error) {
-	p := C.CString(path)
+	p, err := cString("path", path)
+	if err != nil {
+		return LogReplay{}, err
+	}
 	defer C.free(unsafe.Pointer(p))
 	var r C.kvt_log_replay
 	r.struct_size = C.uint32_t(unsafe.Sizeof(r))
 	replay := func(c *C.kvt_manager) C.kvt_status { return C.kvt_event_log_replay(&r, c, p) }
-	var err error
 	if m == nil {
 		err = call(func() C.kvt_status { return replay(nil) })
 	} else {
@@ -292,7 +318,10 @@ func ReplayEventLog(m *Manager, path string) (LogReplay, error) {
 // ReadEventLog returns the records of an event log. A torn tail (a writer killed
 // mid-write) ends the records; torn then says so and why where.
 func ReadEventLog(path string) (events []ObsEvent, torn bool, why string, err error) {
-	p := C.CString(path)
+	p, err := cString("path", path)
+	if err != nil {
+		return nil, false, "", err
+	}
 	defer C.free(unsafe.Pointer(p))
 	var l *C.kvt_event_log
 	if err := call(func() C.kvt_status { return C.kvt_event_log_open(&l, p) }); err != nil {
