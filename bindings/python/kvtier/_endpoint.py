@@ -7,7 +7,7 @@ from typing import Optional, Union
 from ._config import EndpointConfig, _merged
 from ._errors import InvalidHandleError, _check
 from ._ffi import C, ffi
-from ._util import _Handle, _path, _Record, _versioned
+from ._util import _NO_HANDLE, _Handle, _path, _Record, _versioned
 
 
 @dataclasses.dataclass(frozen=True)
@@ -35,17 +35,21 @@ class Endpoint(_Handle):
     def __init__(self, manager, path: Union[str, bytes, os.PathLike], connector=None,
                  config: Optional[EndpointConfig] = None, **fields):
         out = ffi.new("kvt_endpoint **")
-        c = ffi.NULL if connector is None else connector._live()
-        if config is None and not fields:
-            _check(C.kvt_endpoint_open(out, manager._live(), c, _path(path)))
-        else:
+        cfg = None
+        if config is not None or fields:
             cfg, _ = _merged(EndpointConfig, config, fields, "endpoint config")._cdata()
-            _check(C.kvt_endpoint_open_with(out, manager._live(), c, _path(path), cfg))
-        self.path = path
-        self._owners = [o for o in (manager, connector) if o is not None]
-        for o in self._owners:
-            o._endpoints.add(self)
-        self._own(out[0])
+        # Inside both gates: their close() finds this endpoint, or refuses to open it.
+        with manager._using() as m, \
+                (_NO_HANDLE if connector is None else connector._using()) as c:
+            if cfg is None:
+                _check(C.kvt_endpoint_open(out, m, c, _path(path)))
+            else:
+                _check(C.kvt_endpoint_open_with(out, m, c, _path(path), cfg))
+            self.path = path
+            self._owners = [o for o in (manager, connector) if o is not None]
+            for o in self._owners:
+                o._endpoints.add(self)
+            self._own(out[0])
 
     def _free(self, e) -> None:
         C.kvt_endpoint_close(e)
@@ -54,5 +58,6 @@ class Endpoint(_Handle):
 
     def stats(self) -> EndpointStats:
         s = _versioned("kvt_endpoint_stats")
-        _check(C.kvt_endpoint_stats_get(s, self._live()))
+        with self._using() as ep:
+            _check(C.kvt_endpoint_stats_get(s, ep))
         return EndpointStats._from_c(s)

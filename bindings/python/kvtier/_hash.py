@@ -47,14 +47,15 @@ class Seq(_Handle):
 
     def append(self, tokens) -> None:
         toks, n = _u32_array(tokens)
-        _check(C.kvt_seq_append(self._live(), toks, n))
+        with self._using() as s:
+            _check(C.kvt_seq_append(s, toks, n))
 
     def hashes(self, first: int = 0) -> List[int]:
         """The sequence hashes of the complete blocks from block `first` on."""
-        s = self._live()
-        t, b = ffi.new("size_t *"), ffi.new("size_t *")
-        _check(C.kvt_seq_info(t, b, s))
-        n = max(b[0] - first, 0)
-        out, got = ffi.new("uint64_t[]", max(n, 1)), ffi.new("size_t *")
-        _check(C.kvt_seq_hashes(got, ffi.NULL, out, s, first, n))
+        with self._using() as s:
+            t, b = ffi.new("size_t *"), ffi.new("size_t *")
+            _check(C.kvt_seq_info(t, b, s))
+            n = max(b[0] - first, 0)
+            out, got = ffi.new("uint64_t[]", max(n, 1)), ffi.new("size_t *")
+            _check(C.kvt_seq_hashes(got, ffi.NULL, out, s, first, n))
         return _to_list(out, got[0])

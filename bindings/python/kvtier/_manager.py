@@ -10,7 +10,7 @@ from ._ffi import C, ffi
 from ._hash import Salt, _salt_hash
 from ._observe import Subscription
 from ._transfer import Fence, Transfer
-from ._util import (_SCRATCH, _Handle, _path, _readable, _Record, _scratch, _to_list,
+from ._util import (_NO_HANDLE, _SCRATCH, _Handle, _path, _readable, _Record, _scratch, _to_list,
                     _u32_array, _u64_array, _versioned)
 
 PathLike = Union[str, bytes, os.PathLike]
@@ -106,7 +106,9 @@ class G4Stats(_Record):
 
 class Manager(_Handle):
     """Owns a kvt_manager. Use as a context manager, or call close(). Calls from several
-    threads at once are fine: the library is thread-safe and cffi releases the GIL."""
+    threads at once are fine: the library is thread-safe and cffi releases the GIL. close()
+    from one thread while others call: the calls in flight end first (their results stand),
+    later ones raise InvalidHandleError."""
     _closed_message = "the manager is closed"
 
     def __init__(self, config: Optional[ManagerConfig] = None, **fields):
@@ -145,15 +147,18 @@ class Manager(_Handle):
     # blocks
     def alloc(self, n: int, tier: int = G1) -> List[int]:
         out = ffi.new("kvt_block[]", max(n, 1))
-        _check(C.kvt_block_alloc(out, n, self._live(), tier))
+        with self._using() as m:
+            _check(C.kvt_block_alloc(out, n, m, tier))
         return _to_list(out, n)
 
     def release(self, blocks) -> None:
         arr, n = _u64_array(blocks, "blocks")
-        _check(C.kvt_block_release(self._live(), arr, n))
+        with self._using() as m:
+            _check(C.kvt_block_release(m, arr, n))
 
     def retain(self, block: int) -> None:
-        _check(C.kvt_block_retain(self._live(), block))
+        with self._using() as m:
+            _check(C.kvt_block_retain(m, block))
 
     # priorities and pins: what eviction spares
     def set_priority(self, blocks, priority: int) -> None:
@@ -162,30 +167,35 @@ class Manager(_Handle):
         if not -2**31 <= priority < 2**31:
             raise _invalid("priority %d is not a 32-bit integer" % priority)
         arr, n = _u64_array(blocks, "blocks")
-        _check(C.kvt_block_set_priority(self._live(), arr, n, priority))
+        with self._using() as m:
+            _check(C.kvt_block_set_priority(m, arr, n, priority))
 
     def pin(self, blocks) -> None:
         """Registered blocks that eviction never takes, all or none: NoSpaceError past the
         tier's max_pinned_percent."""
         arr, n = _u64_array(blocks, "blocks")
-        _check(C.kvt_block_pin(self._live(), arr, n))
+        with self._using() as m:
+            _check(C.kvt_block_pin(m, arr, n))
 
     def unpin(self, blocks) -> None:
         arr, n = _u64_array(blocks, "blocks")
-        _check(C.kvt_block_unpin(self._live(), arr, n))
+        with self._using() as m:
+            _check(C.kvt_block_unpin(m, arr, n))
 
     def evictable(self, max_blocks: Optional[int] = None, tier: int = G1) -> List[int]:
         """The inactive blocks in the order the tier would evict them."""
         n = self.tier_stats(tier).capacity if max_blocks is None else max_blocks
         out = ffi.new("kvt_block[]", max(n, 1))
         got = ffi.new("size_t *")
-        _check(C.kvt_tier_evictable(got, out, n, self._live(), tier))
+        with self._using() as m:
+            _check(C.kvt_tier_evictable(got, out, n, m, tier))
         return _to_list(out, got[0])
 
     # the hash path: the engine computed the hash
     def register_hash(self, block: int, seq_hash: int, parent: int = 0) -> int:
         out = ffi.new("kvt_block *")
-        _check(C.kvt_block_register_hash(out, self._live(), block, seq_hash, parent))
+        with self._using() as m:
+            _check(C.kvt_block_register_hash(out, m, block, seq_hash, parent))
         return out[0]
 
     def register_hashes(self, blocks, seq_hashes, parent: int = 0) -> List[int]:
@@ -194,53 +204,68 @@ class Manager(_Handle):
         if n != nh:
             raise _invalid("%d blocks but %d hashes" % (n, nh))
         out = ffi.new("kvt_block[]", max(n, 1))
-        _check(C.kvt_block_register_hashes(out, self._live(), b, h, n, parent))
+        with self._using() as m:
+            _check(C.kvt_block_register_hashes(out, m, b, h, n, parent))
         return _to_list(out, n)
 
     # the token path: kvtier computes the hash (kvtier.h, "Blocks: states and references")
     def block_init(self, block: int, salt: Salt = b"", parent: int = 0) -> None:
         """EMPTY -> PARTIAL: the block of a sequence under salt (or its hash), after the block
         whose sequence hash is parent (0 for a first block)."""
-        _check(C.kvt_block_init(self._live(), block, _salt_hash(salt), parent))
+        with self._using() as m:
+            _check(C.kvt_block_init(m, block, _salt_hash(salt), parent))
 
     def block_append(self, block: int, tokens) -> None:
         """PARTIAL or READY -> READY: stages tokens (at most the room left in the block)."""
         toks, n = _u32_array(tokens)
-        _check(C.kvt_block_append(self._live(), block, toks, n))
+        with self._using() as m:
+            _check(C.kvt_block_append(m, block, toks, n))
 
     def block_schedule(self, block: int) -> None:
         """READY -> INFLIGHT."""
-        _check(C.kvt_block_schedule(self._live(), block))
+        with self._using() as m:
+            _check(C.kvt_block_schedule(m, block))
 
     def block_unschedule(self, block: int) -> None:
         """READY -> PARTIAL, its tokens kept."""
-        _check(C.kvt_block_unschedule(self._live(), block))
+        with self._using() as m:
+            _check(C.kvt_block_unschedule(m, block))
 
     def block_compute_done(self, block: int) -> None:
         """INFLIGHT -> COMPLETE when the block holds page_size tokens, else PARTIAL."""
-        _check(C.kvt_block_compute_done(self._live(), block))
+        with self._using() as m:
+            _check(C.kvt_block_compute_done(m, block))
 
     def block_register(self, block: int) -> int:
         """COMPLETE -> REGISTERED under the chained hash of its tokens; the registered block
         (another one when the hash was registered already: dedup, as register_hash)."""
         out = ffi.new("kvt_block *")
-        _check(C.kvt_block_register(out, self._live(), block))
+        with self._using() as m:
+            _check(C.kvt_block_register(out, m, block))
         return out[0]
 
     def match_prefix(self, seq_hashes, tier: int = G1) -> List[int]:
         """The pinned blocks of the longest registered prefix, as a list."""
-        m = self._h or self._live()
-        if type(seq_hashes) is list and len(seq_hashes) <= _SCRATCH:
-            h, out, got = _scratch()
-            n = len(seq_hashes)
-            try:
-                h[0:n] = seq_hashes
-            except (OverflowError, TypeError) as e:
-                raise _invalid("seq_hashes: %s" % e) from None
-        else:
-            h, n = _u64_array(seq_hashes, "seq_hashes")
-            out, got = ffi.new("kvt_block[]", max(n, 1)), ffi.new("size_t *")
-        st = C.kvt_tier_match_prefix(got, out, m, tier, h, n)
+        g = self._gate  # _using(), inline: this is the call an engine makes most
+        g.calls.append(None)
+        try:
+            if g.shut:
+                raise g.closed_error()
+            if type(seq_hashes) is list and len(seq_hashes) <= _SCRATCH:
+                h, out, got = _scratch()
+                n = len(seq_hashes)
+                try:
+                    h[0:n] = seq_hashes
+                except (OverflowError, TypeError) as e:
+                    raise _invalid("seq_hashes: %s" % e) from None
+            else:
+                h, n = _u64_array(seq_hashes, "seq_hashes")
+                out, got = ffi.new("kvt_block[]", max(n, 1)), ffi.new("size_t *")
+            st = C.kvt_tier_match_prefix(got, out, g.h, tier, h, n)
+        finally:
+            g.calls.pop()
+            if g.shut:
+                g.wake()
         if st:
             _raise(st)
         return ffi.unpack(out, got[0])
@@ -248,35 +273,41 @@ class Manager(_Handle):
     def block_data(self, block: int) -> memoryview:
         """A writable memoryview of the block's bytes, valid while a reference is held."""
         p, n = ffi.new("void **"), ffi.new("size_t *")
-        _check(C.kvt_block_data(p, n, self._live(), block))
+        with self._using() as m:
+            _check(C.kvt_block_data(p, n, m, block))
         return memoryview(ffi.buffer(p[0], n[0])) if n[0] else memoryview(b"")
 
     def block_info(self, block: int) -> BlockInfo:
         info = _versioned("kvt_block_info")
-        _check(C.kvt_block_info_get(info, self._live(), block))
+        with self._using() as m:
+            _check(C.kvt_block_info_get(info, m, block))
         return BlockInfo._from_c(info)
 
     def block_chunk(self, block: int, layer: int, outer: int) -> int:
         """The address of chunk (layer, outer) of a block, as an int (a device address for
         CUDA memory); chunk_bytes long, valid while a reference to the block is held."""
         p = ffi.new("void **")
-        _check(C.kvt_block_chunk(p, self._live(), block, layer, outer))
+        with self._using() as m:
+            _check(C.kvt_block_chunk(p, m, block, layer, outer))
         return int(ffi.cast("uintptr_t", p[0]))
 
     def tier_stats(self, tier: int = G1) -> TierStats:
         s = _versioned("kvt_tier_stats")
-        _check(C.kvt_tier_stats_get(s, self._live(), tier))
+        with self._using() as m:
+            _check(C.kvt_tier_stats_get(s, m, tier))
         return TierStats._from_c(s)
 
     def transfer_stats(self, src: int, dst: int) -> TransferStats:
         """The counters of one direction (G1 -> G2, ..., G3 -> G1, to and from G4) since
         creation."""
         s = _versioned("kvt_transfer_stats")
-        _check(C.kvt_transfer_stats_get(s, self._live(), src, dst))
+        with self._using() as m:
+            _check(C.kvt_transfer_stats_get(s, m, src, dst))
         return TransferStats._from_c(s)
 
     def check(self) -> None:
-        _check(C.kvt_manager_check(self._live()))
+        with self._using() as m:
+            _check(C.kvt_manager_check(m))
 
     # observe (docs/EVENTS.md)
     def subscribe(self, capacity: int = 65536) -> Subscription:
@@ -284,41 +315,48 @@ class Manager(_Handle):
 
     def record(self, path: PathLike) -> None:
         """Appends every event from now on to a new event log at path."""
-        _check(C.kvt_manager_recorder_open(self._live(), _path(path)))
+        with self._using() as m:
+            _check(C.kvt_manager_recorder_open(m, _path(path)))
 
     def stop_recording(self) -> None:
-        _check(C.kvt_manager_recorder_close(self._live()))
+        with self._using() as m:
+            _check(C.kvt_manager_recorder_close(m))
 
     def record_ring(self, events: int) -> None:
         """Keeps the last `events` events in memory (0: none), for dump_ring."""
-        _check(C.kvt_manager_recorder_ring(self._live(), events))
+        with self._using() as m:
+            _check(C.kvt_manager_recorder_ring(m, events))
 
     def dump_ring(self, path: PathLike) -> None:
         """Writes the ring's events to a new event log at path (EventLog reads it)."""
-        _check(C.kvt_manager_recorder_dump(self._live(), _path(path)))
+        with self._using() as m:
+            _check(C.kvt_manager_recorder_dump(m, _path(path)))
 
     def metrics_text(self, connector=None) -> str:
         """Prometheus text of the counters (and of the connector's slots, when given)."""
-        c = connector._live() if connector is not None else ffi.NULL
         n = ffi.new("size_t *")
-        C.kvt_metrics_text(ffi.NULL, 0, n, self._live(), c)
-        buf = ffi.new("char[]", n[0] + 4096)
-        _check(C.kvt_metrics_text(buf, len(buf), n, self._live(), c))
+        with self._using() as m, \
+                (connector._using() if connector is not None else _NO_HANDLE) as c:
+            C.kvt_metrics_text(ffi.NULL, 0, n, m, c)
+            buf = ffi.new("char[]", n[0] + 4096)
+            _check(C.kvt_metrics_text(buf, len(buf), n, m, c))
         return ffi.string(buf, n[0]).decode()
 
     def tier_hashes(self, tier: int = G1) -> List[int]:
         """The hashes the tier holds registered now."""
         n = ffi.new("size_t *")
-        _check(C.kvt_tier_hashes(ffi.NULL, 0, n, self._live(), tier))
-        buf = ffi.new("uint64_t[]", n[0])
-        _check(C.kvt_tier_hashes(buf, n[0], n, self._live(), tier))
+        with self._using() as m:
+            _check(C.kvt_tier_hashes(ffi.NULL, 0, n, m, tier))
+            buf = ffi.new("uint64_t[]", n[0])
+            _check(C.kvt_tier_hashes(buf, n[0], n, m, tier))
         return list(buf[0:min(n[0], len(buf))])
 
     def reset(self, tier: int = 0) -> None:
         """Empties one tier's registry, or every tier's (0): transfers not yet committed that
         touch it end cancelled, copies in flight are waited for; blocks still held stay
         readable until released. Events: BLOCK_REMOVED per block, then TIER_CLEARED."""
-        _check(C.kvt_manager_reset(self._live(), tier))
+        with self._using() as m:
+            _check(C.kvt_manager_reset(m, tier))
 
     # KV events (kvtier.h, "KV events")
     def note_tokens(self, seq_hashes, tokens) -> None:
@@ -329,7 +367,8 @@ class Manager(_Handle):
         toks, nt = _u32_array(tokens)
         if nt != n * self._page_size:
             raise _invalid("%d tokens for %d blocks of %d" % (nt, n, self._page_size))
-        _check(C.kvt_manager_note_tokens(self._live(), h, n, toks))
+        with self._using() as m:
+            _check(C.kvt_manager_note_tokens(m, h, n, toks))
 
     # transfers
     def offload(self, blocks, dst: int, fence: Optional[Fence] = None,
@@ -337,8 +376,9 @@ class Manager(_Handle):
         """Copies registered blocks of one tier to the lower tier dst (G2, G3, or G4)."""
         b, n = _u64_array(blocks, "blocks")
         out = ffi.new("kvt_xfer **")
-        _check(C.kvt_xfer_offload(out, self._live(), b, n, dst, self._fence(fence), user_data))
-        return Transfer(self, out[0], n)
+        with self._using() as m:
+            _check(C.kvt_xfer_offload(out, m, b, n, dst, self._fence(fence), user_data))
+            return Transfer(self, out[0], n)
 
     def onboard(self, src, dst_g1, fence: Optional[Fence] = None,
                 user_data: int = 0) -> Transfer:
@@ -347,21 +387,24 @@ class Manager(_Handle):
         if n != nd:
             raise _invalid("%d sources but %d destinations" % (n, nd))
         out = ffi.new("kvt_xfer **")
-        _check(C.kvt_xfer_onboard(out, self._live(), s, d, n, self._fence(fence), user_data))
-        return Transfer(self, out[0], n)
+        with self._using() as m:
+            _check(C.kvt_xfer_onboard(out, m, s, d, n, self._fence(fence), user_data))
+            return Transfer(self, out[0], n)
 
     def fence(self) -> Fence:
         out = ffi.new("kvt_fence **")
-        _check(C.kvt_fence_create(out, self._live()))
-        return Fence(self, out[0])
+        with self._using() as m:
+            _check(C.kvt_fence_create(out, m))
+            return Fence(self, out[0])
 
     def fence_from_cuda_event(self, cuda_event: int) -> Fence:
         """A fence signalled when a CUDA event (a cudaEvent_t, as an int: torch's
         Event.cuda_event) recorded on the host's stream has completed; the event must live
         until then. UnsupportedError without CUDA."""
         out = ffi.new("kvt_fence **")
-        _check(C.kvt_fence_from_cuda_event(out, self._live(), ffi.cast("void *", cuda_event)))
-        return Fence(self, out[0])
+        with self._using() as m:
+            _check(C.kvt_fence_from_cuda_event(out, m, ffi.cast("void *", cuda_event)))
+            return Fence(self, out[0])
 
     def _fence(self, fence):
         if fence is None:
@@ -376,7 +419,8 @@ class Manager(_Handle):
         g4_timeout_us; IoError when Redis cannot be reached."""
         h, n = _u64_array(seq_hashes, "seq_hashes")
         out = ffi.new("size_t *")
-        _check(C.kvt_g4_match(out, self._live(), h, n))
+        with self._using() as m:
+            _check(C.kvt_g4_match(out, m, h, n))
         return out[0]
 
     def g4_onboard(self, seq_hashes, dst, parent: int = 0, fence: Optional[Fence] = None,
@@ -389,19 +433,22 @@ class Manager(_Handle):
         if n != nd:
             raise _invalid("%d hashes but %d destinations" % (n, nd))
         out = ffi.new("kvt_xfer **")
-        _check(C.kvt_g4_onboard(out, self._live(), h, n, parent, d, self._fence(fence),
-                                user_data))
-        return Transfer(self, out[0], n)
+        with self._using() as m:
+            _check(C.kvt_g4_onboard(out, m, h, n, parent, d, self._fence(fence),
+                                    user_data))
+            return Transfer(self, out[0], n)
 
     def g4_stats(self) -> G4Stats:
         s = _versioned("kvt_g4_stats")
-        _check(C.kvt_g4_stats_get(s, self._live()))
+        with self._using() as m:
+            _check(C.kvt_g4_stats_get(s, m))
         return G4Stats._from_c(s)
 
     # events
     def poll(self, max_events: int = 256) -> List[Event]:
         buf = ffi.new("kvt_event[]", max_events)
-        n = C.kvt_manager_poll(self._live(), buf, max_events)
+        with self._using() as m:
+            n = C.kvt_manager_poll(m, buf, max_events)
         return [Event._from_c(e) for e in buf[0:n]]
 
     def events(self) -> Iterator[Event]:
@@ -414,7 +461,8 @@ class Manager(_Handle):
 
     def fileno(self) -> int:
         """The event fd: readable while events are pending (select, poll, asyncio)."""
-        return C.kvt_manager_event_fd(self._live())
+        with self._using() as m:
+            return C.kvt_manager_event_fd(m)
 
     async def poll_async(self, max_events: int = 256,
                          timeout: Optional[float] = None) -> List[Event]:

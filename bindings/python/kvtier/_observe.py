@@ -8,7 +8,7 @@ from ._enums import (CandidateState, ObsKind, ObsTrigger, SlotState, Tier, _memb
                      _obs_kind)
 from ._errors import OK, CorruptError, InvalidHandleError, StateError, _check, _error
 from ._ffi import C, CONST, ffi
-from ._util import _Handle, _path, _readable, _Record, _versioned
+from ._util import _NO_HANDLE, _Handle, _path, _readable, _Record, _versioned
 
 
 def obs_kind_str(kind: int) -> str:
@@ -92,7 +92,8 @@ class Subscription(_Handle):
 
     def __init__(self, manager, capacity: int):
         out = ffi.new("kvt_subscription **")
-        _check(C.kvt_subscription_create(out, manager._live(), capacity))
+        with manager._using() as m:
+            _check(C.kvt_subscription_create(out, m, capacity))
         self._own(out[0])
 
     def _free(self, s) -> None:
@@ -100,11 +101,13 @@ class Subscription(_Handle):
 
     def drain(self, max_events: int = 1024) -> List[ObsEvent]:
         buf = ffi.new("kvt_obs_event[]", max_events)
-        n = C.kvt_subscription_drain(self._live(), buf, max_events)
+        with self._using() as sub:
+            n = C.kvt_subscription_drain(sub, buf, max_events)
         return [ObsEvent._of(e) for e in buf[0:n]]
 
     def fileno(self) -> int:
-        return C.kvt_subscription_fd(self._live())
+        with self._using() as sub:
+            return C.kvt_subscription_fd(sub)
 
     async def wait_async(self, max_events: int = 1024,
                          timeout: Optional[float] = None) -> List[ObsEvent]:
@@ -135,7 +138,8 @@ class EventLog(_Handle):
     def __iter__(self) -> Iterator[ObsEvent]:
         e = ffi.new("kvt_obs_event *")
         while True:
-            st = C.kvt_event_log_next(self._live(), e)
+            with self._using() as log:
+                st = C.kvt_event_log_next(log, e)
             if st == CONST["KVT_ERR_NOT_FOUND"]:
                 return
             if st == CorruptError.status:
@@ -182,5 +186,5 @@ def replay_log(path: Union[str, bytes, os.PathLike], manager=None) -> LogReplay:
     numbers; with a manager (a fresh one, the recorded one's tiers and capacities at least),
     its BLOCK_* events are applied to it, so that it ends with the recorded registry.
     CorruptError, with .replay, at the first violation."""
-    return _replayed(C.kvt_event_log_replay, ffi.NULL if manager is None else manager._live(),
-                     path)
+    with (_NO_HANDLE if manager is None else manager._using()) as m:
+        return _replayed(C.kvt_event_log_replay, m, path)

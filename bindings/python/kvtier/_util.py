@@ -2,6 +2,7 @@
 out, the lifecycle of a C handle, and waiting on a descriptor in asyncio."""
 import array
 import asyncio
+import contextlib
 import dataclasses
 import functools
 import os
@@ -159,22 +160,89 @@ def _nested(a) -> list:
 
 # ---- handles ----
 
+class _Gate:
+    """The calls in flight on one handle. `with gate as h:` around each C call on the handle
+    (handle._using()): it gives the handle, or raises the handle's closed error once close()
+    has begun, and counts the call until it returns. close() shuts the gate (no call enters
+    any more), waits until none is in flight, and only then frees the handle: the library
+    destroys a handle "when no other call on it runs" (kvtier.h), and cffi lets the GIL go
+    during each call. It holds no reference to its owner, so that dropping the owner still
+    closes it at once.
+
+    A call counts itself by appending to `calls` (list.append and list.pop are atomic), then
+    looks at `shut`; close() sets `shut`, then waits, under `idle`, for `calls` to empty.
+    Either the call sees `shut` and backs out, or close() sees the call. No lock on a call's
+    path: one would cost about as much as a short C call (match_prefix)."""
+    __slots__ = ("h", "calls", "shut", "idle", "owner")
+
+    def __init__(self, handle, owner: type):
+        self.h, self.calls, self.shut, self.owner = handle, [], False, owner
+        self.idle = threading.Condition(threading.Lock())  # the last call out notifies
+
+    def __enter__(self):
+        self.calls.append(None)
+        if self.shut:
+            self.__exit__()
+            raise self.closed_error()
+        return self.h
+
+    def __exit__(self, *exc) -> None:
+        self.calls.pop()
+        if self.shut:
+            self.wake()
+
+    def closed_error(self) -> Exception:
+        o = self.owner
+        return o._closed_error(o._closed_message, o._closed_error.status)
+
+    def wake(self) -> None:
+        """close() waits: tell it (under the lock, so that it cannot miss it)."""
+        with self.idle:
+            self.idle.notify_all()
+
+    def close(self, wait: bool) -> bool:
+        """Shuts the gate; then, with wait, returns once no call is in flight (True); without,
+        False at once if calls are in flight."""
+        self.shut = True
+        with self.idle:
+            if self.calls and not wait:
+                return False
+            self.idle.wait_for(lambda: not self.calls)
+        return True
+
+
+_NO_HANDLE = contextlib.nullcontext(ffi.NULL)  # `with` in an absent handle's place: NULL
+
+
 class _Handle:
-    """The lifecycle of an object owning a C handle: _live() gives the handle or raises
-    _closed_error; close() frees it once (thread-safe, idempotent), also on leaving a with
-    block and at garbage collection. A subclass calls _own(handle) in __init__, frees in
-    _free(handle), and closes what must go first (transfers, a connector) in _close_first()."""
+    """The lifecycle of an object owning a C handle. Each C call on the handle runs inside
+    `with self._using() as h:`, which gives the handle or raises _closed_error; close() frees
+    the handle once (thread-safe, idempotent), also on leaving a with block and at garbage
+    collection, after the calls that other threads have in flight on it returned (new ones
+    fail from the moment close() begins). A subclass calls _own(handle) in __init__, frees in
+    _free(handle), closes what must go first (transfers, a connector) in _close_first(), and
+    ends its blocking calls in _let_go(). _live() gives the handle without counting a call:
+    for handles that guard their calls otherwise (transfers, fences: tokens)."""
     _h = None
+    _gate: Optional[_Gate] = None
     _closed_error: ClassVar[type] = InvalidHandleError
     _closed_message: ClassVar[str] = "the handle is closed"
 
     def _own(self, handle, lock=None) -> None:
         self._closing = lock or threading.Lock()
+        self._gate = _Gate(handle, type(self))
         self._h = handle
+
+    def _using(self) -> _Gate:
+        """`with self._using() as h:` around a C call on h (see _Gate)."""
+        g = self._gate
+        if g is None:  # __init__ failed before _own
+            raise self._closed_error(self._closed_message, self._closed_error.status)
+        return g
 
     def _live(self):
         h = self._h
-        if h is None or self._parent_closed():
+        if h is None or self._gate.shut or self._parent_closed():
             raise self._closed_error(self._closed_message, self._closed_error.status)
         return h
 
@@ -184,6 +252,9 @@ class _Handle:
     def _close_first(self) -> None:
         pass
 
+    def _let_go(self, handle) -> None:
+        """Ends what would keep a call in flight waiting (the gate is shut by now)."""
+
     def _free(self, handle) -> None:
         raise NotImplementedError
 
@@ -192,13 +263,23 @@ class _Handle:
         return self._h is None
 
     def close(self) -> None:
+        self._close(wait=True)
+
+    def _close(self, wait: bool) -> None:
         if self._h is None:  # also when __init__ failed before _own
             return
         with self._closing:
             if self._h is None:
                 return
+            g = self._gate
+            g.shut = True  # from here on, calls fail with _closed_error
             self._close_first()
+            self._let_go(self._h)
+            if not g.close(wait):
+                return  # a finalizer does not wait; unreachable: a call holds a reference
+            self._close_first()  # what a call that was in flight created meanwhile
             h, self._h = self._h, None
+            g.h = None
             self._free(h)
 
     def __enter__(self):
@@ -209,7 +290,7 @@ class _Handle:
 
     def __del__(self):
         try:
-            self.close()
+            self._close(wait=False)
         except Exception:  # nothing to raise to at collection or interpreter exit
             pass
 

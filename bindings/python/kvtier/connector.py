@@ -159,7 +159,10 @@ def _opt_str(p) -> Optional[str]:
 class Connector(_Handle):
     """Owns a kvt_connector over a Manager, which must stay open while the connector is
     (closing the manager closes its connector first). Use as a context manager, or call
-    close(). Calls from several threads are serialized by the library."""
+    close(). Calls from several threads are serialized by the library. close() lets a call
+    paused at a breakpoint go (any later pause lasts 1 ms), waits for the calls in flight on
+    other threads (a wait_paused until its timeout), and then destroys the connector; calls
+    after it began raise InvalidHandleError."""
     _closed_message = "the connector is closed"
 
     def __init__(self, manager, config: Optional[ConnectorConfig] = None, **fields):
@@ -170,22 +173,29 @@ class Connector(_Handle):
         ConnectorConfig's defaults."""
         cfg, keep = _merged(ConnectorConfig, config, fields, "connector config")._cdata()
         out = ffi.new("kvt_connector **")
-        _call(C.kvt_connector_create, out, manager._live(), cfg)
-        self.salt_hash = cfg.salt_hash
-        self._m = manager
-        self._keep = []  # the registered G1 buffers: the worker copies into them until close
-        self._hooks = None  # the callbacks the library holds (set_hooks)
-        self._endpoints = set()  # closed before the connector (kvt_endpoint_close)
-        # The library's buffers last until the next call of the same kind from any thread:
-        # each is copied out under its lock (the GIL is let go during the call).
-        self._meta_lock = threading.Lock()
-        self._finished_lock = threading.Lock()
-        self._own(out[0])
-        manager._connector = self
+        with manager._using() as m:  # the manager's close() finds this connector, or refuses it
+            _call(C.kvt_connector_create, out, m, cfg)
+            self.salt_hash = cfg.salt_hash
+            self._m = manager
+            self._keep = []  # the registered G1 buffers: the worker copies into them until close
+            self._hooks = None  # the callbacks the library holds (set_hooks)
+            self._endpoints = set()  # closed before the connector (kvt_endpoint_close)
+            # The library's buffers last until the next call of the same kind from any thread:
+            # each is copied out under its lock (the GIL is let go during the call).
+            self._meta_lock = threading.Lock()
+            self._finished_lock = threading.Lock()
+            self._own(out[0])
+            manager._connector = self
 
     def _close_first(self) -> None:
         for e in list(self._endpoints):
             e.close()
+
+    def _let_go(self, c) -> None:
+        """A scheduler call paused at a breakpoint (or by pause()) goes on, and any later pause
+        lasts 1 ms: close() then waits for the calls in flight."""
+        C.kvt_connector_set_pause_timeout(c, 1)
+        C.kvt_connector_resume(c)  # KVT_ERR_STATE when nothing is paused: fine
 
     def _free(self, c) -> None:
         """Waits for the worker's copies in flight, releases every pin, frees the connector."""
@@ -205,15 +215,18 @@ class Connector(_Handle):
         toks, n = _u32_array(tokens, "tokens")
         num, is_async = ffi.new("uint64_t *"), ffi.new("int32_t *")
         if max_tokens is not None:
-            _call(C.kvt_connector_get_num_new_matched_tokens_max, num, is_async, self._live(),
-                  _req_id(req_id), self.salt_hash if salt is None else salt, toks, n,
-                  num_computed_tokens, max_tokens)
+            with self._using() as c:
+                _call(C.kvt_connector_get_num_new_matched_tokens_max, num, is_async, c,
+                      _req_id(req_id), self.salt_hash if salt is None else salt, toks, n,
+                      num_computed_tokens, max_tokens)
         elif salt is None:
-            _call(C.kvt_connector_get_num_new_matched_tokens, num, is_async, self._live(),
-                  _req_id(req_id), toks, n, num_computed_tokens)
+            with self._using() as c:
+                _call(C.kvt_connector_get_num_new_matched_tokens, num, is_async, c,
+                      _req_id(req_id), toks, n, num_computed_tokens)
         else:
-            _call(C.kvt_connector_get_num_new_matched_tokens_salted, num, is_async,
-                  self._live(), _req_id(req_id), salt, toks, n, num_computed_tokens)
+            with self._using() as c:
+                _call(C.kvt_connector_get_num_new_matched_tokens_salted, num, is_async,
+                      c, _req_id(req_id), salt, toks, n, num_computed_tokens)
         return num[0], bool(is_async[0])
 
     def update_state_after_alloc(self, req_id: ReqId, block_ids,
@@ -222,8 +235,9 @@ class Connector(_Handle):
         window's null blocks); num_external_tokens: 0, or what get_num_new_matched_tokens
         reported."""
         ids, n = _u32_array(block_ids, "block_ids")
-        _call(C.kvt_connector_update_state_after_alloc, self._live(), _req_id(req_id), ids, n,
-              num_external_tokens)
+        with self._using() as c:
+            _call(C.kvt_connector_update_state_after_alloc, c, _req_id(req_id), ids, n,
+                  num_external_tokens)
 
     def build_connector_meta(self, reqs) -> bytes:
         """One step's metadata (bytes) for the worker. reqs: ScheduledRequest tuples (or
@@ -247,28 +261,32 @@ class Connector(_Handle):
             except (OverflowError, TypeError) as err:
                 raise _invalid("request %r: %s" % (r.req_id, err)) from None
         p, n = ffi.new("void **"), ffi.new("size_t *")
-        with self._meta_lock:
-            _call(C.kvt_connector_build_connector_meta, p, n, self._live(), arr, len(reqs))
+        with self._meta_lock, self._using() as c:
+            _call(C.kvt_connector_build_connector_meta, p, n, c, arr, len(reqs))
             return ffi.buffer(p[0], n[0])[:] if n[0] else b""  # a copy: valid past the next
 
     def update_connector_output(self, report) -> None:
         """The worker's report (Finished.report, bytes)."""
         p, n = _bytes_in(report, "report")
-        _call(C.kvt_connector_update_connector_output, self._live(), p, n)
+        with self._using() as c:
+            _call(C.kvt_connector_update_connector_output, c, p, n)
 
     def request_finished(self, req_id: ReqId) -> bool:
         """True when stores still read the request's G1 blocks: keep them until the worker
         lists it in finished_sending."""
         delay = ffi.new("int32_t *")
-        _call(C.kvt_connector_request_finished, delay, self._live(), _req_id(req_id))
+        with self._using() as c:
+            _call(C.kvt_connector_request_finished, delay, c, _req_id(req_id))
         return bool(delay[0])
 
     def request_preempted(self, req_id: ReqId) -> None:
-        _call(C.kvt_connector_request_preempted, self._live(), _req_id(req_id))
+        with self._using() as c:
+            _call(C.kvt_connector_request_preempted, c, _req_id(req_id))
 
     def reset_cache(self) -> None:
         """Nothing stored so far is served again (kvt_connector_reset_cache)."""
-        _call(C.kvt_connector_reset_cache, self._live())
+        with self._using() as c:
+            _call(C.kvt_connector_reset_cache, c)
 
     def slot_state(self, req_id: ReqId) -> Tuple[SlotState, List[SlotState]]:
         """(state, [states so far, from SLOT_INITIALIZED on]) of a request's slot."""
@@ -277,7 +295,8 @@ class Connector(_Handle):
         cap = 16
         while True:
             hist = ffi.new("uint32_t[]", cap)
-            _call(C.kvt_connector_slot_state, state, hist, n, cap, self._live(), rid)
+            with self._using() as c:
+                _call(C.kvt_connector_slot_state, state, hist, n, cap, c, rid)
             if n[0] <= cap:
                 return (_member(SlotState, state[0]),
                         [_member(SlotState, h) for h in ffi.unpack(hist, n[0])])
@@ -286,13 +305,15 @@ class Connector(_Handle):
     def stats(self) -> ConnectorStats:
         """The scheduler half's counters (kvt_connector_stats)."""
         s = _versioned("kvt_connector_stats")
-        _call(C.kvt_connector_stats_get, s, self._live())
+        with self._using() as c:
+            _call(C.kvt_connector_stats_get, s, c)
         return ConnectorStats._from_c(s)
 
     def take_events(self, max_events: int = 256) -> List[Event]:
         """The manager's pending events (BLOCK_STORED/REMOVED of G2 and G3), oldest first."""
         buf = ffi.new("kvt_event[]", max_events)
-        n = C.kvt_connector_take_events(buf, max_events, self._live())
+        with self._using() as c:
+            n = C.kvt_connector_take_events(buf, max_events, c)
         return [Event._from_c(e) for e in buf[0:n]]
 
     def set_hooks(self, will_call: Optional[Callable[[ObsTrigger, Optional[str]], None]] = None,
@@ -325,7 +346,8 @@ class Connector(_Handle):
             hook("transition", "void(void *, const char *, uint32_t, uint32_t, uint32_t)",
                  transition, lambda r, a, b, t: (_opt_str(r), _member(SlotState, a),
                                                  _member(SlotState, b), _member(ObsTrigger, t)))
-        _call(C.kvt_connector_set_hooks, self._live(), hooks)
+        with self._using() as c:
+            _call(C.kvt_connector_set_hooks, c, hooks)
         # The library calls them until replaced or destroyed; the call took the connector's
         # lock, so the hooks it replaced run no more.
         self._hooks = (hooks, callbacks)
@@ -339,41 +361,49 @@ class Connector(_Handle):
         shape = types.SimpleNamespace(num_layers=m._shape[0], num_outer=m._shape[1],
                                       chunk_bytes=m._shape[2], g1_blocks=num_blocks)
         cdata, held = layout._cdata(shape)
-        _call(C.kvt_connector_register_kv_caches, self._live(), cdata, num_blocks)
+        with self._using() as c:
+            _call(C.kvt_connector_register_kv_caches, c, cdata, num_blocks)
         self._keep.extend(held)
 
     def bind_connector_metadata(self, meta) -> None:
         """Holds a step's metadata (bytes from build_connector_meta) until
         clear_connector_metadata."""
         p, n = _bytes_in(meta, "meta")
-        _call(C.kvt_connector_bind_connector_metadata, self._live(), p, n)
+        with self._using() as c:
+            _call(C.kvt_connector_bind_connector_metadata, c, p, n)
 
     def clear_connector_metadata(self) -> None:
-        _call(C.kvt_connector_clear_connector_metadata, self._live())
+        with self._using() as c:
+            _call(C.kvt_connector_clear_connector_metadata, c)
 
     def start_load_kv(self) -> None:
-        _call(C.kvt_connector_start_load_kv, self._live())
+        with self._using() as c:
+            _call(C.kvt_connector_start_load_kv, c)
 
     def wait_for_layer_load(self, layer: int) -> None:
-        _call(C.kvt_connector_wait_for_layer_load, self._live(), layer)
+        with self._using() as c:
+            _call(C.kvt_connector_wait_for_layer_load, c, layer)
 
     def save_kv_layer(self, layer: int) -> None:
-        _call(C.kvt_connector_save_kv_layer, self._live(), layer)
+        with self._using() as c:
+            _call(C.kvt_connector_save_kv_layer, c, layer)
 
     def wait_for_save(self) -> None:
-        _call(C.kvt_connector_wait_for_save, self._live())
+        with self._using() as c:
+            _call(C.kvt_connector_wait_for_save, c)
 
     def handle_preemptions(self, req_ids) -> None:
         """Waits until no copy in flight uses the G1 blocks of these requests."""
         ids = [ffi.new("char[]", _req_id(r)) for r in req_ids]
         arr = ffi.new("const char *[]", ids) if ids else ffi.NULL
-        _call(C.kvt_connector_handle_preemptions, self._live(), arr, len(ids))
+        with self._using() as c:
+            _call(C.kvt_connector_handle_preemptions, c, arr, len(ids))
 
     def get_finished(self) -> Finished:
         """Everything that ended since the last call, as a Finished; never waits."""
         f = _versioned("kvt_finished")
-        with self._finished_lock:
-            _call(C.kvt_connector_get_finished, f, self._live())
+        with self._finished_lock, self._using() as c:  # the buffers live until destroy too
+            _call(C.kvt_connector_get_finished, f, c)
             return Finished(_strings(f.finished_sending, f.num_finished_sending),
                             _strings(f.finished_recving, f.num_finished_recving),
                             ffi.unpack(f.load_error_block_ids, f.num_load_errors)
@@ -383,13 +413,14 @@ class Connector(_Handle):
     # inspection, breakpoints and rerun (kvtier.h, "Observe")
     def _listed(self, fn, record):
         n = ffi.new("size_t *")
-        _call(fn, ffi.NULL, 0, n, self._live())
-        while True:
-            cap = n[0]
-            buf = ffi.new(record._ctype + "[]", max(cap, 1))
-            _call(fn, buf, cap, n, self._live())
-            if n[0] <= cap:
-                return [record._from_c(buf[i]) for i in range(n[0])]
+        with self._using() as c:
+            _call(fn, ffi.NULL, 0, n, c)
+            while True:
+                cap = n[0]
+                buf = ffi.new(record._ctype + "[]", max(cap, 1))
+                _call(fn, buf, cap, n, c)
+                if n[0] <= cap:
+                    return [record._from_c(buf[i]) for i in range(n[0])]
 
     def slots(self) -> List[SlotInfo]:
         """The live slots (answered from the pause while the scheduler is paused)."""
@@ -403,34 +434,41 @@ class Connector(_Handle):
         """A breakpoint on a slot entering `state` (0: any) and/or on a request; its id."""
         out = ffi.new("uint64_t *")
         rid = ffi.NULL if req_id is None else _req_id(req_id)
-        _call(C.kvt_connector_breakpoint_add, out, self._live(), state, rid)
+        with self._using() as c:
+            _call(C.kvt_connector_breakpoint_add, out, c, state, rid)
         return out[0]
 
     def remove_breakpoint(self, breakpoint_id: int) -> None:
-        _call(C.kvt_connector_breakpoint_remove, self._live(), breakpoint_id)
+        with self._using() as c:
+            _call(C.kvt_connector_breakpoint_remove, c, breakpoint_id)
 
     def pause(self) -> None:
         """Pauses the next scheduler call or transition."""
-        _call(C.kvt_connector_pause, self._live())
+        with self._using() as c:
+            _call(C.kvt_connector_pause, c)
 
     def resume(self) -> None:
-        _call(C.kvt_connector_resume, self._live())
+        with self._using() as c:
+            _call(C.kvt_connector_resume, c)
 
     def wait_paused(self, timeout_ms: int) -> Optional[PauseInfo]:
         """The pause once a thread is paused; None when none paused within timeout_ms."""
         p = _versioned("kvt_pause_info")
-        status = C.kvt_connector_wait_paused(p, self._live(), timeout_ms)
+        with self._using() as c:
+            status = C.kvt_connector_wait_paused(p, c, timeout_ms)
         if status == CONST["KVT_AGAIN"]:
             return None
         _check(status)
         return PauseInfo._from_c(p)
 
     def set_pause_timeout(self, timeout_ms: int) -> None:
-        _call(C.kvt_connector_set_pause_timeout, self._live(), timeout_ms)
+        with self._using() as c:
+            _call(C.kvt_connector_set_pause_timeout, c, timeout_ms)
 
     def rerun(self, path) -> LogReplay:
         """kvt_event_log_rerun: the log's calls made again on this (fresh) connector, and
         the counts (calls, violations, live_slots, registered, ...); CorruptError, with the
         counts as .replay, naming the first difference when the end state differs from the
         log's."""
-        return _replayed(C.kvt_event_log_rerun, self._live(), path)
+        with self._using() as c:
+            return _replayed(C.kvt_event_log_rerun, c, path)
