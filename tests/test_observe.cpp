@@ -1113,6 +1113,9 @@ TEST(Breakpoints, AtMostKvtMaxBreakpointsFromTheApiOrTheEndpoint) {
   Rig r(cc);
   ASSERT_NE(r.c, nullptr);
   uint64_t id = 0, first = 0;
+  // A number is a state only whole: 2^32 + 3 is not ONBOARDING.
+  std::string big = ask_endpoint(sock, "{\"cmd\": \"break\", \"state\": 4294967299}\n");
+  EXPECT_NE(big.find("not a slot state"), std::string::npos) << big;
   for (int i = 0; i < KVT_MAX_BREAKPOINTS - 1; ++i) {
     const std::string req = "r" + std::to_string(i);
     ASSERT_KVT_OK(kvt_connector_breakpoint_add(&id, r.c, KVT_SLOT_FINISHED, req.c_str()));

@@ -25,7 +25,8 @@ const char *short_state(uint32_t s) {
 
 // "ONBOARDING", "onboarding", "KVT_SLOT_ONBOARDING" or 3: the state; 0 when none.
 uint32_t parse_state(const json &v) {
-  if (v.is_number_unsigned()) return v.get<uint32_t>() <= KVT_SLOT_FINISHED ? v.get<uint32_t>() : 0;
+  if (v.is_number_unsigned())  // compared whole: 2^32 + 3 is no state
+    return v.get<uint64_t>() <= KVT_SLOT_FINISHED ? uint32_t(v.get<uint64_t>()) : 0;
   if (!v.is_string()) return 0;
   std::string s = v.get<std::string>();
   for (char &ch : s) ch = char(std::toupper(static_cast<unsigned char>(ch)));
