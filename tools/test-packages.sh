@@ -49,16 +49,21 @@ for ex in prefix_hit:prefix_hit.c connector_seed003:connector/seed003.c scenario
   cc -std=c99 -Wall -Wextra -pedantic -Werror -o "$tmp/pc_${ex%%:*}" "$src/examples/${ex#*:}" \
     $(pkg-config --cflags --libs kvtier)
 done
-"$tmp/pc_prefix_hit" | grep -q "hold the bytes request A computed: yes" || fail "pkg-config's prefix_hit"
+# Outputs are read whole before grep: with pipefail, grep -q leaving early would fail the
+# writer's end of the pipe (SIGPIPE), and with it the check, now and then.
+out=$("$tmp/pc_prefix_hit")
+grep -q "hold the bytes request A computed: yes" <<< "$out" || fail "pkg-config's prefix_hit"
 [ "$("$tmp/pc_connector_seed003")" = "$want" ] || fail "pkg-config's connector_seed003 printed otherwise"
 "$tmp/pc_scenario" > /dev/null || fail "pkg-config's scenario"
-ldd "$tmp/pc_prefix_hit" | grep -q "libkvtier.so.0 => /usr/lib/libkvtier.so.0" ||
+out=$(ldd "$tmp/pc_prefix_hit")
+grep -q "libkvtier.so.0 => /usr/lib/libkvtier.so.0" <<< "$out" ||
   fail "pkg-config's build did not load the installed library"
 
 echo "-- the examples through find_package(kvtier)"
 cmake -S "$src/tests/package" -B "$tmp/cmake" > "$tmp/cmake.log" 2>&1 &&
   cmake --build "$tmp/cmake" >> "$tmp/cmake.log" 2>&1 || { cat "$tmp/cmake.log"; exit 1; }
-"$tmp/cmake/prefix_hit" | grep -q "hold the bytes request A computed: yes" || fail "CMake's prefix_hit"
+out=$("$tmp/cmake/prefix_hit")
+grep -q "hold the bytes request A computed: yes" <<< "$out" || fail "CMake's prefix_hit"
 [ "$("$tmp/cmake/connector_seed003")" = "$want" ] || fail "CMake's connector_seed003 printed otherwise"
 "$tmp/cmake/scenario" > /dev/null || fail "CMake's scenario"
 
