@@ -2,11 +2,11 @@
 // same run (issue 12's goal: overhead <= 2 us per request per step + 50 ns per block):
 //   Miss/N: a request of N new blocks: get_num_new_matched_tokens (finds nothing),
 //           update_state_after_alloc, build_connector_meta (plans N eager stores to G2);
-//           baseline: kvt_hash_sequence + kvt_tier_match_prefix on G2 + kvt_block_alloc/release
+//           baseline: kvt_hash_tokens + kvt_tier_match_prefix on G2 + kvt_block_alloc/release
 //           of N G2 store destinations (registered, untimed, between the two, so that G2
 //           fills up and allocations evict as the connector's do).
 //   Hit/N:  a request whose N blocks are in G2: the same three calls (plan N loads);
-//           baseline: kvt_hash_sequence + kvt_tier_match_prefix on G2 (N hits) + release.
+//           baseline: kvt_hash_tokens + kvt_tier_match_prefix on G2 (N hits) + release.
 // Only the three calls (or the baseline's) are timed. The worker's copies, the report and
 // the request's end run between timed regions, so that every step starts from the same state.
 //   Observed_Miss/N/MODE, Observed_Hit/N/MODE (issue 13): the same step while MODE 0 nobody
@@ -344,7 +344,7 @@ struct Bare {
     auto tokens = tokens_of(n, ++k);
     size_t nh = 0, hit = 0;
     const auto t0 = Clock::now();
-    check(kvt_hash_sequence(hashes.data(), &nh, n, salt, tokens.data(), tokens.size(), kPage),
+    check(kvt_hash_tokens(hashes.data(), n, &nh, salt, tokens.data(), tokens.size(), kPage),
           "hash");
     check(kvt_tier_match_prefix(&hit, found.data(), m, KVT_TIER_G2, hashes.data(), nh), "match");
     check(kvt_block_alloc(dst.data(), n, m, KVT_TIER_G2), "alloc");
@@ -360,8 +360,7 @@ struct Bare {
   // Puts the hit request's N blocks into G2 for hit().
   void store_hit() {
     size_t nh = 0;
-    check(kvt_hash_sequence(hashes.data(), &nh, n, salt, hit_tokens.data(), hit_tokens.size(),
-                            kPage),
+    check(kvt_hash_tokens(hashes.data(), n, &nh, salt, hit_tokens.data(), hit_tokens.size(), kPage),
           "hash");
     check(kvt_block_alloc(found.data(), n, m, KVT_TIER_G2), "alloc");
     check(kvt_block_register_hashes(found.data(), m, found.data(), hashes.data(), n, 0),
@@ -372,8 +371,7 @@ struct Bare {
   double hit() {
     size_t got = 0, nh = 0;
     const auto t0 = Clock::now();
-    check(kvt_hash_sequence(hashes.data(), &nh, n, salt, hit_tokens.data(), hit_tokens.size(),
-                            kPage),
+    check(kvt_hash_tokens(hashes.data(), n, &nh, salt, hit_tokens.data(), hit_tokens.size(), kPage),
           "hash");
     check(kvt_tier_match_prefix(&got, found.data(), m, KVT_TIER_G2, hashes.data(), nh), "match");
     check(kvt_block_release(m, found.data(), got), "release");

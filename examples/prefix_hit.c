@@ -45,7 +45,7 @@ static void tokenize(struct request *r) {
 /* Match the prefix in G1, then compute every block after it through the token path. */
 static void run(kvt_manager *m, uint64_t salt, struct request *r, int verify_against_tokens) {
   tokenize(r);
-  CHECK(kvt_hash_sequence(r->hashes, &r->n_full, MAX_BLOCKS, salt, r->tokens, r->n_tokens, PAGE));
+  CHECK(kvt_hash_tokens(r->hashes, MAX_BLOCKS, &r->n_full, salt, r->tokens, r->n_tokens, PAGE));
   CHECK(kvt_tier_match_prefix(&r->n_hit, r->blocks, m, KVT_TIER_G1, r->hashes, r->n_full));
   r->n_blocks = (r->n_tokens + PAGE - 1) / PAGE;
   int same = 1;

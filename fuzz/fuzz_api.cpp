@@ -359,7 +359,7 @@ void step(Input &in, World &w) {
       size_t *np = in.byte() == 0 ? nullptr : &n;
       size_t max = in.below(9);
       kvt_tier tier = pick_tier(in);
-      s = kvt_tier_evictable(np, out, max, m, tier);
+      s = kvt_tier_evictable_blocks(out, max, np, m, tier);
       break;
     }
     case 17: {  // stateless hashing with short and NULL arrays
@@ -373,7 +373,7 @@ void step(Input &in, World &w) {
       const uint32_t *t = in.flag() ? tokens : nullptr;
       size_t n_tokens = in.below(33);
       uint32_t page = in.take<uint32_t>() % 9;
-      s = kvt_hash_sequence(o, &n, cap, salt, t, n_tokens, page);
+      s = kvt_hash_tokens(o, cap, &n, salt, t, n_tokens, page);
       break;
     }
     case 18: {  // incremental sequences
@@ -401,7 +401,7 @@ void step(Input &in, World &w) {
           uint64_t *bp = in.flag() ? b : nullptr;
           size_t first = in.count(4);
           size_t cap = in.below(5);
-          s = kvt_seq_hashes(&n, a, bp, w.seqs[i], first, cap);
+          s = kvt_seq_copy_hashes(a, bp, cap, &n, w.seqs[i], first);
           break;
         }
         default:

@@ -61,6 +61,7 @@ typedef int32_t kvt_status;
 #define KVT_OK                    0
 #define KVT_AGAIN                 1    /* nothing to do now; try again later */
 #define KVT_TIMEOUT               2    /* a wait ran out of time */
+#define KVT_ITEROVER              3    /* 0.5.0: an iteration has no more items */
 #define KVT_ERR_INVALID_ARGUMENT (-1)
 #define KVT_ERR_INVALID_HANDLE   (-2)  /* unknown, foreign or stale handle */
 #define KVT_ERR_STATE            (-3)  /* the call does not fit the object's state */
@@ -72,7 +73,8 @@ typedef int32_t kvt_status;
 #define KVT_ERR_CORRUPT          (-8)  /* a checksum or hash did not match */
 #define KVT_ERR_NO_MEMORY        (-9)
 #define KVT_ERR_CUDA             (-10)
-#define KVT_ERR_NOT_FOUND        (-11) /* an unknown request id (never seen, or finished) */
+#define KVT_ERR_NOT_FOUND        (-11) /* no such id or key: an unknown request (never seen,
+                                          or finished) or breakpoint, a missing G4 key */
 #define KVT_ERR_INTERNAL         (-99)
 
 /* ---------------------------------------------------------------------------------------
@@ -126,8 +128,8 @@ typedef enum kvt_tier {
   KVT_TIER_G1 = 1, KVT_TIER_G2 = 2, KVT_TIER_G3 = 3,
   KVT_TIER_G4 = 4               /* 0.4.0: remote, on Redis (see G4). It has no blocks of its
                                    own: calls that take a tier for handles (kvt_block_alloc,
-                                   kvt_tier_match_prefix, kvt_tier_evictable, kvt_tier_stats_get,
-                                   kvt_manager_reset) refuse it with
+                                   kvt_tier_match_prefix, kvt_tier_evictable_blocks,
+                                   kvt_tier_stats_get, kvt_manager_reset) refuse it with
                                    KVT_ERR_INVALID_ARGUMENT, and no handle names it */
 } kvt_tier;
 
@@ -437,14 +439,14 @@ typedef struct kvt_tier_stats {
  * A tier of capacity 0 reports all zeros. */
 KVT_API kvt_status kvt_tier_stats_get(kvt_tier_stats *out, kvt_manager *m, kvt_tier tier);
 
-/* The blocks that the next allocations in a tier would evict, in that order: up to max
- * inactive blocks in eviction order (see Priorities and pins; pinned blocks are not
- * listed). *out_n receives how many. Nothing is
+/* 0.5.0. The blocks that the next allocations in a tier would evict, in that order: the
+ * first cap of them into out, and into *n how many the tier could evict now (out NULL and
+ * cap 0 ask for it). Pinned blocks are not listed (see Priorities and pins). Nothing is
  * pinned or changed, so a handle may go stale as soon as another call evicts it. This is
  * for write-back offload (SGLang HiCache's write_back): offload these blocks, wait, then
- * allocate over them. out: borrowed, room for max handles. */
-KVT_API kvt_status kvt_tier_evictable(size_t *out_n, kvt_block *out, size_t max,
-                                      kvt_manager *m, kvt_tier tier);
+ * allocate over them. */
+KVT_API kvt_status kvt_tier_evictable_blocks(kvt_block *out, size_t cap, size_t *n,
+                                             kvt_manager *m, kvt_tier tier);
 
 /* The hashes tier t of m holds registered now, in no particular order: up to cap into out,
  * their number into *n (out NULL and cap 0 ask for it). */
@@ -596,28 +598,25 @@ KVT_API kvt_status kvt_tier_match_prefix(size_t *out_n, kvt_block *out_blocks, k
 /* salt: borrowed, may be NULL when len is 0 (the empty salt). */
 KVT_API kvt_status kvt_hash_salt(uint64_t *out_salt_hash, const void *salt, size_t len);
 
-/* Sequence hashes of the full blocks of tokens[0..n_tokens); a trailing partial block has
- * none. *out_n receives the number of full blocks. With out_seq_hashes NULL and cap 0 the
- * call only reports that number. If cap is smaller, it fails with KVT_ERR_INVALID_ARGUMENT
- * and still sets *out_n to the number needed. tokens: borrowed. */
-KVT_API kvt_status kvt_hash_sequence(uint64_t *out_seq_hashes, size_t *out_n, size_t cap,
-                                     uint64_t salt_hash, const uint32_t *tokens,
-                                     size_t n_tokens, uint32_t page_size);
+/* 0.5.0. Sequence hashes of the full blocks of tokens[0..n_tokens); a trailing partial block
+ * has none. The first cap of them go into out, and the number of full blocks into *n (out
+ * NULL and cap 0 ask for it). tokens: borrowed. */
+KVT_API kvt_status kvt_hash_tokens(uint64_t *out, size_t cap, size_t *n, uint64_t salt_hash,
+                                   const uint32_t *tokens, size_t n_tokens, uint32_t page_size);
 
 /* Incremental form: append tokens in any split and read the hashes of the blocks completed
- * so far; they equal kvt_hash_sequence over the concatenation. A kvt_seq is owned by the
+ * so far; they equal kvt_hash_tokens over the concatenation. A kvt_seq is owned by the
  * caller (kvt_seq_destroy) and must not be used from two threads at once. */
 KVT_API kvt_status kvt_seq_create(kvt_seq **out, uint64_t salt_hash, uint32_t page_size);
 KVT_API void       kvt_seq_destroy(kvt_seq *s);   /* NULL is ignored */
 KVT_API kvt_status kvt_seq_append(kvt_seq *s, const uint32_t *tokens, size_t n);
 /* Total tokens appended and the number of full blocks hashed so far. */
 KVT_API kvt_status kvt_seq_info(size_t *out_tokens, size_t *out_blocks, const kvt_seq *s);
-/* Copies the hashes of blocks [first, first + cap) that are complete into the arrays (either
- * may be NULL to skip it); *out_n receives how many were copied (0 when first is at the
- * end). */
-KVT_API kvt_status kvt_seq_hashes(size_t *out_n, uint64_t *out_block_hashes,
-                                  uint64_t *out_seq_hashes, const kvt_seq *s, size_t first,
-                                  size_t cap);
+/* 0.5.0. The hashes of the complete blocks from block `first` on: the first cap of them into
+ * the arrays (either may be NULL to skip it), and into *n how many blocks from first on are
+ * complete (0 when first is at the end; first beyond it is KVT_ERR_INVALID_ARGUMENT). */
+KVT_API kvt_status kvt_seq_copy_hashes(uint64_t *out_block_hashes, uint64_t *out_seq_hashes,
+                                       size_t cap, size_t *n, const kvt_seq *s, size_t first);
 
 /* ---------------------------------------------------------------------------------------
  * Fences: preconditions the host signals
@@ -926,10 +925,10 @@ KVT_API kvt_status kvt_manager_recorder_close(kvt_manager *m);
  * event log, KVT_ERR_UNSUPPORTED for another format version, KVT_ERR_IO when it cannot be
  * read. */
 KVT_API kvt_status kvt_event_log_open(kvt_event_log **out, const char *path);
-/* The next record into *out: KVT_OK; KVT_ERR_NOT_FOUND past the last one; KVT_ERR_CORRUPT
- * once, where a record is torn or damaged (a writer killed mid-write): nothing from there on
- * is read, and kvt_last_error says at which byte. */
-KVT_API kvt_status kvt_event_log_next(kvt_event_log *l, kvt_obs_event *out);
+/* 0.5.0. The next record into *out: KVT_OK; KVT_ITEROVER past the last one (and on every call
+ * after); KVT_ERR_CORRUPT once, where a record is torn or damaged (a writer killed
+ * mid-write): nothing from there on is read, and kvt_last_error says at which byte. */
+KVT_API kvt_status kvt_event_log_read(kvt_obs_event *out, kvt_event_log *l);
 /* NULL is ignored. */
 KVT_API void kvt_event_log_close(kvt_event_log *l);
 
@@ -1270,9 +1269,10 @@ typedef struct kvt_connector_stats {
 /* Fills *out up to out->struct_size (set by the caller). */
 KVT_API kvt_status kvt_connector_stats_get(kvt_connector_stats *out, kvt_connector *c);
 
-/* The manager's pending events (BLOCK_STORED/REMOVED of G2 and G3), as kvt_manager_poll
- * gives them: vLLM's take_events. */
-KVT_API size_t kvt_connector_take_events(kvt_event *out, size_t max, kvt_connector *c);
+/* 0.5.0. vLLM's take_events: moves up to max of the manager's pending events (BLOCK_STORED
+ * and BLOCK_REMOVED of G2 and G3) into out, as kvt_manager_poll does, and returns how many
+ * (0 for a bad handle, with kvt_last_error set). */
+KVT_API size_t kvt_connector_drain_events(kvt_connector *c, kvt_event *out, size_t max);
 
 /* --- worker half --- */
 
@@ -1423,10 +1423,11 @@ KVT_API kvt_status kvt_connector_breakpoint_remove(kvt_connector *c, uint64_t id
 KVT_API kvt_status kvt_connector_pause(kvt_connector *c);
 /* KVT_ERR_STATE when no thread is paused. */
 KVT_API kvt_status kvt_connector_resume(kvt_connector *c);
-/* Waits up to timeout_ms for a paused thread and describes its pause; KVT_AGAIN when none
- * paused in time. */
-KVT_API kvt_status kvt_connector_wait_paused(kvt_pause_info *out, kvt_connector *c,
-                                             uint32_t timeout_ms);
+/* 0.5.0. Waits for a paused thread and describes its pause: KVT_OK, or KVT_TIMEOUT (with a
+ * message) when none paused in time. As kvt_xfer_wait: timeout_ns < 0 waits forever, 0 only
+ * looks. */
+KVT_API kvt_status kvt_connector_pause_wait(kvt_pause_info *out, kvt_connector *c,
+                                            int64_t timeout_ns);
 /* Changes the config's pause_timeout_ms: 1 ms .. 1 hour. */
 KVT_API kvt_status kvt_connector_set_pause_timeout(kvt_connector *c, uint32_t timeout_ms);
 
@@ -1501,7 +1502,8 @@ KVT_API kvt_status kvt_endpoint_stats_get(kvt_endpoint_stats *out, kvt_endpoint 
  * blocks per tier and state, transfers, bytes and a duration histogram per direction, live
  * slots per state and slot transitions, observe events emitted and dropped. Writes the text
  * and a NUL into buf when cap is enough; *len is the text's length either way (buf NULL
- * and cap 0 ask for it). KVT_ERR_INVALID_ARGUMENT when cap is too small. Safe to call from
+ * and cap 0 ask for it: KVT_OK from 0.5.0, KVT_ERR_INVALID_ARGUMENT before). A smaller cap
+ * otherwise is KVT_ERR_INVALID_ARGUMENT: a text is never cut. Safe to call from
  * any thread, e.g. an HTTP server's. docs/EVENTS.md lists the families. */
 KVT_API kvt_status kvt_metrics_text(char *buf, size_t cap, size_t *len, kvt_manager *m,
                                     kvt_connector *c);
@@ -1617,6 +1619,36 @@ KVT_API kvt_status kvt_breakpoint_remove(kvt_connector *c, uint64_t id);
 KVT_DEPRECATED(kvt_tier_match_prefix)
 KVT_API kvt_status kvt_match_prefix(size_t *out_n, kvt_block *out_blocks, kvt_manager *m,
                                     kvt_tier tier, const uint64_t *seq_hashes, size_t n);
+
+/* 0.5.0 also gave these calls the argument order and codes of docs/CONVENTIONS.md. Each old
+ * form keeps its own behaviour, as stated. */
+
+/* kvt_tier_evictable_blocks, but *out_n receives how many were written (at most max). */
+KVT_DEPRECATED(kvt_tier_evictable_blocks)
+KVT_API kvt_status kvt_tier_evictable(size_t *out_n, kvt_block *out, size_t max,
+                                      kvt_manager *m, kvt_tier tier);
+/* kvt_hash_tokens, but a cap smaller than the number of full blocks fails with
+ * KVT_ERR_INVALID_ARGUMENT (still setting *out_n to that number), writing nothing. */
+KVT_DEPRECATED(kvt_hash_tokens)
+KVT_API kvt_status kvt_hash_sequence(uint64_t *out_seq_hashes, size_t *out_n, size_t cap,
+                                     uint64_t salt_hash, const uint32_t *tokens,
+                                     size_t n_tokens, uint32_t page_size);
+/* kvt_seq_copy_hashes, but *out_n receives how many were copied (at most cap). */
+KVT_DEPRECATED(kvt_seq_copy_hashes)
+KVT_API kvt_status kvt_seq_hashes(size_t *out_n, uint64_t *out_block_hashes,
+                                  uint64_t *out_seq_hashes, const kvt_seq *s, size_t first,
+                                  size_t cap);
+/* kvt_event_log_read, but KVT_ERR_NOT_FOUND past the last record. */
+KVT_DEPRECATED(kvt_event_log_read)
+KVT_API kvt_status kvt_event_log_next(kvt_event_log *l, kvt_obs_event *out);
+/* kvt_connector_drain_events. */
+KVT_DEPRECATED(kvt_connector_drain_events)
+KVT_API size_t kvt_connector_take_events(kvt_event *out, size_t max, kvt_connector *c);
+/* kvt_connector_pause_wait with a timeout in milliseconds, but KVT_AGAIN (no message) when
+ * none paused in time. */
+KVT_DEPRECATED(kvt_connector_pause_wait)
+KVT_API kvt_status kvt_connector_wait_paused(kvt_pause_info *out, kvt_connector *c,
+                                             uint32_t timeout_ms);
 
 #ifdef __cplusplus
 }

@@ -96,7 +96,7 @@ inline std::vector<uint64_t> hashes_of(const std::vector<uint32_t> &tokens,
   EXPECT_EQ(kvt_hash_salt(&salt, nullptr, 0), KVT_OK);
   std::vector<uint64_t> h(tokens.size() / page + 1);
   size_t n = 0;
-  EXPECT_EQ(kvt_hash_sequence(h.data(), &n, h.size(), salt, tokens.data(), tokens.size(), page),
+  EXPECT_EQ(kvt_hash_tokens(h.data(), h.size(), &n, salt, tokens.data(), tokens.size(), page),
             KVT_OK);
   h.resize(n);
   return h;

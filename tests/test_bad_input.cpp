@@ -231,13 +231,13 @@ TEST(BadInput, HashFunctions) {
   EXPECT_KVT(kvt_hash_salt(nullptr, "a", 1), KVT_ERR_INVALID_ARGUMENT);
   EXPECT_KVT(kvt_hash_salt(out, nullptr, 5), KVT_ERR_INVALID_ARGUMENT);
   EXPECT_KVT(kvt_hash_salt(out, nullptr, 0), KVT_OK);  // the empty salt
-  EXPECT_KVT(kvt_hash_sequence(out, nullptr, 4, 0, toks, 8, 2), KVT_ERR_INVALID_ARGUMENT);
-  EXPECT_KVT(kvt_hash_sequence(out, &n, 4, 0, nullptr, 8, 2), KVT_ERR_INVALID_ARGUMENT);
-  EXPECT_KVT(kvt_hash_sequence(nullptr, &n, 4, 0, toks, 8, 2), KVT_ERR_INVALID_ARGUMENT);
+  EXPECT_KVT(kvt_hash_tokens(out, 4, nullptr, 0, toks, 8, 2), KVT_ERR_INVALID_ARGUMENT);
+  EXPECT_KVT(kvt_hash_tokens(out, 4, &n, 0, nullptr, 8, 2), KVT_ERR_INVALID_ARGUMENT);
+  EXPECT_KVT(kvt_hash_tokens(nullptr, 4, &n, 0, toks, 8, 2), KVT_ERR_INVALID_ARGUMENT);
   for (uint32_t page : {0u, 3u, 100u, 131072u, 0x80000000u})
-    EXPECT_KVT(kvt_hash_sequence(out, &n, 4, 0, toks, 8, page), KVT_ERR_INVALID_ARGUMENT);
-  EXPECT_KVT(kvt_hash_sequence(out, &n, 4, 0, toks, SIZE_MAX, 2), KVT_ERR_INVALID_ARGUMENT);
-  EXPECT_KVT(kvt_hash_sequence(out, &n, 4, 0, nullptr, 0, 2), KVT_OK);
+    EXPECT_KVT(kvt_hash_tokens(out, 4, &n, 0, toks, 8, page), KVT_ERR_INVALID_ARGUMENT);
+  EXPECT_KVT(kvt_hash_tokens(out, 4, &n, 0, toks, SIZE_MAX, 2), KVT_ERR_INVALID_ARGUMENT);
+  EXPECT_KVT(kvt_hash_tokens(out, 4, &n, 0, nullptr, 0, 2), KVT_OK);
   EXPECT_EQ(n, 0u);
 
   kvt_seq *s = nullptr;
@@ -255,9 +255,9 @@ TEST(BadInput, HashFunctions) {
   EXPECT_KVT(kvt_seq_info(&a, &b, nullptr), KVT_ERR_INVALID_ARGUMENT);
   ASSERT_KVT_OK(kvt_seq_info(&a, &b, s));
   EXPECT_EQ(a, 0u);  // the failed appends added nothing
-  EXPECT_KVT(kvt_seq_hashes(nullptr, out, out, s, 0, 4), KVT_ERR_INVALID_ARGUMENT);
-  EXPECT_KVT(kvt_seq_hashes(&n, nullptr, nullptr, s, 0, 4), KVT_ERR_INVALID_ARGUMENT);
-  EXPECT_KVT(kvt_seq_hashes(&n, out, out, s, 1, 4), KVT_ERR_INVALID_ARGUMENT);
-  EXPECT_KVT(kvt_seq_hashes(&n, out, out, nullptr, 0, 4), KVT_ERR_INVALID_ARGUMENT);
+  EXPECT_KVT(kvt_seq_copy_hashes(out, out, 4, nullptr, s, 0), KVT_ERR_INVALID_ARGUMENT);
+  EXPECT_KVT(kvt_seq_copy_hashes(nullptr, nullptr, 4, &n, s, 0), KVT_ERR_INVALID_ARGUMENT);
+  EXPECT_KVT(kvt_seq_copy_hashes(out, out, 4, &n, s, 1), KVT_ERR_INVALID_ARGUMENT);
+  EXPECT_KVT(kvt_seq_copy_hashes(out, out, 4, &n, nullptr, 0), KVT_ERR_INVALID_ARGUMENT);
   kvt_seq_destroy(s);
 }

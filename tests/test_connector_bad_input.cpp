@@ -541,8 +541,8 @@ TEST_F(ConnectorBadInput, NullPointers) {
   EXPECT_CONN_REFUSED(r, ids, kvt_connector_handle_preemptions(nullptr, some, 1), kArg);
   EXPECT_CONN_REFUSED(r, ids, kvt_connector_get_finished(&fin, nullptr), kArg);
   kvt_event ev[4];
-  EXPECT_EQ(kvt_connector_take_events(ev, 4, nullptr), 0u);
-  EXPECT_EQ(kvt_connector_take_events(nullptr, 4, r.c), 0u);
+  EXPECT_EQ(kvt_connector_drain_events(nullptr, ev, 4), 0u);
+  EXPECT_EQ(kvt_connector_drain_events(r.c, nullptr, 4), 0u);
   kvt_connector_destroy(nullptr);
 
   // No out-parameter.

@@ -323,8 +323,9 @@ TEST_F(Slots, SaltedRequestsShareOnlyWithTheirSalt) {
   auto salted = [&](const std::vector<uint32_t> &tokens) {
     std::vector<uint64_t> out(tokens.size() / kPage);
     size_t need = 0;
-    EXPECT_KVT(kvt_hash_sequence(out.data(), &need, out.size(), tenant, tokens.data(),
-                                 tokens.size(), kPage), KVT_OK);
+    EXPECT_KVT(kvt_hash_tokens(out.data(), out.size(), &need, tenant, tokens.data(),
+                               tokens.size(), kPage),
+               KVT_OK);
     return out;
   };
   auto ht = salted(b);

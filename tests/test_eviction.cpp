@@ -1,6 +1,6 @@
 // Eviction that knows what matters: priorities (lower evicted first, the policy among
 // equals), pins (never evicted, up to max_pinned_percent of the tier), the S3-FIFO policy,
-// and kvt_tier_evictable telling the true eviction order.
+// and kvt_tier_evictable_blocks telling the true eviction order.
 #include <random>
 #include <string>
 
@@ -40,7 +40,7 @@ bool use(kvt_manager *m, uint64_t h) {
 std::vector<uint64_t> evictable(kvt_manager *m, kvt_tier t = KVT_TIER_G1) {
   std::vector<kvt_block> b(stats(m, t).capacity);
   size_t n = 0;
-  EXPECT_EQ(kvt_tier_evictable(&n, b.data(), b.size(), m, t), KVT_OK) << kvt_last_error();
+  EXPECT_EQ(kvt_tier_evictable_blocks(b.data(), b.size(), &n, m, t), KVT_OK) << kvt_last_error();
   std::vector<uint64_t> h;
   for (size_t i = 0; i < n; ++i) h.push_back(info(m, b[i]).seq_hash);
   return h;
@@ -256,7 +256,7 @@ TEST(Eviction, S3FifoKeepsAHotSetThroughALoopingScan) {
 }
 
 // Random uses, releases, pins, unpins and priorities with a fixed seed; after each step the
-// invariants hold, and at the end kvt_tier_evictable names the blocks in the order that
+// invariants hold, and at the end kvt_tier_evictable_blocks names the blocks in the order that
 // eviction then takes them.
 TEST(Eviction, RandomOperationsKeepInvariantsAndTheOrder) {
   for (kvt_eviction policy : {KVT_EVICT_LRU, KVT_EVICT_S3FIFO}) {

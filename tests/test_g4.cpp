@@ -418,7 +418,7 @@ TEST(G4, BadInputsGetStatusesAndMessages) {
     kvt_block out[2];
     EXPECT_KVT(kvt_tier_match_prefix(&n, out, m.get(), t, h.data(), 2), KVT_ERR_INVALID_ARGUMENT);
     EXPECT_TRUE(says("G4")) << kvt_last_error();
-    EXPECT_KVT(kvt_tier_evictable(&n, out, 2, m.get(), t), KVT_ERR_INVALID_ARGUMENT);
+    EXPECT_KVT(kvt_tier_evictable_blocks(out, 2, &n, m.get(), t), KVT_ERR_INVALID_ARGUMENT);
     kvt_tier_stats ts{};
     ts.struct_size = sizeof ts;
     EXPECT_KVT(kvt_tier_stats_get(&ts, m.get(), t), KVT_ERR_INVALID_ARGUMENT);

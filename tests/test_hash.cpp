@@ -78,10 +78,10 @@ TEST(Hash, SaltAndStatelessSequenceMatchVectors) {
     EXPECT_EQ(sh, c.salt_hash);
     auto t = tokens(c.n_tokens, c.seed);
     size_t n = 0;
-    ASSERT_KVT_OK(kvt_hash_sequence(nullptr, &n, 0, sh, t.data(), t.size(), c.page));
+    ASSERT_KVT_OK(kvt_hash_tokens(nullptr, 0, &n, sh, t.data(), t.size(), c.page));
     ASSERT_EQ(n, c.seq.size());
     std::vector<uint64_t> got(n + 1, 0);
-    ASSERT_KVT_OK(kvt_hash_sequence(got.data(), &n, got.size(), sh, t.data(), t.size(), c.page));
+    ASSERT_KVT_OK(kvt_hash_tokens(got.data(), got.size(), &n, sh, t.data(), t.size(), c.page));
     got.resize(n);
     EXPECT_EQ(got, c.seq);
   }
@@ -105,7 +105,7 @@ TEST(Hash, IncrementalSeqInRandomSplitsMatchesVectors) {
       EXPECT_EQ(tok, c.n_tokens);
       ASSERT_EQ(blocks, c.seq.size());
       std::vector<uint64_t> bh(blocks + 2), sh(blocks + 2);
-      ASSERT_KVT_OK(kvt_seq_hashes(&n, bh.data(), sh.data(), s, 0, bh.size()));
+      ASSERT_KVT_OK(kvt_seq_copy_hashes(bh.data(), sh.data(), bh.size(), &n, s, 0));
       ASSERT_EQ(n, blocks);
       bh.resize(n);
       sh.resize(n);
@@ -113,7 +113,7 @@ TEST(Hash, IncrementalSeqInRandomSplitsMatchesVectors) {
       EXPECT_EQ(sh, c.seq);
       if (blocks > 1) {  // a window from the middle, one array skipped
         uint64_t one = 0;
-        ASSERT_KVT_OK(kvt_seq_hashes(&n, nullptr, &one, s, blocks - 1, 5));
+        ASSERT_KVT_OK(kvt_seq_copy_hashes(nullptr, &one, 5, &n, s, blocks - 1));
         EXPECT_EQ(n, 1u);
         EXPECT_EQ(one, c.seq.back());
       }
@@ -122,13 +122,21 @@ TEST(Hash, IncrementalSeqInRandomSplitsMatchesVectors) {
   }
 }
 
-TEST(Hash, SequenceCapTooSmallReportsTheNeed) {
+// A smaller cap gets the first hashes and the number of full blocks (docs/CONVENTIONS.md,
+// "Filling an array the library sizes"); the old kvt_hash_sequence refused it
+// (test_deprecated_names.cpp).
+TEST(Hash, SequenceCapTooSmallGetsThePrefixAndTheNeed) {
   std::vector<uint32_t> t(64, 3);
-  uint64_t out[2] = {0, 0};
+  uint64_t all[4] = {}, out[3] = {0, 0, 7};
   size_t n = 0;
-  EXPECT_KVT(kvt_hash_sequence(out, &n, 2, 0, t.data(), t.size(), 16), KVT_ERR_INVALID_ARGUMENT);
+  ASSERT_KVT_OK(kvt_hash_tokens(all, 4, &n, 0, t.data(), t.size(), 16));
+  ASSERT_EQ(n, 4u);
+  n = 0;
+  EXPECT_KVT(kvt_hash_tokens(out, 2, &n, 0, t.data(), t.size(), 16), KVT_OK);
   EXPECT_EQ(n, 4u);
-  EXPECT_EQ(out[0], 0u);
+  EXPECT_EQ(out[0], all[0]);
+  EXPECT_EQ(out[1], all[1]);
+  EXPECT_EQ(out[2], 7u);  // past cap: untouched
 }
 
 // Issue 25: the AVX2 and AVX-512 builds of XXH3 that kvtier picks by CPU give libxxhash's

@@ -297,8 +297,7 @@ class KvEvents : public ::testing::Test {
   std::vector<uint64_t> hashes(const std::vector<uint32_t> &tokens) {
     std::vector<uint64_t> h(tokens.size() / kPage);
     size_t n = 0;
-    EXPECT_EQ(kvt_hash_sequence(h.data(), &n, h.size(), salt(), tokens.data(), tokens.size(),
-                                kPage),
+    EXPECT_EQ(kvt_hash_tokens(h.data(), h.size(), &n, salt(), tokens.data(), tokens.size(), kPage),
               KVT_OK);
     return h;
   }

@@ -125,7 +125,7 @@ TEST(Lifecycle, AppendBeyondPageIsRefusedAndChangesNothing) {
   EXPECT_EQ(state_of(m.get(), b), uint32_t(KVT_BLOCK_READY));
 }
 
-// The token path computes the same chained hash as kvt_hash_sequence.
+// The token path computes the same chained hash as kvt_hash_tokens.
 TEST(Lifecycle, TokenPathHashEqualsStatelessHash) {
   auto m = make(small_config(4, 0));
   uint64_t salt = 0;
@@ -133,7 +133,7 @@ TEST(Lifecycle, TokenPathHashEqualsStatelessHash) {
   const uint32_t toks[8] = {1, 2, 3, 4, 5, 6, 7, 8};
   uint64_t want[2];
   size_t n = 0;
-  ASSERT_KVT_OK(kvt_hash_sequence(want, &n, 2, salt, toks, 8, 4));
+  ASSERT_KVT_OK(kvt_hash_tokens(want, 2, &n, salt, toks, 8, 4));
   ASSERT_EQ(n, 2u);
   uint64_t parent = 0;
   for (int i = 0; i < 2; ++i) {

@@ -148,7 +148,8 @@ TEST(Eviction, TailFirstWithinOneReleaseAndLruAcrossCalls) {
   EXPECT_EQ(stats(m.get(), KVT_TIER_G1).evictions, 6u);
 }
 
-// kvt_tier_evictable names the victims of the next allocations, in order, and changes nothing.
+// kvt_tier_evictable_blocks names the victims of the next allocations, in order, and how many
+// there are, and changes nothing.
 TEST(Eviction, EvictableListsTheNextVictimsInOrder) {
   auto m = make(small_config(6, 0));
   auto a = store(m.get(), {11, 12, 13});
@@ -156,24 +157,32 @@ TEST(Eviction, EvictableListsTheNextVictimsInOrder) {
   ASSERT_KVT_OK(kvt_block_release(m.get(), a.data(), 3));
   kvt_block out[8];
   size_t n = 99;
-  ASSERT_KVT_OK(kvt_tier_evictable(&n, out, 8, m.get(), KVT_TIER_G1));
+  ASSERT_KVT_OK(kvt_tier_evictable_blocks(out, 8, &n, m.get(), KVT_TIER_G1));
   ASSERT_EQ(n, 3u);
   EXPECT_EQ(out[0], a[2]);
   EXPECT_EQ(out[1], a[1]);
   EXPECT_EQ(out[2], a[0]);
-  ASSERT_KVT_OK(kvt_tier_evictable(&n, out, 2, m.get(), KVT_TIER_G1));
-  EXPECT_EQ(n, 2u);
+  out[2] = 0;
+  ASSERT_KVT_OK(kvt_tier_evictable_blocks(out, 2, &n, m.get(), KVT_TIER_G1));
+  EXPECT_EQ(n, 3u);  // all of them, of which out holds the first two
+  EXPECT_EQ(out[0], a[2]);
+  EXPECT_EQ(out[1], a[1]);
+  EXPECT_EQ(out[2], 0u);
+  n = 99;
+  ASSERT_KVT_OK(kvt_tier_evictable_blocks(nullptr, 0, &n, m.get(), KVT_TIER_G1));
+  EXPECT_EQ(n, 3u);
   EXPECT_EQ(stats(m.get(), KVT_TIER_G1).inactive, 3u);
   drain(m.get());
   alloc(m.get(), 2);  // one never-used slot, then the first victim
   auto ev = drain(m.get());
   ASSERT_EQ(ev.size(), 1u);
   EXPECT_EQ(ev[0].hash, 13u);
-  EXPECT_KVT(kvt_tier_evictable(nullptr, out, 8, m.get(), KVT_TIER_G1),
+  EXPECT_KVT(kvt_tier_evictable_blocks(out, 8, nullptr, m.get(), KVT_TIER_G1),
              KVT_ERR_INVALID_ARGUMENT);
-  EXPECT_KVT(kvt_tier_evictable(&n, nullptr, 8, m.get(), KVT_TIER_G1),
+  EXPECT_KVT(kvt_tier_evictable_blocks(nullptr, 8, &n, m.get(), KVT_TIER_G1),
              KVT_ERR_INVALID_ARGUMENT);
-  EXPECT_KVT(kvt_tier_evictable(&n, out, 8, m.get(), KVT_TIER_G3), KVT_ERR_INVALID_ARGUMENT);
+  EXPECT_KVT(kvt_tier_evictable_blocks(out, 8, &n, m.get(), KVT_TIER_G3),
+             KVT_ERR_INVALID_ARGUMENT);
   ASSERT_KVT_OK(kvt_block_release(m.get(), b.data(), 2));
   EXPECT_KVT(kvt_manager_check(m.get()), KVT_OK);
 }

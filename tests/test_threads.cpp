@@ -318,7 +318,7 @@ void run_engine(kvt_manager *sm, kvt_tier store, kvt_connector *sc, kvt_connecto
               "kvt_metrics_text");
       if (!std::strstr(buf.data(), "kvtier_slots{")) v.fail("metrics without the slots");
       kvt_event ev[64];
-      kvt_connector_take_events(ev, 64, sc);
+      kvt_connector_drain_events(sc, ev, 64);
       kvt_obs_event oe[64];
       kvt_subscription_drain(sub, oe, 64);
       uint32_t state;
@@ -347,8 +347,8 @@ void run_engine(kvt_manager *sm, kvt_tier store, kvt_connector *sc, kvt_connecto
         v.check(kvt_connector_pause(sc), {KVT_OK}, "pause");
       kvt_pause_info info{};
       info.struct_size = sizeof info;
-      kvt_status st = kvt_connector_wait_paused(&info, sc, 100);
-      v.check(st, {KVT_OK, KVT_AGAIN}, "wait_paused");
+      kvt_status st = kvt_connector_pause_wait(&info, sc, 100'000'000);
+      v.check(st, {KVT_OK, KVT_TIMEOUT}, "pause_wait");
       if (st == KVT_OK) {
         ++pauses;
         if (info.breakpoint != 0 && info.state != KVT_SLOT_DECODING)
@@ -653,7 +653,7 @@ TEST(Threads, PauseAtACallThatNamesNoRequest) {
   std::thread t([&] { st = kvt_connector_reset_cache(r.c); });
   kvt_pause_info info{};
   info.struct_size = sizeof info;
-  EXPECT_KVT(kvt_connector_wait_paused(&info, r.c, 10000), KVT_OK);
+  EXPECT_KVT(kvt_connector_pause_wait(&info, r.c, 10'000'000'000), KVT_OK);
   EXPECT_EQ(info.trigger, uint32_t(KVT_TRIGGER_RESET_CACHE));
   EXPECT_STREQ(info.req_id, "");
   EXPECT_KVT(kvt_connector_resume(r.c), KVT_OK);

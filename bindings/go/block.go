@@ -171,11 +171,11 @@ func (m *Manager) TierStats(tier Tier) (TierStats, error) {
 // order (pinned ones never). Nothing is held: a handle may go stale at once.
 func (m *Manager) Evictable(tier Tier, max int) ([]Block, error) {
 	out := make([]Block, max+1)
-	var n C.size_t
+	var n C.size_t // how many the tier could evict: the first max of them were written
 	err := m.with(func(c *C.kvt_manager) C.kvt_status {
-		return C.kvt_tier_evictable(&n, blockPtr(out), C.size_t(max), c, C.kvt_tier(tier))
+		return C.kvt_tier_evictable_blocks(blockPtr(out), C.size_t(max), &n, c, C.kvt_tier(tier))
 	})
-	return out[:n], err
+	return out[:minSize(n, max)], err
 }
 
 // Hashes gives the hashes the tier holds registered, in no particular order.
@@ -283,11 +283,12 @@ func (q *Seq) Info() (tokens, blocks int, err error) {
 // block first on.
 func (q *Seq) Hashes(first, max int) (blockHashes, seqHashes []uint64, err error) {
 	blockHashes, seqHashes = make([]uint64, max+1), make([]uint64, max+1)
-	var n C.size_t
+	var n C.size_t // how many blocks from first on are complete: the first max were copied
 	err = q.with(func(s *C.kvt_seq) C.kvt_status {
-		return C.kvt_seq_hashes(&n, u64ptr(blockHashes), u64ptr(seqHashes), s, C.size_t(first), C.size_t(max))
+		return C.kvt_seq_copy_hashes(u64ptr(blockHashes), u64ptr(seqHashes), C.size_t(max), &n, s, C.size_t(first))
 	})
-	return blockHashes[:n], seqHashes[:n], err
+	k := minSize(n, max)
+	return blockHashes[:k], seqHashes[:k], err
 }
 
 // Close frees the hasher; closing twice is a no-op.

@@ -315,7 +315,7 @@ func TestTransferWaitContext(t *testing.T) {
 // Every status but OK has a sentinel that errors.Is matches, and only it.
 func TestEveryStatusHasASentinel(t *testing.T) {
 	sentinels := map[kvtier.Status]error{
-		kvtier.StatusAgain: kvtier.ErrAgain, kvtier.StatusTimeout: kvtier.ErrTimeout,
+		kvtier.StatusAgain: kvtier.ErrAgain, kvtier.StatusTimeout: kvtier.ErrTimeout, kvtier.StatusIterOver: kvtier.ErrIterOver,
 		kvtier.StatusInvalidArgument: kvtier.ErrInvalidArgument, kvtier.StatusInvalidHandle: kvtier.ErrInvalidHandle,
 		kvtier.StatusState: kvtier.ErrState, kvtier.StatusNoSpace: kvtier.ErrNoSpace,
 		kvtier.StatusCancelled: kvtier.ErrCancelled, kvtier.StatusUnsupported: kvtier.ErrUnsupported,

@@ -474,7 +474,7 @@ func (c *Connector) TakeEvents(max int) ([]Event, error) {
 	buf := make([]C.kvt_event, max)
 	var n C.size_t
 	err := c.with(func(cc *C.kvt_connector) C.kvt_status {
-		n = C.kvt_connector_take_events(&buf[0], C.size_t(max), cc)
+		n = C.kvt_connector_drain_events(cc, &buf[0], C.size_t(max))
 		return C.KVT_OK
 	})
 	return events(buf[:n]), err
@@ -734,19 +734,17 @@ func (c *Connector) WaitPaused(timeout time.Duration) (PauseInfo, error) {
 	}
 }
 
-// waitPaused is one kvt_connector_wait_paused of up to timeout (>= 0), rounded up to whole
-// milliseconds.
+// waitPaused is one kvt_connector_pause_wait of up to timeout (>= 0; 0 only looks):
+// ErrTimeout when no thread paused in time.
 func (c *Connector) waitPaused(timeout time.Duration) (PauseInfo, error) {
-	ms := uint64((timeout + time.Millisecond - 1) / time.Millisecond)
-	if ms > math.MaxUint32 {
-		ms = math.MaxUint32
+	if timeout < 0 {
+		timeout = 0 // a slice never waits forever: WaitPaused checks for Close between them
 	}
 	var p C.kvt_pause_info
 	p.struct_size = C.uint32_t(unsafe.Sizeof(p))
-	err := c.with(func(cc *C.kvt_connector) C.kvt_status { return C.kvt_connector_wait_paused(&p, cc, C.uint32_t(ms)) })
-	if errors.Is(err, ErrAgain) { // the library's one wait that says AGAIN, not TIMEOUT
-		err = &Error{Status: StatusTimeout, Message: fmt.Sprintf("no scheduler call paused within %v", timeout)}
-	}
+	err := c.with(func(cc *C.kvt_connector) C.kvt_status {
+		return C.kvt_connector_pause_wait(&p, cc, C.int64_t(timeout.Nanoseconds()))
+	})
 	return PauseInfo{Trigger(p.trigger), SlotState(p.prev), SlotState(p.state), uint64(p.breakpoint),
 		uint64(p.pauses), C.GoString(&p.req_id[0])}, err
 }

@@ -45,6 +45,7 @@ const (
 	StatusOK              Status = C.KVT_OK
 	StatusAgain           Status = C.KVT_AGAIN // nothing to do now; try again later
 	StatusTimeout         Status = C.KVT_TIMEOUT
+	StatusIterOver        Status = C.KVT_ITEROVER // an iteration has no more items (0.5.0)
 	StatusInvalidArgument Status = C.KVT_ERR_INVALID_ARGUMENT
 	StatusInvalidHandle   Status = C.KVT_ERR_INVALID_HANDLE
 	StatusState           Status = C.KVT_ERR_STATE
@@ -75,10 +76,12 @@ func (e *Error) Is(target error) bool {
 	return ok && t.Status == e.Status
 }
 
-// Sentinels for errors.Is, one per status but StatusOK.
+// Sentinels for errors.Is, one per status but StatusOK. ErrAgain, ErrTimeout and
+// ErrIterOver are outcomes, not failures (the positive statuses).
 var (
 	ErrAgain           = &Error{Status: StatusAgain}
 	ErrTimeout         = &Error{Status: StatusTimeout}
+	ErrIterOver        = &Error{Status: StatusIterOver}
 	ErrInvalidArgument = &Error{Status: StatusInvalidArgument}
 	ErrInvalidHandle   = &Error{Status: StatusInvalidHandle}
 	ErrState           = &Error{Status: StatusState}
@@ -137,10 +140,22 @@ func HashSequence(tokens []uint32, pageSize uint32, saltHash uint64) ([]uint64, 
 	out := make([]uint64, len(tokens)/int(pageSize)+1)
 	var n C.size_t
 	err := call(func() C.kvt_status {
-		return C.kvt_hash_sequence((*C.uint64_t)(&out[0]), &n, C.size_t(len(out)), C.uint64_t(saltHash),
+		return C.kvt_hash_tokens((*C.uint64_t)(&out[0]), C.size_t(len(out)), &n, C.uint64_t(saltHash),
 			u32ptr(tokens), C.size_t(len(tokens)), C.uint32_t(pageSize))
 	})
-	return out[:n], err
+	// *n is the number of full blocks, of which only the first len(out) were written.
+	return out[:minSize(n, len(out))], err
+}
+
+// minSize is min(n, max) for a count a call set and the room it had (0 for max < 0).
+func minSize(n C.size_t, max int) int {
+	if max <= 0 {
+		return 0
+	}
+	if n < C.size_t(max) {
+		return int(n)
+	}
+	return max
 }
 
 // noNUL refuses a string holding a NUL byte, which C would take for its end; what names it.

@@ -331,12 +331,12 @@ func ReadEventLog(path string) (events []ObsEvent, torn bool, why string, err er
 	e := (*C.kvt_obs_event)(C.calloc(1, C.size_t(unsafe.Sizeof(C.kvt_obs_event{}))))
 	defer C.free(unsafe.Pointer(e))
 	for {
-		err := call(func() C.kvt_status { return C.kvt_event_log_next(l, e) })
+		err := call(func() C.kvt_status { return C.kvt_event_log_read(e, l) })
 		var ke *Error
 		switch {
 		case err == nil:
 			events = append(events, obsEvent(e))
-		case errors.As(err, &ke) && ke.Status == StatusNotFound:
+		case errors.As(err, &ke) && ke.Status == StatusIterOver: // past the last record
 			return events, false, "", nil
 		case errors.As(err, &ke) && ke.Status == StatusCorrupt:
 			return events, true, ke.Message, nil

@@ -44,7 +44,7 @@ static int holds_kv(const unsigned char *p, uint64_t h) {
 
 static size_t hashes_of(uint64_t *out, const uint32_t *tokens, size_t n) {
   size_t full;
-  CHECK(kvt_hash_sequence(out, &full, MAX_HASHES, salt, tokens, n, PAGE));
+  CHECK(kvt_hash_tokens(out, MAX_HASHES, &full, salt, tokens, n, PAGE));
   return full;
 }
 

@@ -52,7 +52,7 @@ int main(void) {
   uint32_t tokens[64];
   uint64_t a_hash[16], b_hash[16];
   size_t a_tokens = tokenize(tokens, "Hello, world!"), a_full;
-  CHECK(kvt_hash_sequence(a_hash, &a_full, 16, salt, tokens, a_tokens, PAGE));
+  CHECK(kvt_hash_tokens(a_hash, 16, &a_full, salt, tokens, a_tokens, PAGE));
   kvt_block a[16];
   CHECK(kvt_block_alloc(a, a_full, m, KVT_TIER_G1));
   for (size_t i = 0; i < a_full; ++i) {
@@ -88,7 +88,7 @@ int main(void) {
 
   /* Request B: miss in G1, hit in G2, onboard, compare. */
   size_t b_tokens = tokenize(tokens, "Hello, world! How are you?"), b_full, g1_hit, g2_hit;
-  CHECK(kvt_hash_sequence(b_hash, &b_full, 16, salt, tokens, b_tokens, PAGE));
+  CHECK(kvt_hash_tokens(b_hash, 16, &b_full, salt, tokens, b_tokens, PAGE));
   kvt_block g1[16], g2[16];
   CHECK(kvt_tier_match_prefix(&g1_hit, g1, m, KVT_TIER_G1, b_hash, b_full));
   CHECK(kvt_tier_match_prefix(&g2_hit, g2, m, KVT_TIER_G2, b_hash + g1_hit, b_full - g1_hit));

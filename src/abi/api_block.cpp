@@ -237,14 +237,14 @@ KVT_API kvt_status kvt_tier_match_prefix(size_t *out_n, kvt_block *out_blocks, k
   });
 }
 
-KVT_API kvt_status kvt_tier_evictable(size_t *out_n, kvt_block *out, size_t max,
-                                      kvt_manager *m, kvt_tier tier) {
-  static constexpr const char *fn = "kvt_tier_evictable";
+KVT_API kvt_status kvt_tier_evictable_blocks(kvt_block *out, size_t cap, size_t *n,
+                                             kvt_manager *m, kvt_tier tier) {
+  static constexpr const char *fn = "kvt_tier_evictable_blocks";
   return on_manager(fn, m, [&](Manager &mgr) {
-    if (out_n == nullptr) return null_arg(fn, "out_n");
-    if (kvt_status s = check_array(fn, "out", out, max); s != KVT_OK) return s;
+    if (n == nullptr) return null_arg(fn, "n");
+    if (kvt_status s = check_array(fn, "out", out, cap); s != KVT_OK) return s;
     Tier *t = mgr.tier(tier_number(tier));
-    return t ? t->evictable(out_n, out, max) : KVT_ERR_INVALID_ARGUMENT;
+    return t ? t->evictable(out, cap, n) : KVT_ERR_INVALID_ARGUMENT;
   });
 }
 

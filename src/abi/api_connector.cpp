@@ -287,9 +287,9 @@ KVT_API kvt_status kvt_connector_stats_get(kvt_connector_stats *out, kvt_connect
   });
 }
 
-KVT_API size_t kvt_connector_take_events(kvt_event *out, size_t max, kvt_connector *c) {
+KVT_API size_t kvt_connector_drain_events(kvt_connector *c, kvt_event *out, size_t max) {
   kvt_status st;
-  if (connector("kvt_connector_take_events", c, &st) == nullptr) return 0;
+  if (connector("kvt_connector_drain_events", c, &st) == nullptr) return 0;
   return kvt_manager_poll(c->manager, out, max);
 }
 
@@ -442,18 +442,20 @@ KVT_API kvt_status kvt_connector_resume(kvt_connector *c) {
   });
 }
 
-KVT_API kvt_status kvt_connector_wait_paused(kvt_pause_info *out, kvt_connector *c,
-                                             uint32_t timeout_ms) {
-  static constexpr const char *fn = "kvt_connector_wait_paused";
+KVT_API kvt_status kvt_connector_pause_wait(kvt_pause_info *out, kvt_connector *c,
+                                            int64_t timeout_ns) {
+  static constexpr const char *fn = "kvt_connector_pause_wait";
   if (out == nullptr) return null_arg(fn, "out");
   return on_breakpoints(fn, c, [&](Connector &, Breakpoints &bp) {
     if (kvt_status e = check_struct_size<kvt_pause_info>(fn, "out", out->struct_size);
         e != KVT_OK)
       return e;
     kvt_pause_info full;
-    kvt_status st = bp.wait_paused(&full, std::chrono::milliseconds(timeout_ms));
-    if (st == KVT_OK) write_versioned(out, full);
-    return st;
+    if (!bp.wait_paused(&full, std::chrono::nanoseconds(timeout_ns)))
+      return fail(KVT_TIMEOUT, "%s: no thread paused within %lld ns", fn,
+                  static_cast<long long>(timeout_ns));
+    write_versioned(out, full);
+    return KVT_OK;
   });
 }
 

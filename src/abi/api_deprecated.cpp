@@ -1,5 +1,9 @@
 // The names 0.5.0 replaced (kvtier.h, "Deprecated names"): each calls its new name, so that
-// programs built against 0.4.0 and earlier keep working.
+// programs built against 0.4.0 and earlier keep working, and keeps what its old form did
+// differently (a count, a code).
+#include <algorithm>
+
+#include "abi/guard.hpp"
 #include "kvtier.h"
 
 extern "C" {
@@ -55,6 +59,57 @@ KVT_API kvt_status kvt_breakpoint_remove(kvt_connector *c, uint64_t id) {
 KVT_API kvt_status kvt_match_prefix(size_t *out_n, kvt_block *out_blocks, kvt_manager *m,
                                     kvt_tier tier, const uint64_t *seq_hashes, size_t n) {
   return kvt_tier_match_prefix(out_n, out_blocks, m, tier, seq_hashes, n);
+}
+
+KVT_API kvt_status kvt_tier_evictable(size_t *out_n, kvt_block *out, size_t max,
+                                      kvt_manager *m, kvt_tier tier) {
+  if (out_n == nullptr) return kvt::abi::null_arg("kvt_tier_evictable", "out_n");
+  size_t all = 0;
+  kvt_status s = kvt_tier_evictable_blocks(out, max, &all, m, tier);
+  if (s == KVT_OK) *out_n = std::min(max, all);
+  return s;
+}
+
+KVT_API kvt_status kvt_hash_sequence(uint64_t *out_seq_hashes, size_t *out_n, size_t cap,
+                                     uint64_t salt_hash, const uint32_t *tokens,
+                                     size_t n_tokens, uint32_t page_size) {
+  static constexpr const char *fn = "kvt_hash_sequence";
+  if (out_n == nullptr) return kvt::abi::null_arg(fn, "out_n");
+  size_t blocks = 0;
+  if (kvt_status s = kvt_hash_tokens(nullptr, 0, &blocks, salt_hash, tokens, n_tokens, page_size);
+      s != KVT_OK)
+    return s;
+  if (out_seq_hashes != nullptr && cap < blocks) {
+    *out_n = blocks;
+    return kvt::fail(KVT_ERR_INVALID_ARGUMENT, "%s: cap %zu is less than the %zu full blocks",
+                          fn, cap, blocks);
+  }
+  return kvt_hash_tokens(out_seq_hashes, cap, out_n, salt_hash, tokens, n_tokens, page_size);
+}
+
+KVT_API kvt_status kvt_seq_hashes(size_t *out_n, uint64_t *out_block_hashes,
+                                  uint64_t *out_seq_hashes, const kvt_seq *s, size_t first,
+                                  size_t cap) {
+  if (out_n == nullptr) return kvt::abi::null_arg("kvt_seq_hashes", "out_n");
+  size_t complete = 0;
+  kvt_status st = kvt_seq_copy_hashes(out_block_hashes, out_seq_hashes, cap, &complete, s, first);
+  if (st == KVT_OK) *out_n = std::min(cap, complete);
+  return st;
+}
+
+KVT_API kvt_status kvt_event_log_next(kvt_event_log *l, kvt_obs_event *out) {
+  kvt_status s = kvt_event_log_read(out, l);
+  return s == KVT_ITEROVER ? KVT_ERR_NOT_FOUND : s;
+}
+
+KVT_API size_t kvt_connector_take_events(kvt_event *out, size_t max, kvt_connector *c) {
+  return kvt_connector_drain_events(c, out, max);
+}
+
+KVT_API kvt_status kvt_connector_wait_paused(kvt_pause_info *out, kvt_connector *c,
+                                             uint32_t timeout_ms) {
+  kvt_status s = kvt_connector_pause_wait(out, c, int64_t(timeout_ms) * 1000000);
+  return s == KVT_TIMEOUT ? KVT_AGAIN : s;
 }
 
 }  // extern "C"

@@ -28,27 +28,17 @@ KVT_API kvt_status kvt_hash_salt(uint64_t *out_salt_hash, const void *salt, size
   return KVT_OK;
 }
 
-KVT_API kvt_status kvt_hash_sequence(uint64_t *out_seq_hashes, size_t *out_n, size_t cap,
-                                     uint64_t salt_hash, const uint32_t *tokens,
-                                     size_t n_tokens, uint32_t page_size) {
-  static constexpr const char *fn = "kvt_hash_sequence";
-  if (out_n == nullptr) return null_arg(fn, "out_n");
+KVT_API kvt_status kvt_hash_tokens(uint64_t *out, size_t cap, size_t *n, uint64_t salt_hash,
+                                   const uint32_t *tokens, size_t n_tokens, uint32_t page_size) {
+  static constexpr const char *fn = "kvt_hash_tokens";
+  if (n == nullptr) return null_arg(fn, "n");
   if (kvt_status s = check_page_size(fn, page_size); s != KVT_OK) return s;
   if (kvt_status s = check_array(fn, "tokens", tokens, n_tokens); s != KVT_OK) return s;
-  if (kvt_status s = check_array(fn, "out_seq_hashes", out_seq_hashes, cap); s != KVT_OK)
-    return s;
-  size_t blocks = n_tokens / page_size;
-  if (out_seq_hashes == nullptr && cap == 0) {
-    *out_n = blocks;
-    return KVT_OK;
-  }
-  if (cap < blocks) {
-    *out_n = blocks;
-    return fail(KVT_ERR_INVALID_ARGUMENT, "%s: cap %zu is less than the %zu full blocks", fn,
-                cap, blocks);
-  }
-  ChainHasher(salt_hash).sequence(out_seq_hashes, tokens, blocks, page_size);
-  *out_n = blocks;
+  if (kvt_status s = check_array(fn, "out", out, cap); s != KVT_OK) return s;
+  const size_t blocks = n_tokens / page_size;
+  // Each hash chains on the one before, so only the first cap blocks need hashing.
+  ChainHasher(salt_hash).sequence(out, tokens, std::min(cap, blocks), page_size);
+  *n = blocks;
   return KVT_OK;
 }
 
@@ -92,25 +82,24 @@ KVT_API kvt_status kvt_seq_info(size_t *out_tokens, size_t *out_blocks, const kv
   return KVT_OK;
 }
 
-KVT_API kvt_status kvt_seq_hashes(size_t *out_n, uint64_t *out_block_hashes,
-                                  uint64_t *out_seq_hashes, const kvt_seq *s, size_t first,
-                                  size_t cap) {
-  static constexpr const char *fn = "kvt_seq_hashes";
+KVT_API kvt_status kvt_seq_copy_hashes(uint64_t *out_block_hashes, uint64_t *out_seq_hashes,
+                                       size_t cap, size_t *n, const kvt_seq *s, size_t first) {
+  static constexpr const char *fn = "kvt_seq_copy_hashes";
   kvt_status st;
   const TokenSeq *seq = token_seq(fn, s, &st);
   if (!seq) return st;
-  if (out_n == nullptr) return null_arg(fn, "out_n");
+  if (n == nullptr) return null_arg(fn, "n");
   if (out_block_hashes == nullptr && out_seq_hashes == nullptr && cap > 0)
     return fail(KVT_ERR_INVALID_ARGUMENT, "%s: both output arrays are NULL but cap is %zu", fn,
                 cap);
   if (first > seq->blocks())
     return fail(KVT_ERR_INVALID_ARGUMENT, "%s: first is %zu but only %zu blocks are complete",
                 fn, first, seq->blocks());
-  size_t n = std::min(cap, seq->blocks() - first);
+  const size_t complete = seq->blocks() - first, copied = std::min(cap, complete);
   if (out_block_hashes)
-    std::copy_n(seq->block_hashes().begin() + first, n, out_block_hashes);
-  if (out_seq_hashes) std::copy_n(seq->seq_hashes().begin() + first, n, out_seq_hashes);
-  *out_n = n;
+    std::copy_n(seq->block_hashes().begin() + first, copied, out_block_hashes);
+  if (out_seq_hashes) std::copy_n(seq->seq_hashes().begin() + first, copied, out_seq_hashes);
+  *n = complete;
   return KVT_OK;
 }
 

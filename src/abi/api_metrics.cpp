@@ -29,6 +29,7 @@ KVT_API kvt_status kvt_metrics_text(char *buf, size_t cap, size_t *len, kvt_mana
     std::string text;
     if (kvt_status s = manage::metrics_text(&text, mgr, conn); s != KVT_OK) return s;
     *len = text.size();
+    if (buf == nullptr && cap == 0) return KVT_OK;  // a query of the length
     if (cap < text.size() + 1)
       return fail(KVT_ERR_INVALID_ARGUMENT, "%s: the text needs %zu bytes and a NUL; cap is %zu",
                   fn, text.size(), cap);

@@ -171,14 +171,14 @@ KVT_API kvt_status kvt_event_log_open(kvt_event_log **out, const char *path) {
   });
 }
 
-KVT_API kvt_status kvt_event_log_next(kvt_event_log *l, kvt_obs_event *out) {
-  static constexpr const char *fn = "kvt_event_log_next";
+KVT_API kvt_status kvt_event_log_read(kvt_obs_event *out, kvt_event_log *l) {
+  static constexpr const char *fn = "kvt_event_log_read";
   if (out == nullptr) return null_arg(fn, "out");
   return guard(fn, [&] {
     kvt_status st;
     if (live(fn, l, "event log", &st) == nullptr) return st;
-    if (st = l->reader.next(out); st != KVT_OK && st != KVT_ERR_NOT_FOUND)
-      return fail(st, "%s: %s", fn, std::string(kvt_last_error()).c_str());
+    if (st = l->reader.next(out); st == KVT_ERR_NOT_FOUND) return KVT_ITEROVER;
+    if (st != KVT_OK) return fail(st, "%s: %s", fn, std::string(kvt_last_error()).c_str());
     return st;
   });
 }

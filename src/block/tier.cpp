@@ -413,11 +413,11 @@ kvt_status Tier::match(size_t *out_n, kvt_block *out, const uint64_t *hashes, si
   return KVT_OK;
 }
 
-kvt_status Tier::evictable(size_t *out_n, kvt_block *out, size_t max) {
+kvt_status Tier::evictable(kvt_block *out, size_t cap, size_t *n) {
   Locked lock(*this);
-  std::vector<uint32_t> order = ev_.order(max);
+  std::vector<uint32_t> order = ev_.order(cap);
   for (size_t i = 0; i < order.size(); ++i) out[i] = handle_of(order[i]);
-  *out_n = order.size();
+  *n = ev_.evictable();
   return KVT_OK;
 }
 

@@ -52,8 +52,9 @@ class Tier {
   kvt_status register_chain(kvt_block *out, const kvt_block *blocks, const uint64_t *seq_hashes,
                             size_t n, uint64_t parent);
   kvt_status match(size_t *out_n, kvt_block *out, const uint64_t *hashes, size_t n);
-  // The next inactive blocks in eviction order, without changing anything.
-  kvt_status evictable(size_t *out_n, kvt_block *out, size_t max);
+  // The first cap inactive blocks in eviction order into out, and how many are evictable
+  // into *n, without changing anything.
+  kvt_status evictable(kvt_block *out, size_t cap, size_t *n);
   kvt_status info(kvt_block_info *out, kvt_block b);
   // For the pipeline: the hashes of a registered block (active or inactive); whether a hash
   // is registered; whether a block is a fresh Empty one.

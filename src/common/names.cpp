@@ -7,6 +7,7 @@ const char *status_name(kvt_status s) noexcept {
     case KVT_OK: return "KVT_OK";
     case KVT_AGAIN: return "KVT_AGAIN";
     case KVT_TIMEOUT: return "KVT_TIMEOUT";
+    case KVT_ITEROVER: return "KVT_ITEROVER";
     case KVT_ERR_INVALID_ARGUMENT: return "KVT_ERR_INVALID_ARGUMENT";
     case KVT_ERR_INVALID_HANDLE: return "KVT_ERR_INVALID_HANDLE";
     case KVT_ERR_STATE: return "KVT_ERR_STATE";

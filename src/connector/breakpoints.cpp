@@ -1,5 +1,7 @@
 #include "connector/breakpoints.hpp"
 
+#include <algorithm>
+
 #include "common/log.hpp"
 
 namespace kvt::conn {
@@ -53,11 +55,17 @@ kvt_status Breakpoints::resume() {
   return KVT_OK;
 }
 
-kvt_status Breakpoints::wait_paused(kvt_pause_info *out, std::chrono::milliseconds timeout) {
+bool Breakpoints::wait_paused(kvt_pause_info *out, std::chrono::nanoseconds timeout) {
   std::unique_lock lock(mu_);
-  if (!cv_.wait_for(lock, timeout, [&] { return paused_; })) return KVT_AGAIN;
+  const auto paused = [&] { return paused_; };
+  // A year stands for any longer wait: now + INT64_MAX ns would overflow the clock.
+  const std::chrono::nanoseconds year = std::chrono::hours(24 * 365);
+  if (timeout.count() < 0)
+    cv_.wait(lock, paused);
+  else if (!cv_.wait_for(lock, std::min(timeout, year), paused))
+    return false;
   *out = info_;
-  return KVT_OK;
+  return true;
 }
 
 void Breakpoints::set_timeout(std::chrono::milliseconds t) {

@@ -40,8 +40,8 @@ class Breakpoints {
   void release();  // every breakpoint, a pause asked for, and a thread paused now
   void pause_next();
   kvt_status resume();
-  // KVT_OK with *out once a thread is paused; KVT_AGAIN after timeout.
-  kvt_status wait_paused(kvt_pause_info *out, std::chrono::milliseconds timeout);
+  // True with *out once a thread is paused; false after timeout (< 0: none).
+  bool wait_paused(kvt_pause_info *out, std::chrono::nanoseconds timeout);
   void set_timeout(std::chrono::milliseconds t);
   // While paused: a copy of the snapshot taken at the pause.
   bool paused_snapshot(Snapshot *out);

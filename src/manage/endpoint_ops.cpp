@@ -152,7 +152,7 @@ obs::EndpointOps endpoint_ops(Manager &mgr, conn::Connector *c) {
   };
   ops.paused = [&bp](const json &, json *r) {
     kvt_pause_info p{};
-    const bool paused = bp.wait_paused(&p, std::chrono::milliseconds(0)) == KVT_OK;
+    const bool paused = bp.wait_paused(&p, std::chrono::nanoseconds(0));
     (*r)["paused"] = paused;
     if (paused) {
       (*r)["req_id"] = p.req_id;

@@ -123,7 +123,7 @@ int main(int argc, char **argv) {
   kvt_obs_event e;
   kvt_status st;
   uint64_t t0 = 0, n = 0;
-  while ((st = kvt_event_log_next(log, &e)) == KVT_OK) {
+  while ((st = kvt_event_log_read(&e, log)) == KVT_OK) {
     if (t0 == 0 && e.seq) t0 = e.time_ns;
     if (!request.empty() && request != e.req_id) continue;
     ++n;
@@ -140,7 +140,7 @@ int main(int argc, char **argv) {
   const bool torn = st == KVT_ERR_CORRUPT;
   if (torn) std::fprintf(stderr, "kvtier-events: %s\n", kvt_last_error());
   kvt_event_log_close(log);
-  if (st != KVT_ERR_NOT_FOUND && !torn) {
+  if (st != KVT_ITEROVER && !torn) {
     std::fprintf(stderr, "kvtier-events: %s\n", kvt_last_error());
     return 2;
   }

@@ -19,7 +19,7 @@ TOKENS_PER_ID = 512      # a trace id's tokens: id * 512 + j
 
 
 class LibHasher:
-    """kvtier's sequence hashes (kvt_hash_salt, kvt_hash_sequence) through its C ABI."""
+    """kvtier's sequence hashes (kvt_hash_salt, kvt_hash_tokens) through its C ABI."""
 
     def __init__(self, salt, page_size):
         self.lib = ctypes.CDLL(LIB)
@@ -32,9 +32,9 @@ class LibHasher:
         out = (ctypes.c_uint64 * max(n, 1))()
         got = ctypes.c_size_t()
         arr = (ctypes.c_uint32 * len(tokens)).from_buffer(array.array("I", tokens))
-        assert self.lib.kvt_hash_sequence(out, ctypes.byref(got), ctypes.c_size_t(n), self.salt,
-                                          arr, ctypes.c_size_t(len(tokens)),
-                                          ctypes.c_uint32(self.page)) == 0
+        assert self.lib.kvt_hash_tokens(out, ctypes.c_size_t(n), ctypes.byref(got), self.salt,
+                                        arr, ctypes.c_size_t(len(tokens)),
+                                        ctypes.c_uint32(self.page)) == 0
         return list(out[: got.value])
 
 

@@ -298,10 +298,10 @@ bool Engine::append(Req &r, const uint32_t *tokens, size_t n) {
   if (full == have) return true;
   r.hashes.resize(full);
   size_t got = 0;
-  if (kvt_status st = kvt_seq_hashes(&got, nullptr, r.hashes.data() + have, r.seq, have,
-                                     full - have);
+  if (kvt_status st = kvt_seq_copy_hashes(nullptr, r.hashes.data() + have, full - have, &got,
+                                          r.seq, have);
       st != KVT_OK || got != full - have)
-    return failed("kvt_seq_hashes", st);
+    return failed("kvt_seq_copy_hashes", st);
   return true;
 }
 

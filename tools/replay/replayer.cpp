@@ -205,9 +205,10 @@ bool Replayer::write_back(kvt_tier tier, size_t n) {
     if (ts.free >= n) return true;
     std::vector<kvt_block> victims(n - ts.free);
     size_t k = 0;
-    if (kvt_status st = kvt_tier_evictable(&k, victims.data(), victims.size(), m_, tier);
+    if (kvt_status st = kvt_tier_evictable_blocks(victims.data(), victims.size(), &k, m_, tier);
         st != KVT_OK)
-      return lib_failed("kvt_tier_evictable", st);
+      return lib_failed("kvt_tier_evictable_blocks", st);
+    k = std::min(k, victims.size());  // k counts every evictable block; victims holds the first
     if (k == 0) return true;
     if (dst == KVT_TIER_G2 && !write_back(KVT_TIER_G2, k)) return false;
     kvt_xfer *x = nullptr, *x4 = nullptr;
@@ -311,10 +312,10 @@ bool Replayer::serve(size_t i, Scratch &s) {
   prompt_tokens(t_, rq, s.tokens.size(), s.tokens.data());
   size_t n = s.tokens.size() / o_.page_size;
   s.hashes.resize(n);
-  if (kvt_status st = kvt_hash_sequence(s.hashes.data(), &n, n, salt_, s.tokens.data(),
-                                        s.tokens.size(), o_.page_size);
+  if (kvt_status st = kvt_hash_tokens(s.hashes.data(), n, &n, salt_, s.tokens.data(),
+                                      s.tokens.size(), o_.page_size);
       st != KVT_OK)
-    return lib_failed("kvt_hash_sequence", st);
+    return lib_failed("kvt_hash_tokens", st);
   // The blocks are registered by hash: their BlockStored events take these tokens.
   if (!o_.kv_events.empty())
     if (kvt_status st = kvt_manager_note_tokens(m_, s.hashes.data(), n, s.tokens.data());

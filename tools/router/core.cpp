@@ -184,9 +184,9 @@ void Core::snapshot_failed(size_t inst) {
 
 Answer Core::route(const std::vector<uint32_t> &tokens) const {
   size_t n = 0;
-  kvt_hash_sequence(nullptr, &n, 0, salt_, tokens.data(), tokens.size(), page_);
+  kvt_hash_tokens(nullptr, 0, &n, salt_, tokens.data(), tokens.size(), page_);
   std::vector<uint64_t> h(n);
-  if (n > 0) kvt_hash_sequence(h.data(), &n, n, salt_, tokens.data(), tokens.size(), page_);
+  if (n > 0) kvt_hash_tokens(h.data(), n, &n, salt_, tokens.data(), tokens.size(), page_);
   return route_hashes(h);
 }
 

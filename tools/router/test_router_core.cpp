@@ -352,7 +352,7 @@ TEST(RouterCore, RoutesTokensToTheLongestPrefix) {
   for (uint32_t i = 0; i < tokens.size(); ++i) tokens[i] = 100 + i;
   uint64_t h[3];
   size_t n = 0;
-  ASSERT_EQ(kvt_hash_sequence(h, &n, 3, salt, tokens.data(), tokens.size(), 4), KVT_OK);
+  ASSERT_EQ(kvt_hash_tokens(h, 3, &n, salt, tokens.data(), tokens.size(), 4), KVT_OK);
   ASSERT_EQ(n, 3u);
   auto store = [&](size_t inst, uint64_t seq, std::vector<uint64_t> hs, const char *medium) {
     std::vector<std::string> m{"", seq_frame(seq), batch(1, [&](Packer &p) {

@@ -132,7 +132,7 @@ typedef struct kvt_tier_stats {
   uint64_t pinned;
 } kvt_tier_stats;
 kvt_status kvt_tier_stats_get(kvt_tier_stats *out, kvt_manager *m, kvt_tier tier);
-kvt_status kvt_tier_evictable(size_t *out_n, kvt_block *out, size_t max, kvt_manager *m, kvt_tier tier);
+kvt_status kvt_tier_evictable_blocks(kvt_block *out, size_t cap, size_t *n, kvt_manager *m, kvt_tier tier);
 kvt_status kvt_tier_hashes(uint64_t *out, size_t cap, size_t *n, kvt_manager *m, kvt_tier tier);
 typedef enum kvt_block_state {
   KVT_BLOCK_EMPTY = 1, KVT_BLOCK_PARTIAL = 2, KVT_BLOCK_READY = 3, KVT_BLOCK_INFLIGHT = 4, KVT_BLOCK_COMPLETE = 5, KVT_BLOCK_REGISTERED = 6, KVT_BLOCK_INACTIVE = 7
@@ -166,12 +166,12 @@ kvt_status kvt_block_register_hash(kvt_block *out, kvt_manager *m, kvt_block b, 
 kvt_status kvt_block_register_hashes(kvt_block *out, kvt_manager *m, const kvt_block *blocks, const uint64_t *seq_hashes, size_t n, uint64_t parent_seq_hash);
 kvt_status kvt_tier_match_prefix(size_t *out_n, kvt_block *out_blocks, kvt_manager *m, kvt_tier tier, const uint64_t *seq_hashes, size_t n);
 kvt_status kvt_hash_salt(uint64_t *out_salt_hash, const void *salt, size_t len);
-kvt_status kvt_hash_sequence(uint64_t *out_seq_hashes, size_t *out_n, size_t cap, uint64_t salt_hash, const uint32_t *tokens, size_t n_tokens, uint32_t page_size);
+kvt_status kvt_hash_tokens(uint64_t *out, size_t cap, size_t *n, uint64_t salt_hash, const uint32_t *tokens, size_t n_tokens, uint32_t page_size);
 kvt_status kvt_seq_create(kvt_seq **out, uint64_t salt_hash, uint32_t page_size);
 void kvt_seq_destroy(kvt_seq *s);
 kvt_status kvt_seq_append(kvt_seq *s, const uint32_t *tokens, size_t n);
 kvt_status kvt_seq_info(size_t *out_tokens, size_t *out_blocks, const kvt_seq *s);
-kvt_status kvt_seq_hashes(size_t *out_n, uint64_t *out_block_hashes, uint64_t *out_seq_hashes, const kvt_seq *s, size_t first, size_t cap);
+kvt_status kvt_seq_copy_hashes(uint64_t *out_block_hashes, uint64_t *out_seq_hashes, size_t cap, size_t *n, const kvt_seq *s, size_t first);
 kvt_status kvt_fence_create(kvt_fence **out, kvt_manager *m);
 kvt_status kvt_fence_signal(kvt_fence *f);
 kvt_status kvt_fence_from_cuda_event(kvt_fence **out, kvt_manager *m, void *cuda_event);
@@ -258,7 +258,7 @@ kvt_status kvt_manager_recorder_dump(kvt_manager *m, const char *path);
 kvt_status kvt_manager_recorder_open(kvt_manager *m, const char *path);
 kvt_status kvt_manager_recorder_close(kvt_manager *m);
 kvt_status kvt_event_log_open(kvt_event_log **out, const char *path);
-kvt_status kvt_event_log_next(kvt_event_log *l, kvt_obs_event *out);
+kvt_status kvt_event_log_read(kvt_obs_event *out, kvt_event_log *l);
 void kvt_event_log_close(kvt_event_log *l);
 typedef struct kvt_log_replay {
   uint32_t struct_size;
@@ -335,7 +335,7 @@ typedef struct kvt_connector_stats {
   uint64_t store_failures;
 } kvt_connector_stats;
 kvt_status kvt_connector_stats_get(kvt_connector_stats *out, kvt_connector *c);
-size_t kvt_connector_take_events(kvt_event *out, size_t max, kvt_connector *c);
+size_t kvt_connector_drain_events(kvt_connector *c, kvt_event *out, size_t max);
 kvt_status kvt_connector_register_kv_caches(kvt_connector *c, const kvt_g1_layout *layout, uint64_t num_blocks);
 kvt_status kvt_connector_bind_connector_metadata(kvt_connector *c, const void *meta, size_t len);
 kvt_status kvt_connector_clear_connector_metadata(kvt_connector *c);
@@ -399,7 +399,7 @@ kvt_status kvt_connector_breakpoint_add(uint64_t *id, kvt_connector *c, uint32_t
 kvt_status kvt_connector_breakpoint_remove(kvt_connector *c, uint64_t id);
 kvt_status kvt_connector_pause(kvt_connector *c);
 kvt_status kvt_connector_resume(kvt_connector *c);
-kvt_status kvt_connector_wait_paused(kvt_pause_info *out, kvt_connector *c, uint32_t timeout_ms);
+kvt_status kvt_connector_pause_wait(kvt_pause_info *out, kvt_connector *c, int64_t timeout_ns);
 kvt_status kvt_connector_set_pause_timeout(kvt_connector *c, uint32_t timeout_ms);
 typedef struct kvt_endpoint_config {
   uint32_t struct_size;
@@ -455,6 +455,12 @@ kvt_status kvt_recorder_close(kvt_manager *m);
 kvt_status kvt_breakpoint_add(uint64_t *id, kvt_connector *c, uint32_t state, const char *req_id);
 kvt_status kvt_breakpoint_remove(kvt_connector *c, uint64_t id);
 kvt_status kvt_match_prefix(size_t *out_n, kvt_block *out_blocks, kvt_manager *m, kvt_tier tier, const uint64_t *seq_hashes, size_t n);
+kvt_status kvt_tier_evictable(size_t *out_n, kvt_block *out, size_t max, kvt_manager *m, kvt_tier tier);
+kvt_status kvt_hash_sequence(uint64_t *out_seq_hashes, size_t *out_n, size_t cap, uint64_t salt_hash, const uint32_t *tokens, size_t n_tokens, uint32_t page_size);
+kvt_status kvt_seq_hashes(size_t *out_n, uint64_t *out_block_hashes, uint64_t *out_seq_hashes, const kvt_seq *s, size_t first, size_t cap);
+kvt_status kvt_event_log_next(kvt_event_log *l, kvt_obs_event *out);
+size_t kvt_connector_take_events(kvt_event *out, size_t max, kvt_connector *c);
+kvt_status kvt_connector_wait_paused(kvt_pause_info *out, kvt_connector *c, uint32_t timeout_ms);
 """
 
 CONST = {
@@ -472,6 +478,7 @@ CONST = {
     'KVT_ERR_NO_SPACE': -4,
     'KVT_ERR_STATE': -3,
     'KVT_ERR_UNSUPPORTED': -6,
+    'KVT_ITEROVER': 3,
     'KVT_MAX_BREAKPOINTS': 1024,
     'KVT_MAX_MANAGERS': 256,
     'KVT_MAX_TIER_BLOCKS': 67108863,

@@ -5,6 +5,10 @@ from typing import NoReturn, Optional
 from ._ffi import C, CONST, ffi
 
 OK = CONST["KVT_OK"]
+# The positive statuses are outcomes, not errors (docs/CONVENTIONS.md, "Statuses and errors"):
+# KVT_AGAIN (nothing is ready yet) and KVT_ITEROVER (an iteration has no more items) have no
+# class, the calls that return them handle them; KVT_TIMEOUT is TimeoutError, which waits raise.
+AGAIN, TIMEOUT, ITEROVER = CONST["KVT_AGAIN"], CONST["KVT_TIMEOUT"], CONST["KVT_ITEROVER"]
 
 
 class Error(Exception):
@@ -42,7 +46,7 @@ InternalError = _error_class("InternalError", "KVT_ERR_INTERNAL", "a bug in kvti
 
 class TimeoutError(Error, builtins.TimeoutError):
     """A wait ran out of time (KVT_TIMEOUT)."""
-    status = CONST["KVT_TIMEOUT"]
+    status = TIMEOUT
 
 
 _BY_STATUS = {c.status: c for c in (

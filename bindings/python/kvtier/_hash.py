@@ -1,5 +1,5 @@
 """Block hashes (chained xxh3-64, as NVIDIA Dynamo's KVBM): all at once, or incrementally."""
-from typing import List, Union
+from typing import List, Tuple, Union
 
 from ._errors import InvalidHandleError, _check
 from ._ffi import C, ffi
@@ -24,11 +24,11 @@ def _salt_hash(salt: Salt) -> int:
 def hash_sequence(tokens, page_size: int, salt: Salt = b"") -> List[int]:
     """Sequence hashes of the full blocks of tokens, as a list."""
     toks, n = _u32_array(tokens)
-    need = ffi.new("size_t *")
-    cap = n // page_size if page_size > 0 else 0
-    out = ffi.new("uint64_t[]", max(cap, 1))
-    _check(C.kvt_hash_sequence(out, need, cap, _salt_hash(salt), toks, n, page_size))
-    return _to_list(out, need[0])
+    salt_hash, blocks = _salt_hash(salt), ffi.new("size_t *")
+    _check(C.kvt_hash_tokens(ffi.NULL, 0, blocks, salt_hash, toks, n, page_size))  # how many
+    out = ffi.new("uint64_t[]", max(blocks[0], 1))
+    _check(C.kvt_hash_tokens(out, blocks[0], blocks, salt_hash, toks, n, page_size))
+    return _to_list(out, blocks[0])
 
 
 class Seq(_Handle):
@@ -50,12 +50,18 @@ class Seq(_Handle):
         with self._using() as s:
             _check(C.kvt_seq_append(s, toks, n))
 
+    def info(self) -> Tuple[int, int]:
+        """(tokens appended so far, full blocks hashed so far)."""
+        t, b = ffi.new("size_t *"), ffi.new("size_t *")
+        with self._using() as s:
+            _check(C.kvt_seq_info(t, b, s))
+        return t[0], b[0]
+
     def hashes(self, first: int = 0) -> List[int]:
         """The sequence hashes of the complete blocks from block `first` on."""
+        n = ffi.new("size_t *")
         with self._using() as s:
-            t, b = ffi.new("size_t *"), ffi.new("size_t *")
-            _check(C.kvt_seq_info(t, b, s))
-            n = max(b[0] - first, 0)
-            out, got = ffi.new("uint64_t[]", max(n, 1)), ffi.new("size_t *")
-            _check(C.kvt_seq_hashes(got, ffi.NULL, out, s, first, n))
-        return _to_list(out, got[0])
+            _check(C.kvt_seq_copy_hashes(ffi.NULL, ffi.NULL, 0, n, s, first))  # how many
+            out = ffi.new("uint64_t[]", max(n[0], 1))
+            _check(C.kvt_seq_copy_hashes(ffi.NULL, out, n[0], n, s, first))
+        return _to_list(out, n[0])

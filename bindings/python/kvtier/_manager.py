@@ -183,13 +183,18 @@ class Manager(_Handle):
             _check(C.kvt_block_unpin(m, arr, n))
 
     def evictable(self, max_blocks: Optional[int] = None, tier: int = G1) -> List[int]:
-        """The inactive blocks in the order the tier would evict them."""
-        n = self.tier_stats(tier).capacity if max_blocks is None else max_blocks
-        out = ffi.new("kvt_block[]", max(n, 1))
-        got = ffi.new("size_t *")
+        """The inactive blocks in the order the tier would evict them: the first max_blocks
+        of them, or all (None)."""
+        n = ffi.new("size_t *")
         with self._using() as m:
-            _check(C.kvt_tier_evictable(got, out, n, m, tier))
-        return _to_list(out, got[0])
+            if max_blocks is None:  # how many there are now, then room for them
+                _check(C.kvt_tier_evictable_blocks(ffi.NULL, 0, n, m, tier))
+            while True:
+                cap = n[0] if max_blocks is None else max_blocks
+                out = ffi.new("kvt_block[]", max(cap, 1))
+                _check(C.kvt_tier_evictable_blocks(out, cap, n, m, tier))
+                if max_blocks is not None or n[0] <= cap:  # else more came meanwhile
+                    return _to_list(out, min(n[0], cap))
 
     # the hash path: the engine computed the hash
     def register_hash(self, block: int, seq_hash: int, parent: int = 0) -> int:

@@ -6,7 +6,7 @@ from typing import Iterator, List, Optional, Union
 
 from ._enums import (CandidateState, ObsKind, ObsTrigger, SlotState, Tier, _member,
                      _obs_kind)
-from ._errors import OK, CorruptError, InvalidHandleError, StateError, _check, _error
+from ._errors import ITEROVER, OK, CorruptError, InvalidHandleError, StateError, _check, _error
 from ._ffi import C, CONST, ffi
 from ._util import _NO_HANDLE, _Handle, _path, _readable, _Record, _versioned
 
@@ -139,8 +139,8 @@ class EventLog(_Handle):
         e = ffi.new("kvt_obs_event *")
         while True:
             with self._using() as log:
-                st = C.kvt_event_log_next(log, e)
-            if st == CONST["KVT_ERR_NOT_FOUND"]:
+                st = C.kvt_event_log_read(e, log)
+            if st == ITEROVER:  # past the last record
                 return
             if st == CorruptError.status:
                 self.torn, self.why = True, ffi.string(C.kvt_last_error()).decode()

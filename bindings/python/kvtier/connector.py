@@ -19,6 +19,7 @@ status and kvt_last_error(), as everywhere in the binding.
 import collections
 import dataclasses
 import threading
+import time
 import types
 from typing import Callable, List, Optional, Tuple, Union
 
@@ -28,7 +29,7 @@ from ._enums import (OFFLOAD_EAGER, OFFLOAD_LAZY, ROLE_BOTH, ROLE_SCHEDULER, ROL
                      SLOT_ONBOARD_STAGED, SLOT_ONBOARDING, SLOT_PREEMPTED, SLOT_PREFILLING,
                      SLOT_SKIPPED_DECODE, SLOT_SKIPPED_PREFILL, ObsTrigger, SlotState, Tier,
                      _member)
-from ._errors import _call, _check, _invalid
+from ._errors import OK, TIMEOUT, TimeoutError, _call, _check, _invalid
 from ._ffi import C, CONST, ffi
 from ._manager import Event
 from ._observe import LogReplay, _replayed
@@ -161,8 +162,8 @@ class Connector(_Handle):
     (closing the manager closes its connector first). Use as a context manager, or call
     close(). Calls from several threads are serialized by the library. close() lets a call
     paused at a breakpoint go (any later pause lasts 1 ms), waits for the calls in flight on
-    other threads (a wait_paused until its timeout), and then destroys the connector; calls
-    after it began raise InvalidHandleError."""
+    other threads (a wait_paused until its timeout; a pause_wait within 0.1 s), and then
+    destroys the connector; calls after it began raise InvalidHandleError."""
     _closed_message = "the connector is closed"
 
     def __init__(self, manager, config: Optional[ConnectorConfig] = None, **fields):
@@ -313,7 +314,7 @@ class Connector(_Handle):
         """The manager's pending events (BLOCK_STORED/REMOVED of G2 and G3), oldest first."""
         buf = ffi.new("kvt_event[]", max_events)
         with self._using() as c:
-            n = C.kvt_connector_take_events(buf, max_events, c)
+            n = C.kvt_connector_drain_events(c, buf, max_events)
         return [Event._from_c(e) for e in buf[0:n]]
 
     def set_hooks(self, will_call: Optional[Callable[[ObsTrigger, Optional[str]], None]] = None,
@@ -452,14 +453,43 @@ class Connector(_Handle):
             _call(C.kvt_connector_resume, c)
 
     def wait_paused(self, timeout_ms: int) -> Optional[PauseInfo]:
-        """The pause once a thread is paused; None when none paused within timeout_ms."""
+        """The pause once a thread is paused; None when none paused within timeout_ms (0:
+        only looks). pause_wait() is the form with a timeout in seconds."""
         p = _versioned("kvt_pause_info")
         with self._using() as c:
-            status = C.kvt_connector_wait_paused(p, c, timeout_ms)
-        if status == CONST["KVT_AGAIN"]:
+            ms = ffi.new("uint32_t *", timeout_ms)[0]  # a uint32_t, as it has always been
+            status = C.kvt_connector_pause_wait(p, c, ms * 1000000)
+        if status == TIMEOUT:
             return None
         _check(status)
         return PauseInfo._from_c(p)
+
+    # How long one library wait of pause_wait lasts at most: close() waits for it to end.
+    _PAUSE_WAIT_SLICE_S = 0.1
+
+    def pause_wait(self, timeout: Optional[float] = None) -> PauseInfo:
+        """Waits for a thread to pause (at a breakpoint, or after pause()) and describes its
+        pause. timeout in seconds (None: forever, 0: only looks); TimeoutError when none
+        paused by then. The wait is made of library waits of at most 0.1 s, so that a close()
+        meanwhile ends it (InvalidHandleError) rather than wait for a pause that may never
+        come: nothing but a pause ends the library's wait."""
+        if timeout is not None and not timeout >= 0:
+            raise _invalid("pause_wait: timeout must be None or at least 0 s, not %r"
+                           % (timeout,))
+        p = _versioned("kvt_pause_info")
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            left = self._PAUSE_WAIT_SLICE_S if deadline is None else \
+                min(max(deadline - time.monotonic(), 0.0), self._PAUSE_WAIT_SLICE_S)
+            with self._using() as c:
+                status = C.kvt_connector_pause_wait(p, c, int(left * 1e9))
+            if status == OK:
+                return PauseInfo._from_c(p)
+            if status != TIMEOUT:
+                _check(status)
+            if deadline is not None and time.monotonic() >= deadline:
+                # its own message: the library's names the last slice, not the whole wait
+                raise TimeoutError("no thread paused within %g s" % timeout, status)
 
     def set_pause_timeout(self, timeout_ms: int) -> None:
         with self._using() as c:

@@ -1,5 +1,7 @@
 //! Blocks' states and references (the token and hash paths, priorities and pins), and the
 //! tiers' and transfers' counters.
+use std::ptr;
+
 use kvtier_sys as sys;
 
 use crate::{check, fill_sized, invalid, raw, versioned, Block, Manager, MemoryKind, Result, Tier};
@@ -190,10 +192,22 @@ impl Manager {
         let mut out = vec![Block(0); max];
         let mut n = 0usize;
         check(unsafe {
-            sys::kvt_tier_evictable(&mut n, out.as_mut_ptr().cast(), max, self.m, tier as sys::kvt_tier)
+            sys::kvt_tier_evictable_blocks(out.as_mut_ptr().cast(), max, &mut n, self.m,
+                                           tier as sys::kvt_tier)
         })?;
-        out.truncate(n);
+        // n counts every block the tier could evict; only the first max were written.
+        out.truncate(n.min(max));
         Ok(out)
+    }
+
+    /// How many blocks a tier could evict now: those [`evictable`](Manager::evictable) would
+    /// list with no limit.
+    pub fn evictable_count(&self, tier: Tier) -> Result<usize> {
+        let mut n = 0usize;
+        check(unsafe {
+            sys::kvt_tier_evictable_blocks(ptr::null_mut(), 0, &mut n, self.m, tier as sys::kvt_tier)
+        })?;
+        Ok(n)
     }
 
     /// The hashes a tier holds registered now, in no particular order.

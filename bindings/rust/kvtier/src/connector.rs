@@ -588,14 +588,14 @@ impl<'m> Connector<'m> {
     #[deprecated(note = "use poll_events, whose events have typed tiers")]
     #[allow(deprecated)]
     pub fn take_events(&self, max: usize) -> Vec<Event> {
-        drain_events(max, |out| unsafe { sys::kvt_connector_take_events(out, max, self.c) },
+        drain_events(max, |out| unsafe { sys::kvt_connector_drain_events(self.c, out, max) },
                      Event::from_raw)
     }
 
     /// Moves up to `max` of the manager's pending events (BLOCK_STORED/REMOVED of G2 and
     /// G3) out, oldest first: vLLM's take_events.
     pub fn poll_events(&self, max: usize) -> Vec<ManagerEvent> {
-        drain_events(max, |out| unsafe { sys::kvt_connector_take_events(out, max, self.c) },
+        drain_events(max, |out| unsafe { sys::kvt_connector_drain_events(self.c, out, max) },
                      ManagerEvent::from_raw)
     }
 
@@ -657,12 +657,13 @@ impl<'m> Connector<'m> {
     }
 
     /// Waits up to `timeout` for a paused thread and describes its pause; None when none
-    /// paused in time.
+    /// paused in time. `Duration::ZERO` only looks; `Duration::MAX` (any timeout beyond
+    /// `i64::MAX` nanoseconds) waits forever.
     pub fn wait_paused(&self, timeout: Duration) -> Result<Option<PauseInfo>> {
         let mut p: sys::kvt_pause_info = crate::versioned();
-        let ms = timeout.as_millis().min(u32::MAX as u128) as u32;
-        let s = unsafe { sys::kvt_connector_wait_paused(&mut p, self.c, ms) };
-        if s == sys::KVT_AGAIN as sys::kvt_status {
+        let ns = i64::try_from(timeout.as_nanos()).unwrap_or(-1);
+        let s = unsafe { sys::kvt_connector_pause_wait(&mut p, self.c, ns) };
+        if s == sys::KVT_TIMEOUT as sys::kvt_status {
             return Ok(None);
         }
         check(s)?;

@@ -55,11 +55,16 @@ pub use observe::{
     Subscription,
 };
 
-/// A kvt_status that is an error, kept as an enum.
+/// A kvt_status other than KVT_OK, kept as an enum: the errors, and the outcomes that are
+/// not errors but end a call early (`Timeout`, `IterOver`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Status {
+    /// A wait ran out of time.
     Timeout,
+    /// An iteration has no more items (KVT_ITEROVER, 0.5.0). Not an error: the crate's
+    /// iterators ([`EventLogReader`]) end on it rather than return it.
+    IterOver,
     InvalidArgument,
     InvalidHandle,
     State,
@@ -70,7 +75,8 @@ pub enum Status {
     Corrupt,
     NoMemory,
     Cuda,
-    /// An unknown request id (never seen, or finished).
+    /// No such id or key: an unknown request (never seen, or finished) or breakpoint, a
+    /// missing G4 key.
     NotFound,
     Internal,
     Other(i32),
@@ -80,6 +86,7 @@ impl Status {
     fn from_raw(s: sys::kvt_status) -> Status {
         match s as i64 {
             x if x == sys::KVT_TIMEOUT as i64 => Status::Timeout,
+            x if x == sys::KVT_ITEROVER as i64 => Status::IterOver,
             x if x == sys::KVT_ERR_INVALID_ARGUMENT as i64 => Status::InvalidArgument,
             x if x == sys::KVT_ERR_INVALID_HANDLE as i64 => Status::InvalidHandle,
             x if x == sys::KVT_ERR_STATE as i64 => Status::State,
@@ -100,6 +107,7 @@ impl Status {
     pub fn code(self) -> i32 {
         match self {
             Status::Timeout => sys::KVT_TIMEOUT as i32,
+            Status::IterOver => sys::KVT_ITEROVER as i32,
             Status::InvalidArgument => sys::KVT_ERR_INVALID_ARGUMENT,
             Status::InvalidHandle => sys::KVT_ERR_INVALID_HANDLE,
             Status::State => sys::KVT_ERR_STATE,
@@ -242,13 +250,22 @@ pub fn try_hash_salt(salt: &[u8]) -> Result<u64> {
 pub fn hash_sequence(tokens: &[u32], page_size: u32, salt_hash: u64) -> Result<Vec<u64>> {
     let cap = if page_size == 0 { 0 } else { tokens.len() / page_size as usize };
     let mut out = vec![0u64; cap];
-    let mut n = 0usize;
-    check(unsafe {
-        sys::kvt_hash_sequence(out.as_mut_ptr(), &mut n, cap, salt_hash, tokens.as_ptr(),
-                               tokens.len(), page_size)
-    })?;
+    let n = hash_sequence_into(tokens, page_size, salt_hash, &mut out)?;
     out.truncate(n);
     Ok(out)
+}
+
+/// The sequence hashes of the first `out.len()` full blocks of `tokens` into `out`, as
+/// [`hash_sequence`] gives them; returns how many full blocks `tokens` has, which may be more
+/// than were written (an empty `out` only asks for that number).
+pub fn hash_sequence_into(tokens: &[u32], page_size: u32, salt_hash: u64, out: &mut [u64])
+                          -> Result<usize> {
+    let mut n = 0usize;
+    check(unsafe {
+        sys::kvt_hash_tokens(out.as_mut_ptr(), out.len(), &mut n, salt_hash, tokens.as_ptr(),
+                             tokens.len(), page_size)
+    })?;
+    Ok(n)
 }
 
 /// Incremental hasher. Send but not Sync: the C contract forbids use from two threads at once.
@@ -269,13 +286,16 @@ impl Seq {
         check(unsafe { sys::kvt_seq_append(self.s, tokens.as_ptr(), tokens.len()) })
     }
 
+    /// The sequence hashes of the blocks completed so far.
     pub fn hashes(&self) -> Result<Vec<u64>> {
         let (mut t, mut b) = (0usize, 0usize);
         check(unsafe { sys::kvt_seq_info(&mut t, &mut b, self.s) })?;
         let mut out = vec![0u64; b];
         let mut n = 0usize;
-        check(unsafe { sys::kvt_seq_hashes(&mut n, ptr::null_mut(), out.as_mut_ptr(), self.s, 0, b) })?;
-        out.truncate(n);
+        check(unsafe {
+            sys::kvt_seq_copy_hashes(ptr::null_mut(), out.as_mut_ptr(), b, &mut n, self.s, 0)
+        })?;
+        out.truncate(n.min(b));
         Ok(out)
     }
 }
@@ -363,7 +383,7 @@ impl ManagerEvent {
 }
 
 /// Moves up to `max` events out of a queue through `drain` (kvt_manager_poll,
-/// kvt_connector_take_events), which returns how many it wrote.
+/// kvt_connector_drain_events), which returns how many it wrote.
 pub(crate) fn drain_events<T>(max: usize, drain: impl FnOnce(*mut sys::kvt_event) -> usize,
                               convert: fn(&sys::kvt_event) -> T) -> Vec<T> {
     let mut buf: Vec<sys::kvt_event> = Vec::with_capacity(max);

@@ -264,11 +264,17 @@ impl Iterator for EventLogReader {
             return None;
         }
         let mut e = std::mem::MaybeUninit::<sys::kvt_obs_event>::zeroed();
-        match check(unsafe { sys::kvt_event_log_next(self.l, e.as_mut_ptr()) }) {
+        let s = unsafe { sys::kvt_event_log_read(e.as_mut_ptr(), self.l) };
+        if s == sys::KVT_ITEROVER as sys::kvt_status {
+            // Past the last record: the end, not an error.
+            self.done = true;
+            return None;
+        }
+        match check(s) {
             Ok(()) => Some(Ok(obs_event(unsafe { e.assume_init_ref() }))),
             Err(err) => {
                 self.done = true;
-                (err.status != Status::NotFound).then_some(Err(err))
+                Some(Err(err))
             }
         }
     }
