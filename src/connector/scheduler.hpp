@@ -1,6 +1,8 @@
 // The connector's scheduler half: slots by request id, the G2/G3 hits they stage, the loads
 // and stores it plans into each step's metadata, and the pins it holds until the worker's
-// report says the copies ended. It never touches block bytes.
+// report says the copies ended. It never touches block bytes. One class in four files: the
+// calls (scheduler.cpp), the slot table (slot_table.cpp), the load planner
+// (load_planner.cpp) and the store planner (store_planner.cpp).
 #pragma once
 
 #include <absl/container/flat_hash_map.h>
@@ -100,20 +102,10 @@ class Scheduler {
   // the copies whose failure this report is the first to tell.
   bool ack(Acks &a, const Report &r, const Done &d, size_t ops, std::vector<uint32_t> *fresh);
 
-  // The calls' bodies: each public call is its body and the CALL event.
+  // ---- the calls (scheduler.cpp): each public call is its body and the CALL event ----
   kvt_status get_num_new_matched_tokens_impl(uint64_t *out, std::string_view id,
                                              uint64_t salt, const uint32_t *tokens, size_t n,
                                              uint64_t computed, uint64_t max_tokens);
-  // The hit among blocks [first, usable) of hashes, pinned: a prefix from first, or with a
-  // sliding window the blocks of the window before the hit's end. *from: its first block.
-  kvt_status match_prefix(std::vector<Pinned> *hit, const std::vector<uint64_t> &hashes,
-                          size_t first, size_t usable);
-  kvt_status match_window(std::vector<Pinned> *hit, size_t *from,
-                          const std::vector<uint64_t> &hashes, size_t first, size_t usable);
-  // Sliding window: whether t's block b left t's window (the engine may have freed it);
-  // t's blocks that left it at this step go back to the engine.
-  bool left_window(const Slot &t, uint32_t b) const;
-  void release_window(Slot &s, uint64_t computed);
   kvt_status update_state_after_alloc_impl(std::string_view id, const uint32_t *blocks,
                                            size_t n, uint64_t external);
   kvt_status build_connector_meta_impl(std::string *out, const kvt_scheduled_request *reqs,
@@ -124,13 +116,11 @@ class Scheduler {
   kvt_status reset_cache_impl();
   template <class Fill>
   void call_event(std::string_view id, kvt_status st, Fill &&fill) noexcept;
+  void release(const std::vector<kvt_block> &blocks);
 
-  StoreRec store_rec(Slot &s) {
-    StoreRec r;
-    r.slot = &s;
-    r.tier = store_tier_;
-    return r;
-  }
+  // ---- the slot table (slot_table.cpp) ----
+  // Debian's abseil has its own string_view.
+  static absl::string_view key(std::string_view id) { return {id.data(), id.size()}; }
   Slot *find(const char *fn, std::string_view id, kvt_status *st) const;
   kvt_status transition_error(const char *fn, const Slot &s, SlotState to) const;
   void move(Slot &s, SlotState to);
@@ -142,18 +132,37 @@ class Scheduler {
                           uint32_t stamp);
   // Appends to s's tokens; with KV events on, notes the tokens of the blocks they fill.
   void append_tokens(Slot &s, const uint32_t *tokens, size_t n);
-  void claim(Slot &s, uint32_t g1, std::vector<CopyOp> *lazy);
-  void unclaim(Slot &s);
+  void to_waiting(Slot &s);  // request_preempted's work: the engine took its blocks back
+  void finish(Slot &s);
+
+  // ---- the load planner (load_planner.cpp) ----
+  // The hit among blocks [first, usable) of hashes, pinned: a prefix from first, or with a
+  // sliding window the blocks of the window before the hit's end. *from: its first block.
+  kvt_status match_prefix(std::vector<Pinned> *hit, const std::vector<uint64_t> &hashes,
+                          size_t first, size_t usable);
+  kvt_status match_window(std::vector<Pinned> *hit, size_t *from,
+                          const std::vector<uint64_t> &hashes, size_t first, size_t usable);
+  // Sliding window: whether t's block b left t's window (the engine may have freed it);
+  // t's blocks that left it at this step go back to the engine.
+  bool left_window(const Slot &t, uint32_t b) const;
+  void release_window(Slot &s, uint64_t computed);
   void drop_staged(Slot &s);
   void drop_planned_loads(Slot &s);
-  void to_waiting(Slot &s);  // request_preempted's work: the engine took its blocks back
+
+  // ---- the store planner (store_planner.cpp) ----
+  StoreRec store_rec(Slot &s) {
+    StoreRec r;
+    r.slot = &s;
+    r.tier = store_tier_;
+    return r;
+  }
+  void claim(Slot &s, uint32_t g1, std::vector<CopyOp> *lazy);
+  void unclaim(Slot &s);
   void plan_eager(Slot &s, Batch *batch);
   bool plan_store(uint32_t g1, uint64_t hash, uint64_t parent, std::vector<CopyOp> *ops,
                   StoreRec *rec);
   void plan_stores(Slot &s, Batch *batch, StoreRec *rec);
   void doom_stores(const Slot &s, uint64_t step);
-  void finish(Slot &s);
-  void release(const std::vector<kvt_block> &blocks);
 
   Manager &m_;
   kvt_connector_config cfg_;
