@@ -1644,7 +1644,7 @@ KVT_API kvt_status kvt_event_log_next(kvt_event_log *l, kvt_obs_event *out);
 /* kvt_connector_drain_events. */
 KVT_DEPRECATED(kvt_connector_drain_events)
 KVT_API size_t kvt_connector_take_events(kvt_event *out, size_t max, kvt_connector *c);
-/* kvt_connector_pause_wait with a timeout in milliseconds, but KVT_AGAIN (no message) when
+/* kvt_connector_pause_wait with a timeout in milliseconds, but KVT_AGAIN when
  * none paused in time. */
 KVT_DEPRECATED(kvt_connector_pause_wait)
 KVT_API kvt_status kvt_connector_wait_paused(kvt_pause_info *out, kvt_connector *c,

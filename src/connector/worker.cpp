@@ -9,6 +9,7 @@
 #include "manager/manager.hpp"
 #include "memory/cuda.hpp"
 #include "memory/mapping.hpp"
+#include "copy/copy_set.hpp"
 #include "copy/cuda_engine.hpp"
 #include "copy/disk_engine.hpp"
 
@@ -328,17 +329,6 @@ void Worker::end(const Job &job, std::vector<std::vector<Failure>> &failed) {
   done_cv_.notify_all();
 }
 
-// Host-to-host copies through the memcpy engine, anything touching the engine's CUDA memory
-// through the CUDA engine's stream of that direction (it waits for its own copies' event).
-kvt_status Worker::copy(const std::vector<Segment> &segs, bool to_g1) {
-  if (segs.empty()) return KVT_OK;
-  if (!cuda_) {
-    copy_segments(segs, m_.pool());
-    return KVT_OK;
-  }
-  return cuda_->copy(segs, to_g1);
-}
-
 // The job's copies, each with its staging buffer when it goes through G3; a store of a
 // request whose load failed in this step is cancelled: it was computed over missing bytes.
 std::vector<Worker::Item> Worker::items(const Job &job, std::vector<AlignedBuffer> &staging) {
@@ -379,18 +369,16 @@ void Worker::run_disk(std::vector<Item> &its, bool write) {
   for (size_t k = 0; k < disk.size(); ++k) of[k]->status = disk[k].status;
 }
 
-// One layer of every copy still good, in one call so that the copy engine sees it whole. A
-// copy that failed is left out of later layers: a failed load is recomputed whole.
+// One layer of every copy still good, in one set (copy_set.hpp, as the pipeline's) so that
+// the copy engine sees it whole. A copy that failed is left out of later layers: a failed
+// load is recomputed whole.
 void Worker::copy_layer(std::vector<Item> &its, uint32_t layer, bool load) {
-  std::vector<Segment> segs;
-  for (const Item &it : its)
-    if (it.status == KVT_OK)
-      append_layer_segments(m_.geometry(),
-                            load ? BlockCopy{it.g1, it.other} : BlockCopy{it.other, it.g1}, layer,
-                            segs);
-  if (kvt_status s = copy(segs, load); s != KVT_OK)
-    for (Item &it : its)
-      if (it.status == KVT_OK) it.status = s;
+  CopySet set(m_.geometry());
+  for (size_t i = 0; i < its.size(); ++i)
+    if (its[i].status == KVT_OK)
+      set.add_layer(load ? BlockCopy{its[i].g1, its[i].other} : BlockCopy{its[i].other, its[i].g1},
+                    layer, i);
+  for (const CopySet::Failure &f : set.run(cuda_.get(), m_.pool())) its[f.owner].status = f.status;
 }
 
 // An eager store reads a layer only once the engine saved it (or gave up saving: wait_for_save,

@@ -83,7 +83,6 @@ class Worker {
   uint64_t wait_saved(const Job &job, uint32_t layer);
   void publish_loaded(uint32_t layers);
   void account(Kind kind, const Batch &b, const std::vector<kvt_status> &status, uint64_t busy_ns);
-  kvt_status copy(const std::vector<Segment> &segs, bool to_g1);
 
   Manager &m_;
   Shape shape_;

@@ -9,6 +9,7 @@
 #include "common/error.hpp"
 #include "memory/mapping.hpp"
 #include "remote/store.hpp"
+#include "copy/copy_set.hpp"
 #include "copy/cuda_engine.hpp"
 #include "copy/disk_engine.hpp"
 #include "copy/memcpy_engine.hpp"
@@ -54,8 +55,6 @@ struct Executor::Plan {
 };
 
 namespace {
-bool on_device(const BlockRef &r) { return r.mem != nullptr && !r.mem->host_visible(); }
-
 // Shares a phase's duration among the directions of the blocks it moved.
 template <class E>
 void charge(double busy_ns[kDirections], Clock::duration t, const std::vector<E *> &owners) {
@@ -65,35 +64,14 @@ void charge(double busy_ns[kDirections], Clock::duration t, const std::vector<E 
 }
 }  // namespace
 
-// Runs one phase of copies: host-to-host through the memcpy engine, anything touching CUDA
-// memory through the CUDA engine. A failed CUDA copy fails the pieces it served.
+// Runs one phase of copies, whole blocks (copy_set.hpp). A failed CUDA copy fails the pieces
+// it served.
 void Executor::run_copies(const std::vector<BlockCopy> &copies,
                           const std::vector<Entry *> &owner) {
-  const Geometry &g = tiers_.geometry();
-  std::vector<BlockCopy> host;
-  std::vector<Segment> h2d, d2h;
-  std::vector<Entry *> h2d_owner, d2h_owner;
-  for (size_t i = 0; i < copies.size(); ++i) {
-    const BlockCopy &c = copies[i];
-    if (on_device(c.dst)) {
-      append_segments(g, c, h2d);
-      h2d_owner.push_back(owner[i]);
-    } else if (on_device(c.src)) {
-      append_segments(g, c, d2h);
-      d2h_owner.push_back(owner[i]);
-    } else {
-      host.push_back(c);
-    }
-  }
-  copy_blocks(g, host, pool_);
-  for (auto [segs, owners, to_device] : {std::tuple{&h2d, &h2d_owner, true},
-                                         std::tuple{&d2h, &d2h_owner, false}}) {
-    if (segs->empty()) continue;
-    kvt_status st = cuda_ ? cuda_->copy(*segs, to_device)
-                          : fail(KVT_ERR_UNSUPPORTED, "no CUDA copy engine for CUDA memory");
-    if (st != KVT_OK)
-      for (Entry *e : *owners) e->fail(st, last_error());
-  }
+  CopySet set(tiers_.geometry());
+  for (size_t i = 0; i < copies.size(); ++i) set.add(copies[i], i);
+  for (CopySet::Failure &f : set.run(cuda_, pool_))
+    owner[f.owner]->fail(f.status, std::move(f.message));
 }
 
 namespace {
