@@ -121,8 +121,7 @@ kvt_status Scheduler::get_num_new_matched_tokens_impl(uint64_t *out, std::string
     return fail(KVT_ERR_INVALID_ARGUMENT,
                 "%s: request '%s': num_computed_tokens %llu exceeds its %zu tokens", fn,
                 std::string(id).c_str(), (unsigned long long)computed, n);
-  auto it = slots_.find(key(id));
-  Slot *s = it == slots_.end() ? nullptr : it->second.get();
+  Slot *s = slots_.get(id);
   if (s && (s->state == KVT_SLOT_FINISHING || s->state == KVT_SLOT_FINISHED))
     return transition_error(fn, *s, KVT_SLOT_ONBOARD_STAGED);
   if (s && s->state == KVT_SLOT_ONBOARDING && s->batches > 0)
@@ -148,10 +147,8 @@ kvt_status Scheduler::get_num_new_matched_tokens_impl(uint64_t *out, std::string
       return st;
 
   if (s == nullptr) {
-    auto fresh = std::make_unique<Slot>(std::string(id), std::move(seq));
-    s = fresh.get();
+    s = &slots_.add(std::string(id), std::move(seq));
     ++stats_.transitions[0][KVT_SLOT_INITIALIZED];
-    slots_.emplace(s->id, std::move(fresh));
     slot_event(*s, 0, KVT_SLOT_INITIALIZED);
     stop_point(s->id, 0, KVT_SLOT_INITIALIZED);
   } else {
@@ -189,7 +186,7 @@ kvt_status Scheduler::update_state_after_alloc_impl(std::string_view id,
   trigger_ = KVT_TRIGGER_UPDATE_STATE_AFTER_ALLOC;
   stop_point(id, 0, 0);
   kvt_status st;
-  Slot *s = find(fn, id, &st);
+  Slot *s = slots_.find(fn, id, &st);
   if (s == nullptr) return st;
   if (s->state != KVT_SLOT_INITIALIZED && s->state != KVT_SLOT_ONBOARD_STAGED &&
       s->state != KVT_SLOT_PREEMPTED)

@@ -48,7 +48,7 @@ Scheduler::Scheduler(Manager &m, const kvt_connector_config &c)
 }
 
 Scheduler::~Scheduler() {
-  for (auto &[id, s] : slots_) drop_staged(*s);
+  slots_.each([&](Slot &s) { drop_staged(s); });
   for (auto &[id, r] : loads_)
     for (const Pinned &p : r.src) release({p.block});
   for (auto &[id, r] : stores_) release(r.dst);
@@ -86,7 +86,7 @@ kvt_status Scheduler::build_connector_meta_impl(std::string *out,
       return refuse(fail(KVT_ERR_INVALID_ARGUMENT, "%s: reqs[%zu] has a NULL array with a count",
                          fn, i));
     kvt_status st;
-    Slot *s = find(fn, r.req_id, &st);
+    Slot *s = slots_.find(fn, r.req_id, &st);
     if (s == nullptr) return refuse(st);
     if (s->new_this_step)
       return refuse(fail(KVT_ERR_INVALID_ARGUMENT, "%s: request '%s' is scheduled twice", fn,
@@ -134,11 +134,11 @@ kvt_status Scheduler::build_connector_meta_impl(std::string *out,
   meta.shape = shape_;
   meta.step = ++step_;
   meta.async_load = cfg_.load_async != 0;
-  for (auto &[id, s] : slots_) {
-    if (s->new_this_step) continue;
-    if (s->state == KVT_SLOT_PREFILLING) move(*s, KVT_SLOT_SKIPPED_PREFILL);
-    else if (s->state == KVT_SLOT_DECODING) move(*s, KVT_SLOT_SKIPPED_DECODE);
-  }
+  slots_.each([&](Slot &s) {
+    if (s.new_this_step) return;
+    if (s.state == KVT_SLOT_PREFILLING) move(s, KVT_SLOT_SKIPPED_PREFILL);
+    else if (s.state == KVT_SLOT_DECODING) move(s, KVT_SLOT_SKIPPED_DECODE);
+  });
   for (size_t i = 0; i < n; ++i) {
     const kvt_scheduled_request &r = reqs[i];
     Slot &s = *slot[i];
@@ -187,7 +187,7 @@ kvt_status Scheduler::build_connector_meta_impl(std::string *out,
   }
   meta.lazy_stores = std::move(planned_lazy_);
   planned_lazy_.clear();
-  for (auto &[id, s] : slots_) s->preempted_unasked = false;  // the step's preemptions are in
+  slots_.each([](Slot &s) { s.preempted_unasked = false; });  // the step's preemptions are in
   meta.finished = std::move(finishing_);
   finishing_.clear();
   *out = encode(meta);
@@ -330,7 +330,7 @@ kvt_status Scheduler::request_finished_impl(bool *delay_free, std::string_view i
   trigger_ = KVT_TRIGGER_REQUEST_FINISHED;
   stop_point(id, 0, 0);
   kvt_status st;
-  Slot *s = find(fn, id, &st);
+  Slot *s = slots_.find(fn, id, &st);
   if (s == nullptr) return st;
   if (!legal(s->state, KVT_SLOT_FINISHING)) return transition_error(fn, *s, KVT_SLOT_FINISHING);
   drop_staged(*s);
@@ -350,7 +350,7 @@ kvt_status Scheduler::request_preempted_impl(std::string_view id) {
   trigger_ = KVT_TRIGGER_REQUEST_PREEMPTED;
   stop_point(id, 0, 0);
   kvt_status st;
-  Slot *s = find(fn, id, &st);
+  Slot *s = slots_.find(fn, id, &st);
   if (s == nullptr) return st;
   // Preempted already: by get_num_new_matched_tokens this step (it may be onboarding again),
   // or told twice.
@@ -381,11 +381,12 @@ kvt_status Scheduler::reset_cache_impl() {
   for (auto &[id, rec] : stores_) rec.doomed = true;
   storing_.clear();
   for (Content &c : content_) c.valid = false;
-  for (auto &[id, s] : slots_)
-    if (s->state == KVT_SLOT_ONBOARD_STAGED) {
-      drop_staged(*s);
-      move(*s, KVT_SLOT_INITIALIZED);
+  slots_.each([&](Slot &s) {
+    if (s.state == KVT_SLOT_ONBOARD_STAGED) {
+      drop_staged(s);
+      move(s, KVT_SLOT_INITIALIZED);
     }
+  });
   for (int t : {KVT_TIER_G2, KVT_TIER_G3})
     if (m_.tier_if_present(t))
       if (kvt_status st = m_.reset(t); st != KVT_OK) return st;

@@ -1,14 +1,14 @@
 // The connector's scheduler half: slots by request id, the G2/G3 hits they stage, the loads
 // and stores it plans into each step's metadata, and the pins it holds until the worker's
-// report says the copies ended. It never touches block bytes. One class in four files: the
-// calls (scheduler.cpp), the slot table (slot_table.cpp), the load planner
-// (load_planner.cpp) and the store planner (store_planner.cpp).
+// report says the copies ended. It never touches block bytes. Its slots are a SlotTable
+// (slot_table.hpp); the class itself is in four files: the calls (scheduler.cpp), its side
+// of the slots (scheduler_slots.cpp), the load planner (load_planner.cpp) and the store
+// planner (store_planner.cpp).
 #pragma once
 
 #include <absl/container/flat_hash_map.h>
 #include <absl/container/flat_hash_set.h>
 
-#include <deque>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -17,6 +17,7 @@
 #include "connector/breakpoints.hpp"
 #include "connector/metadata.hpp"
 #include "connector/slot.hpp"
+#include "connector/slot_table.hpp"
 #include "event/obs_sink.hpp"
 #include "kvtier.h"
 
@@ -118,10 +119,7 @@ class Scheduler {
   void call_event(std::string_view id, kvt_status st, Fill &&fill) noexcept;
   void release(const std::vector<kvt_block> &blocks);
 
-  // ---- the slot table (slot_table.cpp) ----
-  // Debian's abseil has its own string_view.
-  static absl::string_view key(std::string_view id) { return {id.data(), id.size()}; }
-  Slot *find(const char *fn, std::string_view id, kvt_status *st) const;
+  // ---- its slots (scheduler_slots.cpp; the table is slot_table.hpp) ----
   kvt_status transition_error(const char *fn, const Slot &s, SlotState to) const;
   void move(Slot &s, SlotState to);
   void slot_event(const Slot &s, uint32_t prev, uint32_t to);  // observe SLOT
@@ -174,7 +172,7 @@ class Scheduler {
   // cdiv(sliding_window - 1, block_size), at least 1); 0 for full attention.
   size_t window_blocks_ = 0;
 
-  absl::flat_hash_map<std::string, std::unique_ptr<Slot>> slots_;
+  SlotTable slots_;
   std::vector<Slot *> writer_;       // per G1 block: the live slot that writes it
   std::vector<uint32_t> stamp_;      // per G1 block: duplicate detection within one call
   uint32_t stamp_now_ = 0;
@@ -197,11 +195,6 @@ class Scheduler {
   std::vector<uint64_t> planned_loads_;     // batch ids for the next metadata
   std::vector<Batch> planned_lazy_;         // lazy stores for the next metadata
   std::vector<std::string> finishing_;      // finished with batches outstanding, to announce
-
-  // Histories of finished requests, the oldest dropped past kKeepFinished.
-  static constexpr size_t kKeepFinished = 4096;
-  absl::flat_hash_map<std::string, std::vector<uint32_t>> done_;
-  std::deque<std::string> done_order_;
 
   kvt_connector_stats stats_{};
   kvt_obs_trigger trigger_ = KVT_TRIGGER_GET_NUM_NEW_MATCHED_TOKENS;  // the call in progress

@@ -1,106 +1,35 @@
-// The scheduler half's slot table: a slot per request id and its transitions (each an
-// observe SLOT event and a breakpoint's stop), the G1 blocks each slot writes, the histories
-// of finished requests, and the snapshot that inspection reads.
-#include "connector/scheduler.hpp"
+#include "connector/slot_table.hpp"
 
-#include <algorithm>
-#include <cstring>
-
-#include "block/handle.hpp"
-#include "block/tier.hpp"
 #include "common/error.hpp"
-#include "common/names.hpp"
-#include "manager/manager.hpp"
 
 namespace kvt::conn {
 
-Slot *Scheduler::find(const char *fn, std::string_view id, kvt_status *st) const {
+namespace {
+// Debian's abseil has its own string_view.
+absl::string_view key(std::string_view id) { return {id.data(), id.size()}; }
+}  // namespace
+
+Slot *SlotTable::get(std::string_view id) const {
   auto it = slots_.find(key(id));
-  if (it == slots_.end()) {
-    *st = fail(KVT_ERR_NOT_FOUND, "%s: unknown request id '%s' (never seen, or finished)", fn,
-               std::string(id).c_str());
-    return nullptr;
-  }
-  *st = KVT_OK;
-  return it->second.get();
+  return it == slots_.end() ? nullptr : it->second.get();
 }
 
-kvt_status Scheduler::transition_error(const char *fn, const Slot &s, SlotState to) const {
-  return fail(KVT_ERR_STATE, "%s: request '%s' is %s, which cannot become %s", fn,
-              s.id.c_str(), slot_state_name(s.state), slot_state_name(to));
+Slot *SlotTable::find(const char *fn, std::string_view id, kvt_status *st) const {
+  Slot *s = get(id);
+  *st = s ? KVT_OK
+          : fail(KVT_ERR_NOT_FOUND, "%s: unknown request id '%s' (never seen, or finished)", fn,
+                 std::string(id).c_str());
+  return s;
 }
 
-void Scheduler::move(Slot &s, SlotState to) {
-  ++stats_.transitions[s.state][to];
-  const uint32_t prev = s.state;
-  slot_event(s, prev, to);
-  if (s.state != to) s.to(to);
-  stop_point(s.id, prev, to);
+Slot &SlotTable::add(std::string id, TokenSeq seq) {
+  auto fresh = std::make_unique<Slot>(std::move(id), std::move(seq));
+  Slot &s = *fresh;
+  slots_.emplace(s.id, std::move(fresh));
+  return s;
 }
 
-void Scheduler::slot_event(const Slot &s, uint32_t prev, uint32_t to) {
-  if (kObserve && hooks_.transition)
-    hooks_.transition(hooks_.user, s.id.c_str(), prev, to, trigger_);
-  if (!m_.bus().on()) return;
-  ObsEvent e = obs_event(KVT_OBS_SLOT, s.id);
-  e.prev = prev;
-  e.state = to;
-  e.trigger = trigger_;
-  e.tokens = s.seq.tokens();
-  e.computed = s.computed;
-  m_.bus().emit(e);
-}
-
-void Scheduler::candidate(const Slot &s, kvt_candidate_state state, uint64_t batch, int src,
-                          int dst, uint64_t blocks, kvt_status st) {
-  if (!m_.bus().on()) return;
-  ObsEvent e = obs_event(KVT_OBS_CANDIDATE, s.id);
-  e.state = state;
-  e.batch = batch;
-  e.src = uint32_t(src);
-  e.dst = uint32_t(dst);
-  e.blocks = blocks;
-  e.status = st;
-  m_.bus().emit(e);
-}
-
-// Block ids the call hands to s for writing: in range, not written by another live request,
-// not given twice. Marks them with stamp for the duplicate check.
-kvt_status Scheduler::check_blocks(const char *fn, const Slot &s, const uint32_t *ids, size_t n,
-                                   uint32_t stamp) {
-  for (size_t i = 0; i < n; ++i) {
-    uint32_t b = ids[i];
-    if (b == KVT_BLOCK_ID_NONE) continue;
-    if (b >= writer_.size())
-      return fail(KVT_ERR_INVALID_ARGUMENT,
-                  "%s: request '%s': block id %u is out of range (num_gpu_blocks is %zu)", fn,
-                  s.id.c_str(), b, writer_.size());
-    if (writer_[b] != nullptr && writer_[b] != &s && !left_window(*writer_[b], b))
-      return fail(KVT_ERR_INVALID_ARGUMENT,
-                  "%s: request '%s': block id %u is written by request '%s'", fn, s.id.c_str(),
-                  b, writer_[b]->id.c_str());
-    if (stamp_[b] == stamp)
-      return fail(KVT_ERR_INVALID_ARGUMENT, "%s: request '%s': block id %u is given twice", fn,
-                  s.id.c_str(), b);
-    stamp_[b] = stamp;
-  }
-  return KVT_OK;
-}
-
-void Scheduler::append_tokens(Slot &s, const uint32_t *tokens, size_t n) {
-  KvSink *kv = m_.kv_sink();
-  if (kv == nullptr) return s.seq.append(tokens, n);
-  // The filled blocks' tokens: the partial block's, then the new ones.
-  std::vector<uint32_t> filled = s.seq.partial();
-  filled.insert(filled.end(), tokens, tokens + n);
-  const size_t before = s.seq.blocks();
-  s.seq.append(tokens, n);
-  kv->note_tokens(s.seq.seq_hashes().data() + before, s.seq.blocks() - before, filled.data());
-}
-
-// FINISHING -> FINISHED: the slot goes; its history stays for a while.
-void Scheduler::finish(Slot &s) {
-  move(s, KVT_SLOT_FINISHED);
+void SlotTable::retire(Slot &s) {
   if (done_.size() >= kKeepFinished) {
     done_.erase(done_order_.front());
     done_order_.pop_front();
@@ -110,25 +39,11 @@ void Scheduler::finish(Slot &s) {
   slots_.erase(s.id);
 }
 
-void Scheduler::to_waiting(Slot &s) {
-  drop_staged(s);
-  drop_planned_loads(s);
-  unclaim(s);
-  s.blocks.clear();
-  s.computed = 0;
-  s.write_from = 0;
-  s.store_next = 0;  // its blocks may be stored again: plan_store skips what is present
-  s.released_below = 0;
-  s.reach = 0;
-  ++stats_.preemptions;
-  move(s, KVT_SLOT_PREEMPTED);
-}
-
-kvt_status Scheduler::slot_state(uint32_t *state, const std::vector<uint32_t> **history,
-                                 std::string_view id) const {
-  if (auto it = slots_.find(key(id)); it != slots_.end()) {
-    *state = it->second->state;
-    *history = &it->second->history;
+kvt_status SlotTable::state(uint32_t *state, const std::vector<uint32_t> **history,
+                            std::string_view id) const {
+  if (const Slot *s = get(id)) {
+    *state = s->state;
+    *history = &s->history;
     return KVT_OK;
   }
   if (auto it = done_.find(key(id)); it != done_.end()) {
@@ -139,54 +54,6 @@ kvt_status Scheduler::slot_state(uint32_t *state, const std::vector<uint32_t> **
   kvt_status st;
   find("kvt_connector_slot_state", id, &st);
   return st;
-}
-
-void Scheduler::stats(kvt_connector_stats *out) const { *out = stats_; }
-
-Snapshot Scheduler::snapshot() const {
-  Snapshot out;
-  const auto now = std::chrono::steady_clock::now();
-  auto set_id = [](char *dst, const std::string &id) {
-    std::memcpy(dst, id.data(), std::min<size_t>(id.size(), KVT_REQ_ID_MAX));
-  };
-  for (const auto &[id, s] : slots_) {
-    kvt_slot_info i{};
-    set_id(i.req_id, s->id);
-    i.state = s->state;
-    i.age_ns = uint64_t(
-        std::chrono::duration_cast<std::chrono::nanoseconds>(now - s->born).count());
-    i.tokens = s->seq.tokens();
-    i.computed = s->computed;
-    i.blocks = s->blocks.size();
-    i.batches = s->batches;
-    out.slots.push_back(i);
-  }
-  for (const auto &[id, r] : loads_) {
-    kvt_batch_info b{};
-    set_id(b.req_id, r.slot->id);
-    b.src = r.src.empty() ? 0 : uint32_t(handle::tier(r.src[0].block));
-    b.dst = KVT_TIER_G1;
-    b.batch = id;
-    b.blocks = r.src.size();
-    b.step = r.step;
-    out.batches.push_back(b);
-  }
-  for (const auto &[id, r] : stores_) {
-    kvt_batch_info b{};
-    set_id(b.req_id, r.slot->id);
-    b.src = KVT_TIER_G1;
-    b.dst = uint32_t(r.tier->id());
-    b.batch = id;
-    b.blocks = r.dst.size();
-    b.step = r.step;
-    out.batches.push_back(b);
-  }
-  auto by_id = [](const auto &a, const auto &b) { return std::strcmp(a.req_id, b.req_id) < 0; };
-  std::sort(out.slots.begin(), out.slots.end(), by_id);
-  std::sort(out.batches.begin(), out.batches.end(),
-            [](const kvt_batch_info &a, const kvt_batch_info &b) { return a.batch < b.batch; });
-  out.stats = stats_;
-  return out;
 }
 
 }  // namespace kvt::conn
