@@ -82,7 +82,7 @@ KVT_API kvt_status kvt_hash_sequence(uint64_t *out_seq_hashes, size_t *out_n, si
   if (out_seq_hashes != nullptr && cap < blocks) {
     *out_n = blocks;
     return kvt::fail(KVT_ERR_INVALID_ARGUMENT, "%s: cap %zu is less than the %zu full blocks",
-                          fn, cap, blocks);
+                     fn, cap, blocks);
   }
   return kvt_hash_tokens(out_seq_hashes, cap, out_n, salt_hash, tokens, n_tokens, page_size);
 }
