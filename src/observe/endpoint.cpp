@@ -344,8 +344,11 @@ void Endpoint::serve(std::vector<std::unique_ptr<Client>> &clients) {
     return;
   }
   now = now_ns();
-  if (fds[0].revents & POLLIN || (resting && accept_after_ns_ <= now))
+  if (fds[0].revents & POLLIN || (resting && accept_after_ns_ <= now)) {
     accept_clients(clients, now);
+    // Counted before any is served: a client that has its first reply is in the stats.
+    clients_.store(clients.size());
+  }
   for (auto &c : clients) serve_client(*c, now);
   std::erase_if(clients, [&](const std::unique_ptr<Client> &c) {
     if (!c->closing || !c->out.empty()) return false;
