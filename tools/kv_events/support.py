@@ -38,10 +38,32 @@ class LibHasher:
         return list(out[: got.value])
 
 
+_HANDED_OUT = set()
+
+
 def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A TCP port free now, outside the kernel's ephemeral range, and not handed out before.
+    A port the kernel picks (bind to 0) is one it may also give, a moment later, to an
+    outgoing connection as its local port (the router's ZMQ reconnects to instances not yet
+    up make many): the server that binds it after that fails with "Address already in use".
+    The kernel never gives ports outside the range to outgoing connections."""
+    low, high = map(int, Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
+    pool = [p for p in (*range(10000, low), *range(high + 1, 65536)) if p not in _HANDED_OUT]
+    if not pool:  # the whole range is ephemeral here: the kernel's choice it is
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            return s.getsockname()[1]
+    rng = random.Random()
+    for _ in range(1000):
+        port = rng.choice(pool)
+        with socket.socket() as s:
+            try:
+                s.bind(("0.0.0.0", port))
+            except OSError:
+                continue
+        _HANDED_OUT.add(port)
+        return port
+    raise RuntimeError("no free TCP port outside the ephemeral range")
 
 
 def small_trace(path, requests=300, seed=11):
