@@ -24,11 +24,11 @@ def _salt_hash(salt: Salt) -> int:
 def hash_sequence(tokens, page_size: int, salt: Salt = b"") -> List[int]:
     """Sequence hashes of the full blocks of tokens, as a list."""
     toks, n = _u32_array(tokens)
-    salt_hash, blocks = _salt_hash(salt), ffi.new("size_t *")
-    _check(C.kvt_hash_tokens(ffi.NULL, 0, blocks, salt_hash, toks, n, page_size))  # how many
-    out = ffi.new("uint64_t[]", max(blocks[0], 1))
-    _check(C.kvt_hash_tokens(out, blocks[0], blocks, salt_hash, toks, n, page_size))
-    return _to_list(out, blocks[0])
+    blocks = ffi.new("size_t *")
+    cap = n // page_size if page_size > 0 else 0  # the full blocks: one call, not a count first
+    out = ffi.new("uint64_t[]", max(cap, 1))
+    _check(C.kvt_hash_tokens(out, cap, blocks, _salt_hash(salt), toks, n, page_size))
+    return _to_list(out, min(blocks[0], cap))
 
 
 class Seq(_Handle):

@@ -5,7 +5,6 @@ through kvtier.C, next to the deprecated forms they replace, which keep their be
 Run with KVTIER_LIB_DIR=<build>/src."""
 import os
 import sys
-import threading
 import time
 
 import pytest
@@ -16,8 +15,8 @@ sys.path.insert(0, os.path.join(HERE, "..", "examples"))
 import kvtier  # noqa: E402
 import connector_seed003 as seed  # noqa: E402
 from kvtier import C, CONST, ffi  # noqa: E402
+from test_close_threads import JOIN_S, joined, run  # noqa: E402
 
-JOIN_S = 60  # a bound on waiting for a thread, so that a regression fails, not hangs
 SENTINEL = 0xDEADBEEFDEADBEEF
 
 
@@ -191,25 +190,6 @@ def scheduler():
     return m, c
 
 
-def start(target):
-    result = {}
-
-    def body():
-        try:
-            result["value"] = target()
-        except BaseException as e:  # noqa: B902: the test reports it
-            result["error"] = e
-
-    t = threading.Thread(target=body, daemon=True)
-    t.start()
-    return t, result
-
-
-def joined(t):
-    t.join(JOIN_S)
-    assert not t.is_alive()
-
-
 def test_pause_wait_times_out():
     m, c = scheduler()
     with m, c:
@@ -241,12 +221,12 @@ def test_pause_wait_forever_gets_a_later_pause():
     m, c = scheduler()
     with m, c:
         bp = c.add_breakpoint(req_id="A")
-        waiter, waited = start(c.pause_wait)  # timeout None: forever
+        waiter, waited = run(c.pause_wait, "waiter")  # timeout None: forever
         while not c._gate.calls and waiter.is_alive():  # until the wait is in flight
             pass
         time.sleep(0.3)  # past several of its library waits: it is still waiting
         assert waiter.is_alive() and waited == {}
-        engine, called = start(lambda: c.update_state_after_alloc("A", [1, 2, 3], 0))
+        engine, called = run(lambda: c.update_state_after_alloc("A", [1, 2, 3], 0), "engine")
         joined(waiter)
         p = waited["value"]
         assert isinstance(p, kvtier.PauseInfo)
@@ -266,7 +246,7 @@ def test_close_ends_a_pause_wait_forever():
     """Nothing in the library ends a wait for a pause but a pause: pause_wait() waits in
     slices, so that a close() meanwhile ends it within one rather than hang."""
     m, c = scheduler()
-    waiter, waited = start(c.pause_wait)
+    waiter, waited = run(c.pause_wait, "waiter")
     while not c._gate.calls and waiter.is_alive():
         pass
     t0 = time.monotonic()
