@@ -7,13 +7,16 @@
 //   kernel     a gather/scatter kernel that reads or writes the pinned host memory through
 //              its mapped address, one thread block per chunk, given the block ids;
 //   kvtier     kvt_xfer_offload G1 -> G2 and kvt_xfer_onboard G2 -> G1 through the library (engine
-//              layout over the same tensors, batched copies), enqueue to end of wait.
+//              layout over the same tensors, the library's default copy method), enqueue to
+//              end of wait; the first copy each way is checked word by word.
 // G1 is 32 layers x {K, V}: 64 device tensors of `pool` blocks each; a block is one chunk in
 // each. The N blocks are drawn at random from a pool of 2N, as an engine's free list
 // scatters them, and land in G2 slots in another random order. Times are host wall clock
 // from the first enqueue to the end of cudaStreamSynchronize (so the cost of building the
 // copy lists and launching counts), median of the repetitions.
-//   bench_cuda_copy [--quick]    prints a markdown table; JSON lines with KVT_BENCH_JSON=file
+//   bench_cuda_copy [--quick] [--kvtier-only]    prints a markdown table; JSON lines with
+//   KVT_BENCH_JSON=file. --kvtier-only times the contiguous copy and the library alone, to
+//   compare two builds of the library (LD_LIBRARY_PATH) with the same binary.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -79,6 +82,13 @@ __global__ void fill_chunks(Tables t, uint32_t n_ids, uint64_t chunk) {
   if (i >= n_ids) return;
   auto *w = reinterpret_cast<uint64_t *>(t.bases[r] + uint64_t(t.ids[i]) * chunk);
   for (uint64_t k = threadIdx.x; k < chunk / 8; k += blockDim.x) w[k] = word_of(r, t.ids[i], k);
+}
+
+// Every chunk of the first `slots` slots of every region: the words of its (region, slot).
+__global__ void fill_slots(char *const *bases, uint64_t chunk) {
+  const uint32_t r = blockIdx.x, slot = blockIdx.y;
+  auto *w = reinterpret_cast<uint64_t *>(bases[r] + uint64_t(slot) * chunk);
+  for (uint64_t k = threadIdx.x; k < chunk / 8; k += blockDim.x) w[k] = word_of(r, slot, k);
 }
 
 __global__ void count_wrong(Tables t, uint64_t chunk, unsigned long long *wrong) {
@@ -159,11 +169,12 @@ class Bench {
     cudaStreamDestroy(s_);
   }
 
-  void run(std::vector<Row> *rows) {
+  void run(std::vector<Row> *rows, bool kvtier_only) {
     for (bool to_host : {true, false}) {
       const char *dir = to_host ? "D2H" : "H2D";
       const double ref = time([&] { contiguous(to_host); });
       for (const char *m : {"batched", "per_chunk", "kernel"}) {
+        if (kvtier_only) break;
         const std::string name = m;
         prepare(to_host);
         auto op = [&] {
@@ -176,7 +187,9 @@ class Bench {
         const uint64_t wrong = verify(to_host);
         rows->push_back({c_, dir, m, time(op), ref, wrong});
       }
-      rows->push_back({c_, dir, "kvtier", through_kvtier(to_host), ref, 0});
+      uint64_t wrong = 0;
+      const double t = through_kvtier(to_host, &wrong);
+      rows->push_back({c_, dir, "kvtier", t, ref, wrong});
     }
   }
 
@@ -271,8 +284,12 @@ class Bench {
   }
 
   // The library over the same tensors: offload of N registered G1 blocks to G2 (D2H), or
-  // onboard of N G2 blocks into G1 (H2D), timed from enqueue to the end of the wait.
-  double through_kvtier(bool to_host) {
+  // onboard of N G2 blocks into G1 (H2D), timed from enqueue to the end of the wait. The
+  // first (warm-up) copy is checked: *wrong counts the words that did not arrive.
+  double through_kvtier(bool to_host, uint64_t *wrong) {
+    fill_slots<<<dim3(kRegions, pool_), 256, 0, s_>>>(d_bases_, c_.chunk);
+    CK(cudaGetLastError());
+    CK(cudaStreamSynchronize(s_));
     std::vector<const void *> bases(regions_.begin(), regions_.end());
     std::vector<uint64_t> strides(kRegions, c_.chunk);
     kvt_g1_layout lay{};
@@ -302,6 +319,19 @@ class Bench {
     for (uint32_t i = 0; i < n_; ++i) h[i] = 1000 + i;
     kvt_block_alloc(g1.data(), n_, m, KVT_TIER_G1);
     kvt_block_register_hashes(g1.data(), m, g1.data(), h.data(), n_, 0);
+    // Where the library put each block: the slot its chunks hold the words of.
+    auto slot_of = [&](kvt_block b) {
+      void *p = nullptr;
+      kvt_block_chunk(&p, m, b, 0, 0);
+      return uint64_t(static_cast<char *>(p) - regions_[0]) / c_.chunk;
+    };
+    std::vector<uint64_t> slot(n_);
+    for (uint32_t i = 0; i < n_; ++i) slot[i] = slot_of(g1[i]);
+    const uint64_t words = c_.chunk / 8;
+    std::vector<uint64_t> got(words);
+    auto count = [&](const uint64_t *w, int r, uint64_t s) {
+      for (uint64_t k = 0; k < words; ++k) *wrong += w[k] != word_of(r, s, k);
+    };
     std::vector<kvt_event> ev(4096);
     auto drain = [&] {
       while (kvt_manager_poll(m, ev.data(), ev.size()) > 0) {
@@ -321,6 +351,20 @@ class Bench {
         must(kvt_xfer_wait(x, -1), "offload");
         t.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
         kvt_xfer_release(x);
+        if (i == 0) {  // the G2 copies against the words of their G1 slots
+          size_t found = 0;
+          kvt_tier_match_prefix(&found, b.data(), m, KVT_TIER_G2, h.data(), n_);
+          *wrong += (n_ - found) * kRegions * words;
+          for (size_t k = 0; k < found; ++k) {
+            void *p = nullptr;
+            size_t len = 0;
+            must(kvt_block_data(&p, &len, m, b[k]), "kvt_block_data");
+            for (int r = 0; r < kRegions; ++r)
+              count(reinterpret_cast<const uint64_t *>(static_cast<char *>(p) + r * c_.chunk), r,
+                    slot[k]);
+          }
+          kvt_block_release(m, b.data(), found);
+        }
         kvt_block_alloc(b.data(), n_, m, KVT_TIER_G2);  // evicts the copies: the next copies again
         kvt_block_release(m, b.data(), n_);
         drain();
@@ -340,12 +384,23 @@ class Bench {
         must(kvt_block_alloc(every.data(), pool_, m, KVT_TIER_G1), "kvt_block_alloc");
         kvt_block_release(m, every.data(), pool_);
         must(kvt_block_alloc(b.data(), n_, m, KVT_TIER_G1), "kvt_block_alloc");
+        if (i == 0) {  // the first onboard must bring every word
+          for (char *p : regions_) CK(cudaMemset(p, 0, uint64_t(pool_) * c_.chunk));
+          CK(cudaDeviceSynchronize());  // the library's streams do not wait for the default one
+        }
         auto t0 = Clock::now();
         must(kvt_xfer_onboard(&x, m, src.data(), b.data(), n_, nullptr, 0), "kvt_xfer_onboard");
         must(kvt_xfer_wait(x, -1), "onboard");
         t.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
         kvt_xfer_blocks(b.data(), n_, x);
         kvt_xfer_release(x);
+        for (uint32_t k = 0; i == 0 && k < n_; ++k)
+          for (int r = 0; r < kRegions; ++r) {
+            void *p = nullptr;
+            must(kvt_block_chunk(&p, m, b[k], uint32_t(r / 2), uint32_t(r % 2)), "kvt_block_chunk");
+            CK(cudaMemcpy(got.data(), p, c_.chunk, cudaMemcpyDeviceToHost));
+            count(got.data(), r, slot[k]);
+          }
         kvt_block_release(m, b.data(), n_);
         drain();
       }
@@ -374,7 +429,17 @@ class Bench {
 }  // namespace
 
 int main(int argc, char **argv) {
-  const bool quick = argc > 1 && std::strcmp(argv[1], "--quick") == 0;
+  bool quick = false, kvtier_only = false;
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--quick") == 0) {
+      quick = true;
+    } else if (std::strcmp(argv[i], "--kvtier-only") == 0) {
+      kvtier_only = true;
+    } else {
+      std::fprintf(stderr, "usage: bench_cuda_copy [--quick] [--kvtier-only]\n");
+      return 2;
+    }
+  }
   int count = 0;
   if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
     std::printf("SKIPPED: bench_cuda_copy needs a CUDA device, and this machine has none\n");
@@ -397,7 +462,7 @@ int main(int argc, char **argv) {
   std::vector<Row> rows;
   for (Case c : cases) {
     Bench b(c, quick ? 3 : 11);
-    b.run(&rows);
+    b.run(&rows, kvtier_only);
   }
   FILE *json = std::getenv("KVT_BENCH_JSON") ? std::fopen(std::getenv("KVT_BENCH_JSON"), "w")
                                              : nullptr;

@@ -1,6 +1,8 @@
 // CopySet, the copies of one batch as the pipeline's executor (whole blocks) and the
 // connector's worker (a layer at a time) run them: host copies land byte for byte, and a
-// copy that needs a CUDA engine that is not there fails its own owners only.
+// copy that needs a CUDA engine that is not there fails its own owners only. And the
+// SegmentCursor the CUDA engine takes its runs from: the same runs as the lists the memcpy
+// engine makes, however few it is asked for at a time.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -83,6 +85,50 @@ TEST(CopySet, WholeBlocksAndSingleLayersLandAndAMissingCudaEngineFailsItsOwnersO
   const auto *g2_3 = static_cast<const char *>(g2.block(3));
   EXPECT_EQ(std::vector<char>(g2_3, g2_3 + kGeo.block_bytes()),
             std::vector<char>(kGeo.block_bytes(), 0));
+}
+
+TEST(SegmentCursor, MakesTheRunsOfTheListsInOrderWhateverItIsAskedForAtATime) {
+  TierMemory g2;
+  ASSERT_EQ(g2.init_host(4, kGeo, false), KVT_OK);
+  EngineG1 g1(4, KVT_MEMORY_CUDA);
+  std::vector<char> staging(kGeo.block_bytes());
+  const std::vector<SegmentCursor::Part> parts = {
+      {{{&g1.mem, 2, nullptr}, {&g2, 0, nullptr}}, SegmentCursor::kWholeBlock},  // 6 chunks
+      {{{&g2, 1, nullptr}, {&g2, 3, nullptr}}, SegmentCursor::kWholeBlock},      // 1 run
+      {{{&g1.mem, 0, nullptr}, {nullptr, 0, staging.data()}}, 2},               // 2 chunks
+      {{{&g2, 2, nullptr}, {&g2, 0, nullptr}}, 1},                              // 1 run
+      {{{&g1.mem, 3, nullptr}, {&g2, 1, nullptr}}, 0},                          // 2 chunks
+  };
+  std::vector<Segment> want;
+  for (const SegmentCursor::Part &p : parts)
+    if (p.layer == SegmentCursor::kWholeBlock)
+      append_segments(kGeo, p.copy, want);
+    else
+      append_layer_segments(kGeo, p.copy, p.layer, want);
+  ASSERT_EQ(want.size(), 12u);
+  for (size_t cap : {size_t{1}, size_t{2}, size_t{5}, size_t{64}}) {
+    SegmentCursor cursor(kGeo, parts);
+    EXPECT_EQ(cursor.size(), want.size());
+    std::vector<Segment> got(want.size() + cap);
+    size_t made = 0;
+    for (size_t n; (n = cursor.next(got.data() + made, cap)) > 0;) {
+      ASSERT_LE(n, cap);
+      made += n;
+      ASSERT_LE(made, want.size());
+    }
+    ASSERT_EQ(made, want.size()) << "cap " << cap;
+    EXPECT_EQ(cursor.next(got.data(), cap), 0u) << "after the end";
+    for (size_t i = 0; i < made; ++i) {
+      EXPECT_EQ(got[i].dst, want[i].dst) << "cap " << cap << ", run " << i;
+      EXPECT_EQ(got[i].src, want[i].src) << "cap " << cap << ", run " << i;
+      EXPECT_EQ(got[i].len, want[i].len) << "cap " << cap << ", run " << i;
+    }
+  }
+  constexpr Geometry kEmpty{3, 2, 0};
+  SegmentCursor none(kEmpty, parts);
+  Segment one{};
+  EXPECT_EQ(none.size(), 0u);
+  EXPECT_EQ(none.next(&one, 1), 0u);
 }
 
 }  // namespace

@@ -114,19 +114,23 @@ kvt_manager_config cuda_config(const Geometry &g, uint64_t g1, uint64_t g2, uint
 }
 
 // G1 on the device -> G2 -> G3, then back into an emptied G1 from each, bytes compared at
-// every step. engine_owned: G1 is the engine's per-layer tensors (kvt_g1_layout).
-void round_trip(uint32_t method, bool engine_owned) {
+// every step. engine_owned: G1 is the engine's per-layer tensors (kvt_g1_layout). together:
+// both offloads are enqueued before either is awaited, so that one batch may hold copies
+// to mapped G2 and to G3's staging buffers.
+void round_trip(uint32_t method, bool engine_owned, size_t kBlocks = 3, bool together = false) {
   TempDir dir;
   const Geometry g;
-  constexpr size_t kBlocks = 3, kG1 = 8;
+  const size_t kG1 = std::max<size_t>(8, kBlocks + 8);
   EngineCache cache(g.layers * g.outer, kG1, g.chunk);
-  kvt_manager_config c = cuda_config(g, kG1, 8, 8, dir.path.c_str());
+  kvt_manager_config c = cuda_config(g, kG1, kG1, kG1, dir.path.c_str());
   c.cuda_copy = method;
+  c.max_batch_size = uint32_t(2 * kBlocks);
   if (engine_owned) c.g1_layout = &cache.layout;
   auto m = make(c);
   ASSERT_TRUE(m);
   ASSERT_EQ(stats(m.get(), KVT_TIER_G1).memory, uint32_t(KVT_MEMORY_CUDA));
-  std::vector<uint64_t> h = {1, 2, 3};
+  std::vector<uint64_t> h(kBlocks);
+  for (size_t i = 0; i < kBlocks; ++i) h[i] = i + 1;
   auto g1 = alloc(m.get(), kBlocks);
   std::vector<Bytes> want;
   for (size_t i = 0; i < kBlocks; ++i) {
@@ -138,10 +142,15 @@ void round_trip(uint32_t method, bool engine_owned) {
   }
   std::vector<kvt_block> reg(kBlocks);
   ASSERT_KVT_OK(kvt_block_register_hashes(reg.data(), m.get(), g1.data(), h.data(), kBlocks, 0));
+  std::vector<kvt_xfer *> offloads;
   for (kvt_tier dst : {KVT_TIER_G2, KVT_TIER_G3}) {
     kvt_xfer *x = nullptr;
     ASSERT_KVT_OK(kvt_xfer_offload(&x, m.get(), reg.data(), kBlocks, dst, nullptr, 0));
-    ASSERT_KVT_OK(kvt_xfer_wait(x, -1));
+    offloads.push_back(x);
+    if (!together) ASSERT_KVT_OK(kvt_xfer_wait(x, -1));
+  }
+  for (kvt_xfer *x : offloads) {
+    EXPECT_KVT(kvt_xfer_wait(x, -1), KVT_OK);
     kvt_xfer_release(x);
   }
   std::vector<kvt_block> g2(kBlocks);
@@ -222,6 +231,14 @@ TEST(Cuda, EngineOwnedG1OnDeviceRoundTripsThroughG2AndG3Kernel) {
 TEST(Cuda, EngineOwnedG1OnDeviceRoundTripsThroughG2AndG3Auto) {
   REQUIRE_GPU();
   round_trip(KVT_CUDA_COPY_AUTO, true);
+}
+
+// 96 blocks of 8 chunks: 768 runs each way, which the kernel takes in launches of 128, 256
+// and 384 as its table fills, while G3's runs in the same batches go the batched way.
+TEST(Cuda, ManyBlocksCrossInSeveralKernelLaunchesBesideBatchedStagingCopies) {
+  REQUIRE_GPU();
+  round_trip(KVT_CUDA_COPY_KERNEL, true, 96, true);
+  round_trip(KVT_CUDA_COPY_KERNEL, false, 96, true);
 }
 
 // The engine writes a block on its stream and records an event; the offload waits on a

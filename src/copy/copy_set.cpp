@@ -21,18 +21,19 @@ CopySet::Device *CopySet::device_of(const BlockCopy &c) {
 void CopySet::add(const BlockCopy &c, size_t owner) {
   Device *d = device_of(c);
   if (d == nullptr) return host_blocks_.push_back(c);
-  append_segments(g_, c, d->segs);
+  d->parts.push_back({c, SegmentCursor::kWholeBlock});
   d->owner.push_back(owner);
 }
 
 void CopySet::add_layer(const BlockCopy &c, uint32_t layer, size_t owner) {
   Device *d = device_of(c);
-  append_layer_segments(g_, c, layer, d ? d->segs : host_segs_);
-  if (d) d->owner.push_back(owner);
+  if (d == nullptr) return append_layer_segments(g_, c, layer, host_segs_);
+  d->parts.push_back({c, layer});
+  d->owner.push_back(owner);
 }
 
 bool CopySet::empty() const noexcept {
-  return host_blocks_.empty() && host_segs_.empty() && h2d_.segs.empty() && d2h_.segs.empty();
+  return host_blocks_.empty() && host_segs_.empty() && h2d_.parts.empty() && d2h_.parts.empty();
 }
 
 std::vector<CopySet::Failure> CopySet::run(CudaEngine *cuda, WorkerPool &pool) const {
@@ -40,8 +41,9 @@ std::vector<CopySet::Failure> CopySet::run(CudaEngine *cuda, WorkerPool &pool) c
   if (!host_segs_.empty()) copy_segments(host_segs_, pool);
   std::vector<Failure> failed;
   for (auto [d, to_device] : {std::pair{&h2d_, true}, std::pair{&d2h_, false}}) {
-    if (d->segs.empty()) continue;
-    const kvt_status st = cuda ? cuda->copy(d->segs, to_device)
+    SegmentCursor segs(g_, d->parts);
+    if (segs.size() == 0) continue;
+    const kvt_status st = cuda ? cuda->copy(segs, to_device)
                                : fail(KVT_ERR_UNSUPPORTED, "no CUDA copy engine for CUDA memory");
     if (st == KVT_OK) continue;
     const std::string why = last_error();

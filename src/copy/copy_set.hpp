@@ -36,9 +36,9 @@ class CopySet {
   std::vector<Failure> run(CudaEngine *cuda, WorkerPool &pool) const;
 
  private:
-  // The device side of a copy, when it has one: its segments go to that direction's list.
+  // The copies of one direction across PCIe, made into runs only as the engine takes them.
   struct Device {
-    std::vector<Segment> segs;
+    std::vector<SegmentCursor::Part> parts;
     std::vector<size_t> owner;
   };
   Device *device_of(const BlockCopy &c);

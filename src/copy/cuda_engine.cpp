@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <iterator>
 #include <mutex>
 #include <vector>
 
@@ -99,52 +100,62 @@ void CudaEngine::map_host(void *base, size_t bytes) {
 }
 
 namespace {
-// A table for the segments, their host sides translated to device addresses; false (and
-// the table left in `pool`) when a segment's host side is not mapped memory, or no table can
-// be had.
-bool kernel_table(Table *out, std::vector<Table> &pool, std::mutex &mu,
-                  const std::vector<MappedRange> &mapped, const std::vector<Segment> &segs,
-                  bool to_device) {
-  Table t;
+// Runs in the kernel's first launch: few enough that the copies start at once, enough to
+// keep the GPU busy while the next launch is filled. Each launch after it is twice as long.
+constexpr size_t kFirstLaunch = 128;
+constexpr size_t kLongestLaunch = size_t{1} << 30;  // under the grid's 2^31 - 1 blocks
+
+// A table of at least `need` entries, from the pool or new; false when none can be had.
+bool take_table(Table *out, std::vector<Table> &pool, std::mutex &mu, size_t need) {
   {
     std::lock_guard lock(mu);
     for (size_t i = 0; i < pool.size(); ++i)
-      if (pool[i].cap >= segs.size()) {
-        t = pool[i];
+      if (pool[i].cap >= need) {
+        *out = pool[i];
         pool.erase(pool.begin() + std::ptrdiff_t(i));
-        break;
+        return true;
       }
   }
-  if (t.host == nullptr) {
-    t.cap = std::max<size_t>(segs.size(), 1024);
-    void *p = nullptr, *d = nullptr;
-    if (cudaHostAlloc(&p, t.cap * sizeof(KernelSegment), cudaHostAllocMapped) != cudaSuccess ||
-        cudaHostGetDevicePointer(&d, p, 0) != cudaSuccess) {
-      cudaGetLastError();
-      cudaFreeHost(p);
-      return false;
-    }
-    t.host = static_cast<KernelSegment *>(p);
-    t.dev = static_cast<KernelSegment *>(d);
+  Table t;
+  t.cap = std::max<size_t>(need, 1024);
+  void *p = nullptr, *d = nullptr;
+  if (cudaHostAlloc(&p, t.cap * sizeof(KernelSegment), cudaHostAllocMapped) != cudaSuccess ||
+      cudaHostGetDevicePointer(&d, p, 0) != cudaSuccess) {
+    cudaGetLastError();
+    cudaFreeHost(p);
+    return false;
   }
-  for (size_t i = 0; i < segs.size(); ++i) {
-    const Segment &g = segs[i];
-    const char *mapped_side = device_address(mapped, to_device ? g.src : g.dst, g.len);
-    if (mapped_side == nullptr) {
-      std::lock_guard lock(mu);
-      pool.push_back(t);
-      return false;
-    }
-    t.host[i] = to_device ? KernelSegment{g.dst, mapped_side, g.len}
-                          : KernelSegment{const_cast<char *>(mapped_side), g.src, g.len};
-  }
+  t.host = static_cast<KernelSegment *>(p);
+  t.dev = static_cast<KernelSegment *>(d);
   *out = t;
   return true;
 }
+
+// The runs that go through cudaMemcpyBatchAsync, in its three arrays.
+struct Batch {
+  std::vector<void *> dst;
+  std::vector<const void *> src;
+  std::vector<size_t> len;
+
+  void add(const Segment &g) {
+    dst.push_back(g.dst);
+    src.push_back(g.src);
+    len.push_back(g.len);
+  }
+  cudaError_t enqueue(cudaStream_t stream) {
+    if (dst.empty()) return cudaSuccess;
+    cudaMemcpyAttributes attr{};
+    attr.srcAccessOrder = cudaMemcpySrcAccessOrderStream;
+    size_t attr_index = 0;
+    return cudaMemcpyBatchAsync(dst.data(), src.data(), len.data(), dst.size(), &attr,
+                                &attr_index, 1, stream);
+  }
+};
 }  // namespace
 
-kvt_status CudaEngine::copy(const std::vector<Segment> &segs, bool to_device) {
-  if (segs.empty()) return KVT_OK;
+kvt_status CudaEngine::copy(SegmentCursor &segs, bool to_device) {
+  const size_t total = segs.size();
+  if (total == 0) return KVT_OK;
   Streams &s = *s_;
   cudaStream_t stream = to_device ? s.h2d : s.d2h;
   cudaSetDevice(s.device);  // per thread: executors may not have set it yet
@@ -159,37 +170,47 @@ kvt_status CudaEngine::copy(const std::vector<Segment> &segs, bool to_device) {
   cudaError_t r = cudaSuccess;
   if (done == nullptr) r = cudaEventCreateWithFlags(&done, cudaEventDisableTiming);
   if (r != cudaSuccess) return cuda_fail("creating a copy event", r);
+
+  // The kernel takes every run whose host side is mapped; the rest (staging buffers, and
+  // everything when the kernel is not the method or no table can be had) are batched.
   Table table;
-  const bool kernel = method_ == KVT_CUDA_COPY_KERNEL && segs.size() <= INT32_MAX &&
-                      kernel_table(&table, s.tables, s.mu, s.mapped, segs, to_device);
-  if (kernel) {
-    r = launch_copy_segments(table.dev, uint32_t(segs.size()), segs[0].len, stream);
-  } else if (method_ == KVT_CUDA_COPY_PER_CHUNK) {
-    auto kind = to_device ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost;
-    for (const Segment &g : segs) {
-      r = cudaMemcpyAsync(g.dst, g.src, g.len, kind, stream);
-      if (r != cudaSuccess) break;
+  const bool kernel = method_ == KVT_CUDA_COPY_KERNEL && !s.mapped.empty() &&
+                      take_table(&table, s.tables, s.mu, total);
+  const auto kind = to_device ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost;
+  Batch batch;
+  size_t filled = 0, launched = 0, piece = kFirstLaunch;
+  auto launch = [&] {
+    r = launch_copy_segments(table.dev + launched, uint32_t(filled - launched),
+                             table.host[launched].len, stream);
+    launched = filled;
+    piece = std::min(piece * 2, kLongestLaunch);
+  };
+  Segment run[64];
+  for (size_t n; r == cudaSuccess && (n = segs.next(run, std::size(run))) > 0;) {
+    for (size_t i = 0; i < n && r == cudaSuccess; ++i) {
+      const Segment &g = run[i];
+      if (method_ == KVT_CUDA_COPY_PER_CHUNK) {
+        r = cudaMemcpyAsync(g.dst, g.src, g.len, kind, stream);
+        continue;
+      }
+      const char *mapped = kernel ? device_address(s.mapped, to_device ? g.src : g.dst, g.len)
+                                  : nullptr;
+      if (mapped == nullptr) {
+        batch.add(g);
+        continue;
+      }
+      table.host[filled++] = to_device ? KernelSegment{g.dst, mapped, g.len}
+                                       : KernelSegment{const_cast<char *>(mapped), g.src, g.len};
+      if (filled - launched == piece) launch();
     }
-  } else {  // BATCHED, and KERNEL for host memory that is not mapped
-    std::vector<void *> dsts(segs.size());
-    std::vector<const void *> srcs(segs.size());
-    std::vector<size_t> sizes(segs.size());
-    for (size_t i = 0; i < segs.size(); ++i) {
-      dsts[i] = segs[i].dst;
-      srcs[i] = segs[i].src;
-      sizes[i] = segs[i].len;
-    }
-    cudaMemcpyAttributes attr{};
-    attr.srcAccessOrder = cudaMemcpySrcAccessOrderStream;
-    size_t attr_index = 0;
-    r = cudaMemcpyBatchAsync(dsts.data(), srcs.data(), sizes.data(), segs.size(), &attr,
-                             &attr_index, 1, stream);
   }
+  if (r == cudaSuccess && filled > launched) launch();
+  if (r == cudaSuccess) r = batch.enqueue(stream);
   if (r == cudaSuccess) r = cudaEventRecord(done, stream);
   if (r == cudaSuccess) r = cudaEventSynchronize(done);
   if (r != cudaSuccess) {
     cudaEventDestroy(done);  // its state after a failed copy is not worth reusing
-    if (kernel) cudaFreeHost(table.host);  // never reused: the kernel may not be over
+    if (kernel) cudaFreeHost(table.host);  // never reused: a launch may not be over
     return cuda_fail(to_device ? "host-to-device copy" : "device-to-host copy", r);
   }
   std::lock_guard lock(s.mu);

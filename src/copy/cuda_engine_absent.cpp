@@ -11,7 +11,7 @@ kvt_status CudaEngine::create(std::unique_ptr<CudaEngine> *, int, kvt_cuda_copy,
 
 CudaEngine::~CudaEngine() = default;
 
-kvt_status CudaEngine::copy(const std::vector<Segment> &, bool) {
+kvt_status CudaEngine::copy(SegmentCursor &, bool) {
   return fail(KVT_ERR_UNSUPPORTED, "this kvtier was built without CUDA");
 }
 

@@ -43,40 +43,7 @@ void copy(char *dst, const char *src, size_t len) {
   std::memcpy(dst, src, len);
 }
 
-char *block_ptr(const BlockRef &r) {
-  return r.buf ? static_cast<char *>(r.buf) : static_cast<char *>(r.mem->block(r.slot));
-}
-
-char *chunk_ptr(const Geometry &g, const BlockRef &r, uint32_t l, uint32_t o) {
-  if (r.buf) return static_cast<char *>(r.buf) + (uint64_t{l} * g.num_outer + o) * g.chunk_bytes;
-  return static_cast<char *>(r.mem->chunk(r.slot, l, o));
-}
 }  // namespace
-
-void append_segments(const Geometry &g, const BlockCopy &c, std::vector<Segment> &out) {
-  if (g.block_bytes() == 0) return;
-  char *d = block_ptr(c.dst), *s = block_ptr(c.src);
-  if (d != nullptr && s != nullptr) {
-    out.push_back({d, s, g.block_bytes()});
-    return;
-  }
-  for (uint32_t l = 0; l < g.num_layers; ++l)
-    for (uint32_t o = 0; o < g.num_outer; ++o)
-      out.push_back({chunk_ptr(g, c.dst, l, o), chunk_ptr(g, c.src, l, o), g.chunk_bytes});
-}
-
-void append_layer_segments(const Geometry &g, const BlockCopy &c, uint32_t layer,
-                           std::vector<Segment> &out) {
-  const uint64_t layer_bytes = uint64_t{g.num_outer} * g.chunk_bytes;
-  if (layer_bytes == 0) return;
-  char *d = block_ptr(c.dst), *s = block_ptr(c.src);
-  if (d != nullptr && s != nullptr) {
-    out.push_back({d + layer * layer_bytes, s + layer * layer_bytes, layer_bytes});
-    return;
-  }
-  for (uint32_t o = 0; o < g.num_outer; ++o)
-    out.push_back({chunk_ptr(g, c.dst, layer, o), chunk_ptr(g, c.src, layer, o), g.chunk_bytes});
-}
 
 void copy_segments(const std::vector<Segment> &segs, WorkerPool &pool) {
   size_t total = 0;

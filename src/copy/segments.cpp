@@ -1,0 +1,90 @@
+#include "copy/segments.hpp"
+
+namespace kvt {
+
+namespace {
+char *block_ptr(const BlockRef &r) {
+  return r.buf ? static_cast<char *>(r.buf) : static_cast<char *>(r.mem->block(r.slot));
+}
+
+char *chunk_ptr(const Geometry &g, const BlockRef &r, uint32_t l, uint32_t o) {
+  if (r.buf) return static_cast<char *>(r.buf) + (uint64_t{l} * g.num_outer + o) * g.chunk_bytes;
+  return static_cast<char *>(r.mem->chunk(r.slot, l, o));
+}
+
+// The (layer, outer) pairs a part covers: [first, end), or one run when both sides are
+// contiguous.
+struct Pairs {
+  uint32_t first, end;
+  bool whole;  // one run of (end - first) chunks
+};
+Pairs pairs_of(const Geometry &g, const SegmentCursor::Part &p) {
+  const bool whole = block_ptr(p.copy.dst) != nullptr && block_ptr(p.copy.src) != nullptr;
+  if (p.layer == SegmentCursor::kWholeBlock) return {0, g.num_layers * g.num_outer, whole};
+  return {p.layer * g.num_outer, (p.layer + 1) * g.num_outer, whole};
+}
+}  // namespace
+
+void append_segments(const Geometry &g, const BlockCopy &c, std::vector<Segment> &out) {
+  if (g.block_bytes() == 0) return;
+  char *d = block_ptr(c.dst), *s = block_ptr(c.src);
+  if (d != nullptr && s != nullptr) {
+    out.push_back({d, s, g.block_bytes()});
+    return;
+  }
+  for (uint32_t l = 0; l < g.num_layers; ++l)
+    for (uint32_t o = 0; o < g.num_outer; ++o)
+      out.push_back({chunk_ptr(g, c.dst, l, o), chunk_ptr(g, c.src, l, o), g.chunk_bytes});
+}
+
+void append_layer_segments(const Geometry &g, const BlockCopy &c, uint32_t layer,
+                           std::vector<Segment> &out) {
+  const uint64_t layer_bytes = uint64_t{g.num_outer} * g.chunk_bytes;
+  if (layer_bytes == 0) return;
+  char *d = block_ptr(c.dst), *s = block_ptr(c.src);
+  if (d != nullptr && s != nullptr) {
+    out.push_back({d + layer * layer_bytes, s + layer * layer_bytes, layer_bytes});
+    return;
+  }
+  for (uint32_t o = 0; o < g.num_outer; ++o)
+    out.push_back({chunk_ptr(g, c.dst, layer, o), chunk_ptr(g, c.src, layer, o), g.chunk_bytes});
+}
+
+SegmentCursor::SegmentCursor(const Geometry &g, const std::vector<Part> &parts)
+    : g_(g), parts_(parts) {
+  if (g.chunk_bytes == 0) {
+    part_ = parts.size();
+    return;
+  }
+  for (const Part &p : parts) {
+    const Pairs r = pairs_of(g, p);
+    total_ += r.whole ? 1 : r.end - r.first;
+  }
+}
+
+size_t SegmentCursor::next(Segment *out, size_t cap) {
+  size_t n = 0;
+  while (n < cap && part_ < parts_.size()) {
+    const Part &p = parts_[part_];
+    const Pairs r = pairs_of(g_, p);
+    if (r.whole) {
+      const uint64_t at = uint64_t{r.first} * g_.chunk_bytes;
+      out[n++] = {block_ptr(p.copy.dst) + at, block_ptr(p.copy.src) + at,
+                  (r.end - r.first) * g_.chunk_bytes};
+      ++part_;
+      continue;
+    }
+    if (pair_ < r.first) pair_ = r.first;
+    for (; pair_ < r.end && n < cap; ++pair_) {
+      const uint32_t l = pair_ / g_.num_outer, o = pair_ % g_.num_outer;
+      out[n++] = {chunk_ptr(g_, p.copy.dst, l, o), chunk_ptr(g_, p.copy.src, l, o), g_.chunk_bytes};
+    }
+    if (pair_ == r.end) {
+      ++part_;
+      pair_ = 0;
+    }
+  }
+  return n;
+}
+
+}  // namespace kvt
