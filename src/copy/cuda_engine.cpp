@@ -137,6 +137,11 @@ struct Batch {
   std::vector<const void *> src;
   std::vector<size_t> len;
 
+  void reserve(size_t n) {
+    dst.reserve(n);
+    src.reserve(n);
+    len.reserve(n);
+  }
   void add(const Segment &g) {
     dst.push_back(g.dst);
     src.push_back(g.src);
@@ -178,6 +183,7 @@ kvt_status CudaEngine::copy(SegmentCursor &segs, bool to_device) {
                       take_table(&table, s.tables, s.mu, total);
   const auto kind = to_device ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost;
   Batch batch;
+  if (!kernel && method_ != KVT_CUDA_COPY_PER_CHUNK) batch.reserve(total);
   size_t filled = 0, launched = 0, piece = kFirstLaunch;
   auto launch = [&] {
     r = launch_copy_segments(table.dev + launched, uint32_t(filled - launched),
