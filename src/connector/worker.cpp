@@ -369,26 +369,32 @@ void Worker::run_disk(std::vector<Item> &its, bool write) {
   for (size_t k = 0; k < disk.size(); ++k) of[k]->status = disk[k].status;
 }
 
-// One layer of every copy still good, in one set (copy_set.hpp, as the pipeline's) so that
-// the copy engine sees it whole. A copy that failed is left out of later layers: a failed
-// load is recomputed whole.
-void Worker::copy_layer(std::vector<Item> &its, uint32_t layer, bool load) {
+// Layers [first, end) of every copy still good, in one set (copy_set.hpp, as the
+// pipeline's) so that the copy engine sees them whole. A copy that failed is left out of
+// later layers: a failed load is recomputed whole.
+void Worker::copy_layers(std::vector<Item> &its, uint32_t first, uint32_t end, bool load) {
   CopySet set(m_.geometry());
   for (size_t i = 0; i < its.size(); ++i)
-    if (its[i].status == KVT_OK)
+    for (uint32_t l = first; its[i].status == KVT_OK && l < end; ++l)
       set.add_layer(load ? BlockCopy{its[i].g1, its[i].other} : BlockCopy{its[i].other, its[i].g1},
-                    layer, i);
+                    l, i);
   for (const CopySet::Failure &f : set.run(cuda_.get(), m_.pool())) its[f.owner].status = f.status;
 }
 
 // An eager store reads a layer only once the engine saved it (or gave up saving: wait_for_save,
 // clear): before, the forward may still be writing it. Lazy stores read what earlier steps
-// wrote. The nanoseconds it waited.
-uint64_t Worker::wait_saved(const Job &job, uint32_t layer) {
+// wrote. *end: past the layers from `layer` on that may be read now, which a store copies
+// together, so that the copy engine starts and waits once for them rather than once per
+// layer (on a GPU that is a launch and an event wait for every 1-2 MiB otherwise). A load
+// takes one layer at a time: the engine waits for each. The nanoseconds it waited.
+uint64_t Worker::wait_saved(const Job &job, uint32_t layer, uint32_t *end) {
+  *end = layer + 1;
   if (job.kind != Kind::Store) return 0;
   const auto t0 = std::chrono::steady_clock::now();
   std::unique_lock lk(mu_);
   work_cv_.wait(lk, [&] { return job.bind != binds_ || saved_[layer]; });
+  const bool every = job.bind != binds_;
+  while (*end < saved_.size() && (every || saved_[*end])) ++*end;
   return uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(
                       std::chrono::steady_clock::now() - t0).count());
 }
@@ -415,12 +421,12 @@ std::vector<std::vector<Failure>> Worker::execute(const Job &job) {
   std::vector<Item> its = items(job, staging);
   if (load) run_disk(its, false);
   uint64_t waited_ns = 0;
-  for (uint32_t l = 0; l < m_.geometry().num_layers; ++l) {
-    waited_ns += wait_saved(job, l);
-    copy_layer(its, l, load);
+  for (uint32_t l = 0, end = 0; l < m_.geometry().num_layers; l = end) {
+    waited_ns += wait_saved(job, l, &end);
+    copy_layers(its, l, end, load);
     // The last layer is published by the job's end, with its report and load errors: the
     // engine takes them in get_finished after the forward, to recompute what failed.
-    if (load && l + 1 < m_.geometry().num_layers) publish_loaded(l + 1);
+    if (load && end < m_.geometry().num_layers) publish_loaded(end);
   }
   if (!load) run_disk(its, true);
   const uint64_t busy_ns = uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(

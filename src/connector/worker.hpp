@@ -79,8 +79,8 @@ class Worker {
   std::vector<std::vector<Failure>> execute(const Job &job);
   std::vector<Item> items(const Job &job, std::vector<AlignedBuffer> &staging);
   void run_disk(std::vector<Item> &items, bool write);
-  void copy_layer(std::vector<Item> &items, uint32_t layer, bool load);
-  uint64_t wait_saved(const Job &job, uint32_t layer);
+  void copy_layers(std::vector<Item> &items, uint32_t first, uint32_t end, bool load);
+  uint64_t wait_saved(const Job &job, uint32_t layer, uint32_t *end);
   void publish_loaded(uint32_t layers);
   void account(Kind kind, const Batch &b, const std::vector<kvt_status> &status, uint64_t busy_ns);
 
