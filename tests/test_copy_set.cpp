@@ -1,8 +1,8 @@
 // CopySet, the copies of one batch as the pipeline's executor (whole blocks) and the
 // connector's worker (a layer at a time) run them: host copies land byte for byte, and a
 // copy that needs a CUDA engine that is not there fails its own owners only. And the
-// SegmentCursor the CUDA engine takes its runs from: the same runs as the lists the memcpy
-// engine makes, however few it is asked for at a time.
+// SegmentCursor the CUDA engine takes its runs from (and the memcpy engine's lists are made
+// with): the runs the layouts place, however few it is asked for at a time.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -99,13 +99,36 @@ TEST(SegmentCursor, MakesTheRunsOfTheListsInOrderWhateverItIsAskedForAtATime) {
       {{{&g2, 2, nullptr}, {&g2, 0, nullptr}}, 1},                              // 1 run
       {{{&g1.mem, 3, nullptr}, {&g2, 1, nullptr}}, 0},                          // 2 chunks
   };
+  // The runs as the layouts place them: a scattered side chunk by chunk, a compact or
+  // staging block's chunk (layer, outer) at (layer * 2 + outer) * 64.
+  auto at = [](const TierMemory &m, uint32_t slot, uint64_t pair) {
+    return static_cast<char *>(m.block(slot)) + pair * kGeo.chunk_bytes;
+  };
+  auto ch = [](const TierMemory &m, uint32_t slot, uint32_t l, uint32_t o) {
+    return static_cast<char *>(m.chunk(slot, l, o));
+  };
   std::vector<Segment> want;
+  for (uint32_t l = 0; l < 3; ++l)
+    for (uint32_t o = 0; o < 2; ++o)
+      want.push_back({ch(g1.mem, 2, l, o), at(g2, 0, l * 2 + o), 64});
+  want.push_back({at(g2, 1, 0), at(g2, 3, 0), kGeo.block_bytes()});
+  for (uint32_t o = 0; o < 2; ++o)
+    want.push_back({ch(g1.mem, 0, 2, o), staging.data() + (4 + o) * 64, 64});
+  want.push_back({at(g2, 2, 2), at(g2, 0, 2), 128});
+  for (uint32_t o = 0; o < 2; ++o) want.push_back({ch(g1.mem, 3, 0, o), at(g2, 1, o), 64});
+  ASSERT_EQ(want.size(), 12u);
+  std::vector<Segment> appended;  // the same runs, a block at a time
   for (const SegmentCursor::Part &p : parts)
     if (p.layer == SegmentCursor::kWholeBlock)
-      append_segments(kGeo, p.copy, want);
+      append_segments(kGeo, p.copy, appended);
     else
-      append_layer_segments(kGeo, p.copy, p.layer, want);
-  ASSERT_EQ(want.size(), 12u);
+      append_layer_segments(kGeo, p.copy, p.layer, appended);
+  ASSERT_EQ(appended.size(), want.size());
+  for (size_t i = 0; i < want.size(); ++i) {
+    EXPECT_EQ(appended[i].dst, want[i].dst) << "run " << i;
+    EXPECT_EQ(appended[i].src, want[i].src) << "run " << i;
+    EXPECT_EQ(appended[i].len, want[i].len) << "run " << i;
+  }
   for (size_t cap : {size_t{1}, size_t{2}, size_t{5}, size_t{64}}) {
     SegmentCursor cursor(kGeo, parts);
     EXPECT_EQ(cursor.size(), want.size());

@@ -25,34 +25,9 @@ Pairs pairs_of(const Geometry &g, const SegmentCursor::Part &p) {
 }
 }  // namespace
 
-void append_segments(const Geometry &g, const BlockCopy &c, std::vector<Segment> &out) {
-  if (g.block_bytes() == 0) return;
-  char *d = block_ptr(c.dst), *s = block_ptr(c.src);
-  if (d != nullptr && s != nullptr) {
-    out.push_back({d, s, g.block_bytes()});
-    return;
-  }
-  for (uint32_t l = 0; l < g.num_layers; ++l)
-    for (uint32_t o = 0; o < g.num_outer; ++o)
-      out.push_back({chunk_ptr(g, c.dst, l, o), chunk_ptr(g, c.src, l, o), g.chunk_bytes});
-}
-
-void append_layer_segments(const Geometry &g, const BlockCopy &c, uint32_t layer,
-                           std::vector<Segment> &out) {
-  const uint64_t layer_bytes = uint64_t{g.num_outer} * g.chunk_bytes;
-  if (layer_bytes == 0) return;
-  char *d = block_ptr(c.dst), *s = block_ptr(c.src);
-  if (d != nullptr && s != nullptr) {
-    out.push_back({d + layer * layer_bytes, s + layer * layer_bytes, layer_bytes});
-    return;
-  }
-  for (uint32_t o = 0; o < g.num_outer; ++o)
-    out.push_back({chunk_ptr(g, c.dst, layer, o), chunk_ptr(g, c.src, layer, o), g.chunk_bytes});
-}
-
-SegmentCursor::SegmentCursor(const Geometry &g, const std::vector<Part> &parts)
+SegmentCursor::SegmentCursor(const Geometry &g, std::span<const Part> parts)
     : g_(g), parts_(parts) {
-  if (g.chunk_bytes == 0) {
+  if (g.block_bytes() == 0) {
     part_ = parts.size();
     return;
   }
@@ -85,6 +60,24 @@ size_t SegmentCursor::next(Segment *out, size_t cap) {
     }
   }
   return n;
+}
+
+namespace {
+void append(const Geometry &g, const SegmentCursor::Part &p, std::vector<Segment> &out) {
+  SegmentCursor c(g, {&p, 1});
+  const size_t at = out.size();
+  out.resize(at + c.size());
+  c.next(out.data() + at, c.size());
+}
+}  // namespace
+
+void append_segments(const Geometry &g, const BlockCopy &c, std::vector<Segment> &out) {
+  append(g, {c, SegmentCursor::kWholeBlock}, out);
+}
+
+void append_layer_segments(const Geometry &g, const BlockCopy &c, uint32_t layer,
+                           std::vector<Segment> &out) {
+  append(g, {c, layer}, out);
 }
 
 }  // namespace kvt

@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "memory/tier_memory.hpp"
@@ -29,13 +30,6 @@ struct Segment {
   size_t len;
 };
 
-// The runs that make up copying one block.
-void append_segments(const Geometry &g, const BlockCopy &c, std::vector<Segment> &out);
-// The same for one layer of the block: its num_outer chunks, one run where both sides are
-// contiguous (a compact block holds a layer's chunks back to back).
-void append_layer_segments(const Geometry &g, const BlockCopy &c, uint32_t layer,
-                           std::vector<Segment> &out);
-
 // The runs of a list of copies (whole blocks, or one layer of each), made a few at a time in
 // order rather than all up front: the CUDA engine writes them straight into its kernel's
 // table and launches the first ones while it makes the rest.
@@ -46,7 +40,7 @@ class SegmentCursor {
     BlockCopy copy;
     uint32_t layer;  // kWholeBlock, or the one layer to copy
   };
-  SegmentCursor(const Geometry &g, const std::vector<Part> &parts);
+  SegmentCursor(const Geometry &g, std::span<const Part> parts);
 
   size_t size() const noexcept { return total_; }  // every run, made or not
   // The next runs, up to cap of them; 0 once every run was made.
@@ -54,10 +48,17 @@ class SegmentCursor {
 
  private:
   const Geometry &g_;
-  const std::vector<Part> &parts_;
+  std::span<const Part> parts_;
   size_t total_ = 0;
   size_t part_ = 0;  // the part being made, and its next (layer, outer) pair
   uint32_t pair_ = 0;
 };
+
+// The runs of one block, appended to out: the block, or one layer of it (its num_outer
+// chunks, one run where both sides are contiguous: a compact block holds a layer's chunks
+// back to back).
+void append_segments(const Geometry &g, const BlockCopy &c, std::vector<Segment> &out);
+void append_layer_segments(const Geometry &g, const BlockCopy &c, uint32_t layer,
+                           std::vector<Segment> &out);
 
 }  // namespace kvt
