@@ -77,18 +77,19 @@ __global__ void copy_chunks(Tables t, char *host, uint64_t chunk, uint64_t block
   for (; k < n; k += step) dst[k] = src[k];
 }
 
-__global__ void fill_chunks(Tables t, uint32_t n_ids, uint64_t chunk) {
-  const uint32_t r = blockIdx.x, i = blockIdx.y;
-  if (i >= n_ids) return;
-  auto *w = reinterpret_cast<uint64_t *>(t.bases[r] + uint64_t(t.ids[i]) * chunk);
-  for (uint64_t k = threadIdx.x; k < chunk / 8; k += blockDim.x) w[k] = word_of(r, t.ids[i], k);
+// Chunk (region r, slot) of G1 gets the words of its (r, slot), one thread block's share.
+__device__ void fill_chunk(char *const *bases, uint32_t r, uint64_t slot, uint64_t chunk) {
+  auto *w = reinterpret_cast<uint64_t *>(bases[r] + slot * chunk);
+  for (uint64_t k = threadIdx.x; k < chunk / 8; k += blockDim.x) w[k] = word_of(r, slot, k);
 }
 
-// Every chunk of the first `slots` slots of every region: the words of its (region, slot).
+__global__ void fill_chunks(Tables t, uint32_t n_ids, uint64_t chunk) {
+  if (blockIdx.y < n_ids) fill_chunk(t.bases, blockIdx.x, t.ids[blockIdx.y], chunk);
+}
+
+// Every slot of every region (grid: regions x slots), wherever the library puts a block.
 __global__ void fill_slots(char *const *bases, uint64_t chunk) {
-  const uint32_t r = blockIdx.x, slot = blockIdx.y;
-  auto *w = reinterpret_cast<uint64_t *>(bases[r] + uint64_t(slot) * chunk);
-  for (uint64_t k = threadIdx.x; k < chunk / 8; k += blockDim.x) w[k] = word_of(r, slot, k);
+  fill_chunk(bases, blockIdx.x, blockIdx.y, chunk);
 }
 
 __global__ void count_wrong(Tables t, uint64_t chunk, unsigned long long *wrong) {

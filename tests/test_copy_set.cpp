@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "copy/copy_set.hpp"
@@ -87,6 +88,14 @@ TEST(CopySet, WholeBlocksAndSingleLayersLandAndAMissingCudaEngineFailsItsOwnersO
             std::vector<char>(kGeo.block_bytes(), 0));
 }
 
+void expect_runs(const Segment *got, const std::vector<Segment> &want, const std::string &how) {
+  for (size_t i = 0; i < want.size(); ++i) {
+    EXPECT_EQ(got[i].dst, want[i].dst) << how << ", run " << i;
+    EXPECT_EQ(got[i].src, want[i].src) << how << ", run " << i;
+    EXPECT_EQ(got[i].len, want[i].len) << how << ", run " << i;
+  }
+}
+
 TEST(SegmentCursor, MakesTheRunsOfTheListsInOrderWhateverItIsAskedForAtATime) {
   TierMemory g2;
   ASSERT_EQ(g2.init_host(4, kGeo, false), KVT_OK);
@@ -124,11 +133,7 @@ TEST(SegmentCursor, MakesTheRunsOfTheListsInOrderWhateverItIsAskedForAtATime) {
     else
       append_layer_segments(kGeo, p.copy, p.layer, appended);
   ASSERT_EQ(appended.size(), want.size());
-  for (size_t i = 0; i < want.size(); ++i) {
-    EXPECT_EQ(appended[i].dst, want[i].dst) << "run " << i;
-    EXPECT_EQ(appended[i].src, want[i].src) << "run " << i;
-    EXPECT_EQ(appended[i].len, want[i].len) << "run " << i;
-  }
+  expect_runs(appended.data(), want, "append_*");
   for (size_t cap : {size_t{1}, size_t{2}, size_t{5}, size_t{64}}) {
     SegmentCursor cursor(kGeo, parts);
     EXPECT_EQ(cursor.size(), want.size());
@@ -141,11 +146,7 @@ TEST(SegmentCursor, MakesTheRunsOfTheListsInOrderWhateverItIsAskedForAtATime) {
     }
     ASSERT_EQ(made, want.size()) << "cap " << cap;
     EXPECT_EQ(cursor.next(got.data(), cap), 0u) << "after the end";
-    for (size_t i = 0; i < made; ++i) {
-      EXPECT_EQ(got[i].dst, want[i].dst) << "cap " << cap << ", run " << i;
-      EXPECT_EQ(got[i].src, want[i].src) << "cap " << cap << ", run " << i;
-      EXPECT_EQ(got[i].len, want[i].len) << "cap " << cap << ", run " << i;
-    }
+    expect_runs(got.data(), want, "cap " + std::to_string(cap));
   }
   constexpr Geometry kEmpty{3, 2, 0};
   SegmentCursor none(kEmpty, parts);

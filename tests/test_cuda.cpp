@@ -115,12 +115,13 @@ kvt_manager_config cuda_config(const Geometry &g, uint64_t g1, uint64_t g2, uint
 
 // G1 on the device -> G2 -> G3, then back into an emptied G1 from each, bytes compared at
 // every step. engine_owned: G1 is the engine's per-layer tensors (kvt_g1_layout). together:
-// both offloads are enqueued before either is awaited, so that one batch may hold copies
-// to mapped G2 and to G3's staging buffers.
-void round_trip(uint32_t method, bool engine_owned, size_t kBlocks = 3, bool together = false) {
+// both offloads are enqueued before either is awaited, so that a batch can hold copies to
+// mapped G2 and to G3's staging buffers both (the executor decides; the bytes must land
+// either way).
+void round_trip(uint32_t method, bool engine_owned, size_t blocks = 3, bool together = false) {
   TempDir dir;
   const Geometry g;
-  const size_t kG1 = std::max<size_t>(8, kBlocks + 8);
+  const size_t kBlocks = blocks, kG1 = kBlocks + 8;
   EngineCache cache(g.layers * g.outer, kG1, g.chunk);
   kvt_manager_config c = cuda_config(g, kG1, kG1, kG1, dir.path.c_str());
   c.cuda_copy = method;
@@ -233,8 +234,9 @@ TEST(Cuda, EngineOwnedG1OnDeviceRoundTripsThroughG2AndG3Auto) {
   round_trip(KVT_CUDA_COPY_AUTO, true);
 }
 
-// 96 blocks of 8 chunks: 768 runs each way, which the kernel takes in launches of 128, 256
-// and 384 as its table fills, while G3's runs in the same batches go the batched way.
+// 96 blocks of 8 chunks. With the engine's scattered G1 that is 768 runs each way, which the
+// kernel takes in launches of 128, 256 and 384 as its table fills; library-owned G1 blocks
+// are one run each. G3's runs go the batched way, beside the kernel's when they share a batch.
 TEST(Cuda, ManyBlocksCrossInSeveralKernelLaunchesBesideBatchedStagingCopies) {
   REQUIRE_GPU();
   round_trip(KVT_CUDA_COPY_KERNEL, true, 96, true);

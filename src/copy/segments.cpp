@@ -12,16 +12,17 @@ char *chunk_ptr(const Geometry &g, const BlockRef &r, uint32_t l, uint32_t o) {
   return static_cast<char *>(r.mem->chunk(r.slot, l, o));
 }
 
-// The (layer, outer) pairs a part covers: [first, end), or one run when both sides are
-// contiguous.
+// The (layer, outer) pairs a part covers, [first, end), and both blocks' bases where both
+// are contiguous: the pairs are then one run.
 struct Pairs {
   uint32_t first, end;
-  bool whole;  // one run of (end - first) chunks
+  char *dst, *src;
+  bool whole() const { return dst != nullptr && src != nullptr; }
 };
 Pairs pairs_of(const Geometry &g, const SegmentCursor::Part &p) {
-  const bool whole = block_ptr(p.copy.dst) != nullptr && block_ptr(p.copy.src) != nullptr;
-  if (p.layer == SegmentCursor::kWholeBlock) return {0, g.num_layers * g.num_outer, whole};
-  return {p.layer * g.num_outer, (p.layer + 1) * g.num_outer, whole};
+  char *d = block_ptr(p.copy.dst), *s = block_ptr(p.copy.src);
+  if (p.layer == SegmentCursor::kWholeBlock) return {0, g.num_layers * g.num_outer, d, s};
+  return {p.layer * g.num_outer, (p.layer + 1) * g.num_outer, d, s};
 }
 }  // namespace
 
@@ -33,7 +34,7 @@ SegmentCursor::SegmentCursor(const Geometry &g, std::span<const Part> parts)
   }
   for (const Part &p : parts) {
     const Pairs r = pairs_of(g, p);
-    total_ += r.whole ? 1 : r.end - r.first;
+    total_ += r.whole() ? 1 : r.end - r.first;
   }
 }
 
@@ -42,10 +43,9 @@ size_t SegmentCursor::next(Segment *out, size_t cap) {
   while (n < cap && part_ < parts_.size()) {
     const Part &p = parts_[part_];
     const Pairs r = pairs_of(g_, p);
-    if (r.whole) {
+    if (r.whole()) {
       const uint64_t at = uint64_t{r.first} * g_.chunk_bytes;
-      out[n++] = {block_ptr(p.copy.dst) + at, block_ptr(p.copy.src) + at,
-                  (r.end - r.first) * g_.chunk_bytes};
+      out[n++] = {r.dst + at, r.src + at, (r.end - r.first) * g_.chunk_bytes};
       ++part_;
       continue;
     }
