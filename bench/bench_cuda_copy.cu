@@ -14,9 +14,11 @@
 // scatters them, and land in G2 slots in another random order. Times are host wall clock
 // from the first enqueue to the end of cudaStreamSynchronize (so the cost of building the
 // copy lists and launching counts), median of the repetitions.
-//   bench_cuda_copy [--quick] [--kvtier-only]    prints a markdown table; JSON lines with
-//   KVT_BENCH_JSON=file. --kvtier-only times the contiguous copy and the library alone, to
-//   compare two builds of the library (LD_LIBRARY_PATH) with the same binary.
+//   bench_cuda_copy [--quick] [--kvtier-only] [--phases]    prints a markdown table; JSON
+//   lines with KVT_BENCH_JSON=file. --kvtier-only times the contiguous copy and the library
+//   alone, to compare two builds of the library (LD_LIBRARY_PATH) with the same binary.
+//   --phases splits the library's offload (D2H) at 1-64 blocks into the times at which the
+//   caller, polling kvt_xfer_status, first saw each state (microseconds, medians).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -113,6 +115,15 @@ struct Row {
   uint64_t wrong;  // words that did not arrive as written, for the checked methods
 };
 
+// --phases: where a library offload's time goes, seen from the caller. Each round trip
+// polls kvt_xfer_status instead of waiting, and notes when it first saw each state; the
+// medians are in microseconds from the start of kvt_xfer_offload.
+struct Phases {
+  Case c;
+  double ref_us, kernel_us, wait_us;   // contiguous copy, bare kernel, offload + wait
+  double call_us, eval_us, batched_us, inflight_us, done_us;
+};
+
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v[v.size() / 2];
@@ -192,6 +203,21 @@ class Bench {
       const double t = through_kvtier(to_host, &wrong);
       rows->push_back({c_, dir, "kvtier", t, ref, wrong});
     }
+  }
+
+  // D2H only: the contiguous copy, the bare kernel, the library's offload + wait, and the
+  // library's offload polled through its states.
+  Phases phases() {
+    Phases ph{c_};
+    ph.ref_us = 1e6 * time([&] { contiguous(true); });
+    ph.kernel_us = 1e6 * time([&] { kernel(true); });
+    uint64_t wrong = 0;
+    ph.wait_us = 1e6 * through_kvtier(true, &wrong, &ph);
+    if (wrong != 0) {
+      std::fprintf(stderr, "bench_cuda_copy: --phases: %llu wrong words\n", (unsigned long long)wrong);
+      std::exit(1);
+    }
+    return ph;
   }
 
  private:
@@ -287,7 +313,8 @@ class Bench {
   // The library over the same tensors: offload of N registered G1 blocks to G2 (D2H), or
   // onboard of N G2 blocks into G1 (H2D), timed from enqueue to the end of the wait. The
   // first (warm-up) copy is checked: *wrong counts the words that did not arrive.
-  double through_kvtier(bool to_host, uint64_t *wrong) {
+  double through_kvtier(bool to_host, uint64_t *wrong, Phases *ph = nullptr) {
+    std::vector<double> calls, polled[KVT_XFER_FAILED + 1];
     fill_slots<<<dim3(kRegions, pool_), 256, 0, s_>>>(d_bases_, c_.chunk);
     CK(cudaGetLastError());
     CK(cudaStreamSynchronize(s_));
@@ -370,6 +397,36 @@ class Bench {
         kvt_block_release(m, b.data(), n_);
         drain();
       }
+      for (int i = 0; ph != nullptr && i < reps_; ++i) {
+        kvt_xfer *x = nullptr;
+        double seen[KVT_XFER_FAILED + 1] = {};
+        auto t0 = Clock::now();
+        auto us = [&] { return std::chrono::duration<double, std::micro>(Clock::now() - t0).count(); };
+        must(kvt_xfer_offload(&x, m, g1.data(), n_, KVT_TIER_G2, nullptr, 0), "kvt_xfer_offload");
+        calls.push_back(us());
+        for (uint32_t last = 0; last < KVT_XFER_DONE;) {
+          uint32_t state = 0;
+          kvt_status result = KVT_OK;
+          kvt_xfer_status(&state, &result, nullptr, x);
+          const double now = us();
+          for (uint32_t s = last + 1; s <= state && s <= KVT_XFER_FAILED; ++s) seen[s] = now;
+          if (state > KVT_XFER_DONE) must(result, "polled offload");
+          last = std::max(last, state);
+        }
+        kvt_xfer_release(x);
+        for (uint32_t s : {KVT_XFER_EVALUATING, KVT_XFER_BATCHED, KVT_XFER_INFLIGHT, KVT_XFER_DONE})
+          polled[s].push_back(seen[s]);
+        kvt_block_alloc(b.data(), n_, m, KVT_TIER_G2);
+        kvt_block_release(m, b.data(), n_);
+        drain();
+      }
+      if (ph != nullptr) {
+        ph->call_us = median(calls);
+        ph->eval_us = median(polled[KVT_XFER_EVALUATING]);
+        ph->batched_us = median(polled[KVT_XFER_BATCHED]);
+        ph->inflight_us = median(polled[KVT_XFER_INFLIGHT]);
+        ph->done_us = median(polled[KVT_XFER_DONE]);
+      }
     } else {
       kvt_xfer *x = nullptr;
       must(kvt_xfer_offload(&x, m, g1.data(), n_, KVT_TIER_G2, nullptr, 0), "kvt_xfer_offload");
@@ -430,14 +487,16 @@ class Bench {
 }  // namespace
 
 int main(int argc, char **argv) {
-  bool quick = false, kvtier_only = false;
+  bool quick = false, kvtier_only = false, phases = false;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--quick") == 0) {
       quick = true;
     } else if (std::strcmp(argv[i], "--kvtier-only") == 0) {
       kvtier_only = true;
+    } else if (std::strcmp(argv[i], "--phases") == 0) {
+      phases = true;
     } else {
-      std::fprintf(stderr, "usage: bench_cuda_copy [--quick] [--kvtier-only]\n");
+      std::fprintf(stderr, "usage: bench_cuda_copy [--quick] [--kvtier-only] [--phases]\n");
       return 2;
     }
   }
@@ -452,6 +511,17 @@ int main(int argc, char **argv) {
   cudaDriverGetVersion(&driver);
   cudaRuntimeGetVersion(&runtime);
   std::printf("device: %s, driver API %d, runtime %d\n\n", p.name, driver, runtime);
+  if (phases) {
+    std::printf("| chunk | blocks | contiguous | bare kernel | offload + wait | offload call "
+                "| evaluating | batched | in flight | done (polled) |\n|---|---|---|---|---|---|---|---|---|---|\n");
+    for (Case c : std::vector<Case>{{8 << 10, 1}, {8 << 10, 16}, {8 << 10, 64}, {64 << 10, 16}}) {
+      Phases p = Bench(c, quick ? 5 : 21).phases();
+      std::printf("| %llu KiB | %u | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f |\n",
+                  (unsigned long long)(c.chunk >> 10), c.n, p.ref_us, p.kernel_us, p.wait_us,
+                  p.call_us, p.eval_us, p.batched_us, p.inflight_us, p.done_us);
+    }
+    return 0;
+  }
   std::vector<Case> cases;
   if (quick) {
     cases = {{8 << 10, 16}, {2 << 20, 4}};

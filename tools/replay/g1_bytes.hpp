@@ -1,6 +1,7 @@
 // G1's bytes as kvtier-replay writes ("computes") and checks them: host memory directly, or
-// CUDA device memory through a host staging buffer (--g1-memory cuda). g1_bytes_cuda.cpp
-// implements it with the CUDA runtime; g1_bytes_host.cpp, built without CUDA, has host only.
+// CUDA device memory (--g1-memory cuda), written by a kernel and checked through a host copy.
+// g1_bytes_cuda.cu implements it with the CUDA runtime; g1_bytes_host.cpp, built without
+// CUDA, has host only.
 #pragma once
 
 #include <cstddef>

@@ -5,9 +5,16 @@
 #include <cstddef>
 #include <cstdint>
 
+// Also compiled for the device (g1_bytes_cuda.cu), where a kernel writes G1's blocks.
+#ifdef __CUDACC__
+#define KVT_REPLAY_HD __host__ __device__
+#else
+#define KVT_REPLAY_HD
+#endif
+
 namespace kvt::replay {
 
-inline uint64_t word_of(uint64_t hash, size_t i) {
+KVT_REPLAY_HD inline uint64_t word_of(uint64_t hash, size_t i) {
   return (hash + i * 0x9E3779B97F4A7C15ull) ^ (hash >> 31);
 }
 
