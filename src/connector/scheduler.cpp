@@ -1,17 +1,16 @@
 // The scheduler half's calls: each body and its CALL event, the metadata of a step (the loads
-// and stores the planners made), the workers' reports, and the requests' ends. The slot
-// table, the load planner and the store planner are in their own files.
+// and stores the planners made), the workers' reports, and the requests' ends. The two calls
+// that find and take a hit are in scheduler_onboard.cpp; the slot table, the load planner
+// and the store planner are in their own files.
 #include "connector/scheduler.hpp"
 
+#include <absl/container/flat_hash_set.h>
+
 #include <algorithm>
-#include <cstring>
 
 #include <xxhash.h>
 
-#include "block/handle.hpp"
-#include "block/tier.hpp"
 #include "common/error.hpp"
-#include "common/names.hpp"
 #include "connector/call_args.hpp"
 #include "manager/manager.hpp"
 
@@ -34,29 +33,21 @@ kvt_status check_shape(const char *fn, const char *what, const Shape &got, const
 }
 
 Scheduler::Scheduler(Manager &m, const kvt_connector_config &c)
-    : m_(m), cfg_(c), store_tier_(m.tier_if_present(int(c.store_tier))),
-      tiers_{m.tier_if_present(KVT_TIER_G2), m.tier_if_present(KVT_TIER_G3)},
-      page_(m.config().page_size), writer_(c.num_gpu_blocks, nullptr),
-      stamp_(c.num_gpu_blocks, 0) {
+    : m_(m), cfg_(c), page_(m.config().page_size),
+      window_blocks_(c.sliding_window
+                         ? std::max<size_t>(1, (size_t{c.sliding_window} - 1 + page_ - 1) / page_)
+                         : 0),
+      writer_(c.num_gpu_blocks, nullptr), stamp_(c.num_gpu_blocks, 0),
+      stores_(m, c, writer_, stats_, next_batch_),
+      loads_(m, c, window_blocks_, stats_, next_batch_, stores_) {
   shape_ = shape_of(m, c.world_size);
-  if (c.sliding_window)
-    window_blocks_ = std::max<size_t>(1, (size_t{c.sliding_window} - 1 + page_ - 1) / page_);
-  if (c.offload == KVT_OFFLOAD_LAZY) content_.resize(c.num_gpu_blocks);
   stats_.struct_size = sizeof stats_;
   cfg_.endpoint_path = nullptr;  // borrowed for create only; the ABI serves it
   bp_.set_timeout(std::chrono::milliseconds(c.pause_timeout_ms));
 }
 
 Scheduler::~Scheduler() {
-  slots_.each([&](Slot &s) { drop_staged(s); });
-  for (auto &[id, r] : loads_)
-    for (const Pinned &p : r.src) release({p.block});
-  for (auto &[id, r] : stores_) release(r.dst);
-}
-
-void Scheduler::release(const std::vector<kvt_block> &blocks) {
-  // The scheduler's own references: failing would be a bug, and there is no caller to tell.
-  if (!blocks.empty()) m_.release(blocks.data(), blocks.size());
+  slots_.each([&](Slot &s) { loads_.drop_staged(s); });
 }
 
 kvt_status Scheduler::build_connector_meta_impl(std::string *out,
@@ -144,14 +135,9 @@ kvt_status Scheduler::build_connector_meta_impl(std::string *out,
     Slot &s = *slot[i];
     s.new_this_step = false;
     if (r.num_new_token_ids) append_tokens(s, r.new_token_ids, r.num_new_token_ids);
-    std::vector<CopyOp> lazy;
     for (size_t k = 0; k < r.num_new_block_ids; ++k) {
       s.blocks.push_back(r.new_block_ids[k]);
-      claim(s, r.new_block_ids[k], &lazy);
-    }
-    if (!lazy.empty()) {
-      auto &ops = planned_lazy_.back().ops;
-      ops.insert(ops.end(), lazy.begin(), lazy.end());
+      claim(s, r.new_block_ids[k]);
     }
     // A step that starts before what the connector counted as computed recomputes (a load
     // failed): its blocks are considered for storing again.
@@ -164,29 +150,11 @@ kvt_status Scheduler::build_connector_meta_impl(std::string *out,
     s.reach = std::max(s.reach, r.num_computed_tokens + r.num_scheduled_tokens);
     move(s, target[i]);
     Batch batch;
-    plan_eager(s, &batch);
+    stores_.plan(s, step_, &batch);
     if (!batch.ops.empty()) meta.stores.push_back(std::move(batch));
   }
-  for (uint64_t id : planned_loads_) {
-    LoadRec &rec = loads_.at(id);
-    rec.step = step_;
-    Batch b{id, rec.slot->id, {}};
-    for (size_t i = 0; i < rec.src.size(); ++i) {
-      const Pinned &p = rec.src[i];
-      b.ops.push_back(CopyOp{rec.g1[i], uint8_t(handle::tier(p.block)), handle::slot(p.block),
-                             p.hash, p.parent});
-    }
-    meta.loads.push_back(std::move(b));
-  }
-  planned_loads_.clear();
-  for (Batch &b : planned_lazy_) {
-    StoreRec &rec = stores_.at(b.id);
-    rec.step = step_;
-    candidate(*rec.slot, KVT_CANDIDATE_PROMOTED, b.id, KVT_TIER_G1, rec.tier->id(),
-              b.ops.size());
-  }
-  meta.lazy_stores = std::move(planned_lazy_);
-  planned_lazy_.clear();
+  meta.loads = loads_.take_planned(step_);
+  meta.lazy_stores = stores_.take_lazy(step_);
   slots_.each([](Slot &s) { s.preempted_unasked = false; });  // the step's preemptions are in
   meta.finished = std::move(finishing_);
   finishing_.clear();
@@ -220,109 +188,28 @@ kvt_status Scheduler::update_connector_output_impl(const Report &r) {
     return KVT_OK;
   };
   for (const Done &d : r.loads) {
-    auto it = loads_.find(d.id);
-    const bool known = it != loads_.end();
-    if (kvt_status e = check(d, known ? it->second.src.size() : 0, known && it->second.step != 0,
-                             known ? &it->second.acks : nullptr, "load");
-        e != KVT_OK)
-      return e;
+    size_t ops = 0;
+    bool sent = false;
+    const Acks *acks = loads_.acks(d.id, &ops, &sent);
+    if (kvt_status e = check(d, ops, sent, acks, "load"); e != KVT_OK) return e;
   }
   for (const Done &d : r.stores) {
-    auto it = stores_.find(d.id);
-    const bool known = it != stores_.end();
-    if (kvt_status e = check(d, known ? it->second.dst.size() : 0, known && it->second.step != 0,
-                             known ? &it->second.acks : nullptr, "store");
-        e != KVT_OK)
-      return e;
+    size_t ops = 0;
+    bool sent = false;
+    const Acks *acks = stores_.acks(d.id, &ops, &sent);
+    if (kvt_status e = check(d, ops, sent, acks, "store"); e != KVT_OK) return e;
   }
 
   std::vector<Slot *> touched;
-  std::vector<uint32_t> fresh;
-  for (const Done &d : r.loads) {
-    auto it = loads_.find(d.id);
-    LoadRec &rec = it->second;
-    const bool failed_before = rec.acks.any_failed;
-    const bool last = ack(rec.acks, r, d, rec.src.size(), &fresh);
-    for (uint32_t op : fresh) {
-      // A copy that failed (its checksum, an I/O error, on any rank) leaves the registry at
-      // once: no match serves it, and the engine's recompute is not matched to it again and
-      // again. Its pin holds the block until the last rank's report.
-      m_.tier_of(rec.src[op].block)->remove(rec.src[op].block);
-      if (!content_.empty()) content_[rec.g1[op]].valid = false;
-    }
-    if (rec.acks.any_failed && !failed_before) doom_stores(*rec.slot, rec.step);
-    if (!last) continue;
-    std::vector<kvt_block> pins;
-    kvt_status first = KVT_OK;
-    for (size_t i = 0; i < rec.src.size(); ++i) {
-      pins.push_back(rec.src[i].block);
-      const kvt_status st = rec.acks.failed[i];
-      ++(st != KVT_OK ? stats_.load_errors : stats_.loaded_blocks);
-      if (first == KVT_OK) first = st;
-    }
-    candidate(*rec.slot, first == KVT_OK ? KVT_CANDIDATE_COMPLETED : KVT_CANDIDATE_FAILED, d.id,
-              handle::tier(pins[0]), KVT_TIER_G1, pins.size(), first);
-    release(pins);
-    if (rec.async) --rec.slot->async_loads;
-    --rec.slot->batches;
-    touched.push_back(rec.slot);
-    loads_.erase(it);
-  }
-  for (const Done &d : r.stores) {
-    auto it = stores_.find(d.id);
-    StoreRec &rec = it->second;
-    if (!ack(rec.acks, r, d, rec.dst.size(), &fresh)) continue;
-    std::vector<kvt_block> done;
-    kvt_status first = KVT_OK;
-    for (size_t i = 0; i < rec.dst.size(); ++i) {
-      if (!rec.doomed) storing_.erase(rec.hash[i]);
-      const kvt_status st = rec.acks.failed[i];
-      if (first == KVT_OK) first = st;
-      kvt_block b = rec.dst[i];
-      if (st == KVT_OK && !rec.doomed &&
-          rec.tier->register_hash(&b, rec.dst[i], rec.hash[i], rec.parent[i]) == KVT_OK) {
-        ++stats_.stored_blocks;
-      } else {
-        ++stats_.store_failures;
-        b = rec.dst[i];
-      }
-      done.push_back(b);
-    }
-    if (m_.bus().on()) {
-      const kvt_candidate_state cs = rec.doomed      ? KVT_CANDIDATE_CANCELLED
-                                     : first == KVT_OK ? KVT_CANDIDATE_COMPLETED
-                                                       : KVT_CANDIDATE_FAILED;
-      candidate(*rec.slot, cs, d.id, KVT_TIER_G1, rec.tier->id(), rec.dst.size(),
-                rec.doomed ? KVT_ERR_CANCELLED : first);
-    }
-    release(done);
-    --rec.slot->batches;
-    touched.push_back(rec.slot);
-    stores_.erase(it);
-  }
+  for (const Done &d : r.loads)
+    if (Slot *s = loads_.done(r, d, shape_.world_size)) touched.push_back(s);
+  for (const Done &d : r.stores)
+    if (Slot *s = stores_.done(r, d, shape_.world_size)) touched.push_back(s);
   std::sort(touched.begin(), touched.end());
   touched.erase(std::unique(touched.begin(), touched.end()), touched.end());
   for (Slot *s : touched)
     if (s->state == KVT_SLOT_FINISHING && s->batches == 0) finish(*s);
   return KVT_OK;
-}
-
-bool Scheduler::ack(Acks &a, const Report &r, const Done &d, size_t ops,
-                    std::vector<uint32_t> *fresh) {
-  if (a.by.empty()) {
-    a.by.resize(shape_.world_size);
-    a.failed.assign(ops, KVT_OK);
-  }
-  a.by[r.rank] = true;
-  ++a.count;
-  fresh->clear();
-  for (const Failure &f : d.failed) {
-    if (a.failed[f.op] != KVT_OK) continue;
-    a.failed[f.op] = f.status;
-    a.any_failed = true;
-    fresh->push_back(f.op);
-  }
-  return a.count == shape_.world_size;
 }
 
 kvt_status Scheduler::request_finished_impl(bool *delay_free, std::string_view id) {
@@ -333,8 +220,8 @@ kvt_status Scheduler::request_finished_impl(bool *delay_free, std::string_view i
   Slot *s = slots_.find(fn, id, &st);
   if (s == nullptr) return st;
   if (!legal(s->state, KVT_SLOT_FINISHING)) return transition_error(fn, *s, KVT_SLOT_FINISHING);
-  drop_staged(*s);
-  drop_planned_loads(*s);
+  loads_.drop_staged(*s);
+  loads_.drop_planned(*s);
   unclaim(*s);
   move(*s, KVT_SLOT_FINISHING);
   // An engine that waits for an asynchronous load's finished_recving frees the request
@@ -372,18 +259,16 @@ kvt_status Scheduler::reset_cache() {
 }
 
 kvt_status Scheduler::reset_cache_impl() {
-  if (!loads_.empty())  // they would bring what was stored before into G1 after the reset
+  if (loads_.in_flight())  // they would bring what was stored before into G1 after the reset
     return fail(KVT_ERR_STATE, "kvt_connector_reset_cache: %zu loads are in flight: reset once "
-                "they have ended", loads_.size());
+                "they have ended", loads_.count());
   // Stores in flight end unregistered, lazy stores of what G1 held are not made, staged
   // hits are let go, and every registered block leaves: nothing computed before the reset
   // (under other weights, say) is served again.
-  for (auto &[id, rec] : stores_) rec.doomed = true;
-  storing_.clear();
-  for (Content &c : content_) c.valid = false;
+  stores_.reset();
   slots_.each([&](Slot &s) {
     if (s.state == KVT_SLOT_ONBOARD_STAGED) {
-      drop_staged(s);
+      loads_.drop_staged(s);
       move(s, KVT_SLOT_INITIALIZED);
     }
   });

@@ -1,13 +1,11 @@
 // The connector's scheduler half: slots by request id, the G2/G3 hits they stage, the loads
 // and stores it plans into each step's metadata, and the pins it holds until the worker's
 // report says the copies ended. It never touches block bytes. Its slots are a SlotTable
-// (slot_table.hpp); the class itself is in four files: the calls (scheduler.cpp), its side
-// of the slots (scheduler_slots.cpp), the load planner (load_planner.cpp) and the store
-// planner (store_planner.cpp).
+// (slot_table.hpp), its loads a LoadPlanner (load_planner.hpp) and its stores a
+// StorePlanner (store_planner.hpp); the class itself is in three files: the calls
+// (scheduler.cpp), the two that find and take a hit (scheduler_onboard.cpp), and its side
+// of the slots (scheduler_slots.cpp).
 #pragma once
-
-#include <absl/container/flat_hash_map.h>
-#include <absl/container/flat_hash_set.h>
 
 #include <memory>
 #include <string>
@@ -15,15 +13,16 @@
 #include <vector>
 
 #include "connector/breakpoints.hpp"
+#include "connector/load_planner.hpp"
 #include "connector/metadata.hpp"
 #include "connector/slot.hpp"
 #include "connector/slot_table.hpp"
+#include "connector/store_planner.hpp"
 #include "event/obs_sink.hpp"
 #include "kvtier.h"
 
 namespace kvt {
 class Manager;
-class Tier;
 }  // namespace kvt
 
 namespace kvt::conn {
@@ -71,39 +70,8 @@ class Scheduler {
   uint64_t salt() const noexcept { return cfg_.salt_hash; }
 
  private:
-  // What the workers' reports said of one batch: it ends once every rank named it, and a
-  // copy failed if it failed on any rank (its shard is missing).
-  struct Acks {
-    std::vector<bool> by;            // per rank: its report named the batch
-    uint32_t count = 0;
-    std::vector<kvt_status> failed;  // per copy: the first failure reported, or KVT_OK
-    bool any_failed = false;
-  };
-  struct LoadRec {
-    Slot *slot = nullptr;
-    uint64_t step = 0;             // the metadata that carried it; 0: planned for the next one
-    bool async = false;            // the engine waits for finished_recving, not the step
-    std::vector<Pinned> src;       // pinned until the last rank's report
-    std::vector<uint32_t> g1;
-    Acks acks;
-  };
-  struct StoreRec {
-    Slot *slot = nullptr;
-    Tier *tier = nullptr;
-    uint64_t step = 0;
-    bool eager = false;            // of blocks the slot computed (lazy: of reused G1 blocks)
-    // A load of the slot failed in its step: the worker cancels it, and its hashes may be
-    // planned again (for the recomputed blocks) before its report comes.
-    bool doomed = false;
-    std::vector<kvt_block> dst;    // Empty blocks of the store tier, held until the report
-    std::vector<uint64_t> hash, parent;
-    Acks acks;
-  };
-  // Counts r's Done for a batch of ops copies; true when it was the last rank's. *fresh:
-  // the copies whose failure this report is the first to tell.
-  bool ack(Acks &a, const Report &r, const Done &d, size_t ops, std::vector<uint32_t> *fresh);
-
-  // ---- the calls (scheduler.cpp): each public call is its body and the CALL event ----
+  // ---- the calls (scheduler.cpp, scheduler_onboard.cpp): each public call is its body
+  // and the CALL event ----
   kvt_status get_num_new_matched_tokens_impl(uint64_t *out, std::string_view id,
                                              uint64_t salt, const uint32_t *tokens, size_t n,
                                              uint64_t computed, uint64_t max_tokens);
@@ -117,15 +85,11 @@ class Scheduler {
   kvt_status reset_cache_impl();
   template <class Fill>
   void call_event(std::string_view id, kvt_status st, Fill &&fill) noexcept;
-  void release(const std::vector<kvt_block> &blocks);
 
   // ---- its slots (scheduler_slots.cpp; the table is slot_table.hpp) ----
   kvt_status transition_error(const char *fn, const Slot &s, SlotState to) const;
   void move(Slot &s, SlotState to);
   void slot_event(const Slot &s, uint32_t prev, uint32_t to);  // observe SLOT
-  // An observe CANDIDATE event for a batch of s (0: blocks not in a batch).
-  void candidate(const Slot &s, kvt_candidate_state state, uint64_t batch, int src, int dst,
-                 uint64_t blocks, kvt_status st = KVT_OK);
   kvt_status check_blocks(const char *fn, const Slot &s, const uint32_t *ids, size_t n,
                           uint32_t stamp);
   // Appends to s's tokens; with KV events on, notes the tokens of the blocks they fill.
@@ -133,70 +97,34 @@ class Scheduler {
   void to_waiting(Slot &s);  // request_preempted's work: the engine took its blocks back
   void finish(Slot &s);
 
-  // ---- the load planner (load_planner.cpp) ----
-  // The hit among blocks [first, usable) of hashes, pinned: a prefix from first, or with a
-  // sliding window the blocks of the window before the hit's end. *from: its first block.
-  kvt_status match_prefix(std::vector<Pinned> *hit, const std::vector<uint64_t> &hashes,
-                          size_t first, size_t usable);
-  kvt_status match_window(std::vector<Pinned> *hit, size_t *from,
-                          const std::vector<uint64_t> &hashes, size_t first, size_t usable);
   // Sliding window: whether t's block b left t's window (the engine may have freed it);
   // t's blocks that left it at this step go back to the engine.
   bool left_window(const Slot &t, uint32_t b) const;
   void release_window(Slot &s, uint64_t computed);
-  void drop_staged(Slot &s);
-  void drop_planned_loads(Slot &s);
-
-  // ---- the store planner (store_planner.cpp) ----
-  StoreRec store_rec(Slot &s) {
-    StoreRec r;
-    r.slot = &s;
-    r.tier = store_tier_;
-    return r;
-  }
-  void claim(Slot &s, uint32_t g1, std::vector<CopyOp> *lazy);
+  // s now writes G1 block g1 (the store planner stores what it held first, when lazy).
+  void claim(Slot &s, uint32_t g1);
+  // Blocks s wrote are the engine's again.
   void unclaim(Slot &s);
-  void plan_eager(Slot &s, Batch *batch);
-  bool plan_store(uint32_t g1, uint64_t hash, uint64_t parent, std::vector<CopyOp> *ops,
-                  StoreRec *rec);
-  void plan_stores(Slot &s, Batch *batch, StoreRec *rec);
-  void doom_stores(const Slot &s, uint64_t step);
 
   Manager &m_;
   kvt_connector_config cfg_;
   Shape shape_;
-  Tier *store_tier_;
-  Tier *tiers_[2];                 // where hits are looked for, in order (null if absent)
   uint32_t page_;
   // Sliding window: the blocks before a hit's end it needs (vLLM's
   // cdiv(sliding_window - 1, block_size), at least 1); 0 for full attention.
-  size_t window_blocks_ = 0;
+  const size_t window_blocks_;
 
   SlotTable slots_;
   std::vector<Slot *> writer_;       // per G1 block: the live slot that writes it
   std::vector<uint32_t> stamp_;      // per G1 block: duplicate detection within one call
   uint32_t stamp_now_ = 0;
-  struct Content {
-    uint64_t hash = 0, parent = 0;
-    bool valid = false;
-  };
-  std::vector<Content> content_;     // lazy: what each G1 block holds, until reused
-
   uint64_t next_batch_ = 1, step_ = 0;
-  absl::flat_hash_map<uint64_t, LoadRec> loads_;
-  absl::flat_hash_map<uint64_t, StoreRec> stores_;
-  absl::flat_hash_set<uint64_t> storing_;   // hashes with a store in flight
-  // plan_eager's scratch, kept between steps: the blocks to store, their hashes, whether
-  // the store tier has each, their destinations
-  std::vector<size_t> want_;
-  std::vector<uint64_t> want_hash_;
-  std::vector<uint8_t> present_;
-  std::vector<kvt_block> dst_;
-  std::vector<uint64_t> planned_loads_;     // batch ids for the next metadata
-  std::vector<Batch> planned_lazy_;         // lazy stores for the next metadata
   std::vector<std::string> finishing_;      // finished with batches outstanding, to announce
 
   kvt_connector_stats stats_{};
+  // After what they refer to: writer_, next_batch_, stats_, and the loads to the stores.
+  StorePlanner stores_;
+  LoadPlanner loads_;
   kvt_obs_trigger trigger_ = KVT_TRIGGER_GET_NUM_NEW_MATCHED_TOKENS;  // the call in progress
   // The last get_num_new_matched_tokens was given the slot's own tokens: its CALL event
   // logs their number only (a waiting request is asked again at every step).

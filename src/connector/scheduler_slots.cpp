@@ -6,13 +6,20 @@
 #include <algorithm>
 #include <cstring>
 
-#include "block/handle.hpp"
-#include "block/tier.hpp"
 #include "common/error.hpp"
 #include "common/names.hpp"
 #include "manager/manager.hpp"
 
 namespace kvt::conn {
+
+namespace {
+// The first block a request computed up to `computed` still reads: vLLM frees the blocks
+// wholly before computed - sliding_window + 1 (it counts only processed tokens, never more
+// than computed, so this frees no block vLLM keeps).
+size_t window_start(uint64_t computed, uint32_t window, uint32_t page) {
+  return computed + 1 > window ? size_t((computed + 1 - window) / page) : 0;
+}
+}  // namespace
 
 kvt_status Scheduler::transition_error(const char *fn, const Slot &s, SlotState to) const {
   return fail(KVT_ERR_STATE, "%s: request '%s' is %s, which cannot become %s", fn,
@@ -40,17 +47,16 @@ void Scheduler::slot_event(const Slot &s, uint32_t prev, uint32_t to) {
   m_.bus().emit(e);
 }
 
-void Scheduler::candidate(const Slot &s, kvt_candidate_state state, uint64_t batch, int src,
-                          int dst, uint64_t blocks, kvt_status st) {
-  if (!m_.bus().on()) return;
-  ObsEvent e = obs_event(KVT_OBS_CANDIDATE, s.id);
-  e.state = state;
-  e.batch = batch;
-  e.src = uint32_t(src);
-  e.dst = uint32_t(dst);
-  e.blocks = blocks;
-  e.status = st;
-  m_.bus().emit(e);
+// s now writes g1 (none: the engine's null block).
+void Scheduler::claim(Slot &s, uint32_t g1) {
+  if (g1 == KVT_BLOCK_ID_NONE) return;
+  writer_[g1] = &s;
+  stores_.reuse(s, g1);
+}
+
+void Scheduler::unclaim(Slot &s) {
+  for (uint32_t b : s.blocks)
+    if (b != KVT_BLOCK_ID_NONE && writer_[b] == &s) writer_[b] = nullptr;
 }
 
 // Block ids the call hands to s for writing: in range, not written by another live request,
@@ -94,8 +100,8 @@ void Scheduler::finish(Slot &s) {
 }
 
 void Scheduler::to_waiting(Slot &s) {
-  drop_staged(s);
-  drop_planned_loads(s);
+  loads_.drop_staged(s);
+  loads_.drop_planned(s);
   unclaim(s);
   s.blocks.clear();
   s.computed = 0;
@@ -105,6 +111,28 @@ void Scheduler::to_waiting(Slot &s) {
   s.reach = 0;
   ++stats_.preemptions;
   move(s, KVT_SLOT_PREEMPTED);
+}
+
+// vLLM frees a sliding window's blocks as they leave it, unannounced, when it allocates for
+// the request (it may then hand them to any request in the same schedule): t no longer
+// needs b when b lies before the window of the furthest token t was scheduled to reach.
+bool Scheduler::left_window(const Slot &t, uint32_t b) const {
+  if (!window_blocks_) return false;
+  size_t end = std::min(window_start(t.reach, cfg_.sliding_window, page_), t.blocks.size());
+  for (size_t j = t.released_below; j < end; ++j)
+    if (t.blocks[j] == b) return true;
+  return false;
+}
+
+// s's blocks that left the window are the engine's again, and never stored from now on:
+// another request may write them in this very step.
+void Scheduler::release_window(Slot &s, uint64_t computed) {
+  size_t end = std::min(window_start(computed, cfg_.sliding_window, page_), s.blocks.size());
+  for (size_t j = s.released_below; j < end; ++j)
+    if (s.blocks[j] != KVT_BLOCK_ID_NONE && writer_[s.blocks[j]] == &s)
+      writer_[s.blocks[j]] = nullptr;
+  s.released_below = std::max(s.released_below, end);
+  s.store_next = std::max(s.store_next, end);
 }
 
 kvt_status Scheduler::slot_state(uint32_t *state, const std::vector<uint32_t> **history,
@@ -132,26 +160,8 @@ Snapshot Scheduler::snapshot() const {
     i.batches = s.batches;
     out.slots.push_back(i);
   });
-  for (const auto &[id, r] : loads_) {
-    kvt_batch_info b{};
-    set_id(b.req_id, r.slot->id);
-    b.src = r.src.empty() ? 0 : uint32_t(handle::tier(r.src[0].block));
-    b.dst = KVT_TIER_G1;
-    b.batch = id;
-    b.blocks = r.src.size();
-    b.step = r.step;
-    out.batches.push_back(b);
-  }
-  for (const auto &[id, r] : stores_) {
-    kvt_batch_info b{};
-    set_id(b.req_id, r.slot->id);
-    b.src = KVT_TIER_G1;
-    b.dst = uint32_t(r.tier->id());
-    b.batch = id;
-    b.blocks = r.dst.size();
-    b.step = r.step;
-    out.batches.push_back(b);
-  }
+  loads_.batches(&out.batches);
+  stores_.batches(&out.batches);
   auto by_id = [](const auto &a, const auto &b) { return std::strcmp(a.req_id, b.req_id) < 0; };
   std::sort(out.slots.begin(), out.slots.end(), by_id);
   std::sort(out.batches.begin(), out.batches.end(),
