@@ -1,7 +1,6 @@
 #include "connector/load_planner.hpp"
 
 #include <algorithm>
-#include <cstring>
 
 #include "block/handle.hpp"
 #include "block/tier.hpp"
@@ -211,7 +210,7 @@ Slot *LoadPlanner::done(const Report &r, const Done &d, uint32_t world) {
 void LoadPlanner::batches(std::vector<kvt_batch_info> *out) const {
   for (const auto &[id, r] : loads_) {
     kvt_batch_info b{};
-    std::memcpy(b.req_id, r.slot->id.data(), std::min<size_t>(r.slot->id.size(), KVT_REQ_ID_MAX));
+    copy_id(b.req_id, r.slot->id);
     b.src = r.src.empty() ? 0 : uint32_t(handle::tier(r.src[0].block));
     b.dst = KVT_TIER_G1;
     b.batch = id;

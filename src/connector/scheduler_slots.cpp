@@ -145,12 +145,9 @@ void Scheduler::stats(kvt_connector_stats *out) const { *out = stats_; }
 Snapshot Scheduler::snapshot() const {
   Snapshot out;
   const auto now = std::chrono::steady_clock::now();
-  auto set_id = [](char *dst, const std::string &id) {
-    std::memcpy(dst, id.data(), std::min<size_t>(id.size(), KVT_REQ_ID_MAX));
-  };
   slots_.each([&](const Slot &s) {
     kvt_slot_info i{};
-    set_id(i.req_id, s.id);
+    copy_id(i.req_id, s.id);
     i.state = s.state;
     i.age_ns = uint64_t(
         std::chrono::duration_cast<std::chrono::nanoseconds>(now - s.born).count());

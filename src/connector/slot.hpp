@@ -2,8 +2,10 @@
 // the request (its tokens and hashes, its G1 blocks, its pins and outstanding copies).
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
@@ -21,6 +23,10 @@ inline constexpr int kSlotStates = 11;  // 1..10, and 0 for "no slot yet"
 bool legal(SlotState from, SlotState to) noexcept;
 // KVT_OK for a request id of 1..KVT_REQ_ID_MAX bytes, else KVT_ERR_INVALID_ARGUMENT.
 kvt_status check_id(const char *fn, const char *id) noexcept;
+// A checked id into an inspection record's zeroed req_id field.
+inline void copy_id(char (&dst)[KVT_REQ_ID_MAX + 1], const std::string &id) noexcept {
+  std::memcpy(dst, id.data(), std::min<size_t>(id.size(), KVT_REQ_ID_MAX));
+}
 
 // A G2/G3 block the slot holds one reference on, matched for a load.
 struct Pinned {

@@ -1,7 +1,6 @@
 #include "connector/store_planner.hpp"
 
 #include <algorithm>
-#include <cstring>
 
 #include "block/handle.hpp"
 #include "block/tier.hpp"
@@ -217,7 +216,7 @@ Slot *StorePlanner::done(const Report &r, const Done &d, uint32_t world) {
 void StorePlanner::batches(std::vector<kvt_batch_info> *out) const {
   for (const auto &[id, r] : stores_) {
     kvt_batch_info b{};
-    std::memcpy(b.req_id, r.slot->id.data(), std::min<size_t>(r.slot->id.size(), KVT_REQ_ID_MAX));
+    copy_id(b.req_id, r.slot->id);
     b.src = KVT_TIER_G1;
     b.dst = uint32_t(tier_->id());
     b.batch = id;
