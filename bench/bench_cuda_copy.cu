@@ -119,7 +119,6 @@ struct Row {
 // polls kvt_xfer_status instead of waiting, and notes when it first saw each state; the
 // medians are in microseconds from the start of kvt_xfer_offload.
 struct Phases {
-  Case c;
   double ref_us, kernel_us, wait_us;   // contiguous copy, bare kernel, offload + wait
   double call_us, eval_us, batched_us, inflight_us, done_us;
 };
@@ -208,7 +207,7 @@ class Bench {
   // D2H only: the contiguous copy, the bare kernel, the library's offload + wait, and the
   // library's offload polled through its states.
   Phases phases() {
-    Phases ph{c_};
+    Phases ph{};
     ph.ref_us = 1e6 * time([&] { contiguous(true); });
     ph.kernel_us = 1e6 * time([&] { kernel(true); });
     uint64_t wrong = 0;
@@ -371,6 +370,12 @@ class Bench {
       std::exit(1);
     };
     std::vector<double> t;
+    // Evicts the copies from G2, so that the next offload copies again.
+    auto evict_g2 = [&] {
+      kvt_block_alloc(b.data(), n_, m, KVT_TIER_G2);
+      kvt_block_release(m, b.data(), n_);
+      drain();
+    };
     if (to_host) {
       for (int i = 0; i < reps_ + 2; ++i) {
         kvt_xfer *x = nullptr;
@@ -393,9 +398,7 @@ class Bench {
           }
           kvt_block_release(m, b.data(), found);
         }
-        kvt_block_alloc(b.data(), n_, m, KVT_TIER_G2);  // evicts the copies: the next copies again
-        kvt_block_release(m, b.data(), n_);
-        drain();
+        evict_g2();
       }
       for (int i = 0; ph != nullptr && i < reps_; ++i) {
         kvt_xfer *x = nullptr;
@@ -416,9 +419,7 @@ class Bench {
         kvt_xfer_release(x);
         for (uint32_t s : {KVT_XFER_EVALUATING, KVT_XFER_BATCHED, KVT_XFER_INFLIGHT, KVT_XFER_DONE})
           polled[s].push_back(seen[s]);
-        kvt_block_alloc(b.data(), n_, m, KVT_TIER_G2);
-        kvt_block_release(m, b.data(), n_);
-        drain();
+        evict_g2();
       }
       if (ph != nullptr) {
         ph->call_us = median(calls);

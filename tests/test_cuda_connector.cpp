@@ -6,45 +6,19 @@
 #include <cuda_runtime_api.h>
 
 #include "connector_support.hpp"
+#include "cuda_support.hpp"
 
 using namespace kvt_conn_test;
 
 namespace {
-bool have_device() {
-  int n = 0;
-  return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
-}
-
-constexpr uint64_t kStride = kChunk + 128;  // a gap between blocks: no block is contiguous
-
-// vLLM's layout on the device: one tensor per (layer, K/V), block b's chunk at b * kStride.
+// A vLLM-layout cache (EngineCache: one device tensor per layer and K/V, gaps between
+// blocks) in the connector tests' geometry, written and read as a forward and a check would.
 struct DeviceG1 {
-  std::vector<void *> regions;
-  std::vector<const void *> bases;
-  std::vector<uint64_t> strides;
-  kvt_g1_layout layout{};
-  DeviceG1() {
-    for (uint32_t i = 0; i < kLayers * kOuter; ++i) {
-      void *p = nullptr;
-      EXPECT_EQ(cudaMalloc(&p, kGpuBlocks * kStride), cudaSuccess);
-      EXPECT_EQ(cudaMemset(p, 0xEE, kGpuBlocks * kStride), cudaSuccess);
-      regions.push_back(p);
-      bases.push_back(p);
-      strides.push_back(kStride);
-    }
-    layout.struct_size = sizeof layout;
-    layout.memory = KVT_MEMORY_CUDA;
-    layout.bases = bases.data();
-    layout.strides = strides.data();
-  }
-  ~DeviceG1() {
-    for (void *p : regions) cudaFree(p);
-  }
-  DeviceG1(const DeviceG1 &) = delete;
-  DeviceG1 &operator=(const DeviceG1 &) = delete;
+  EngineCache cache{kLayers * kOuter, kGpuBlocks, kChunk};
+  kvt_g1_layout &layout = cache.layout;
 
   char *chunk(uint32_t b, uint32_t l, uint32_t o) const {
-    return static_cast<char *>(regions[l * kOuter + o]) + b * kStride;
+    return static_cast<char *>(cache.regions[l * kOuter + o]) + b * cache.strides[0];
   }
   // The forward writes layer l of block b: the KV of hash h (kv_byte, as the host tests).
   void write_layer(uint32_t b, uint32_t l, uint64_t h) {
